@@ -1,0 +1,77 @@
+"""Per-element codecs: an element's bit pattern (low bits of a ``uint64``) to and from the math type.
+
+Kernels move memory as ``uint64`` words (8 bytes, several elements each) and as unsigned elements
+of the storage width, so a codec is all a kernel needs to know about a dtype. One codec per
+(element, math precision); each is a pair of device functions built once and cached.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from ..vocabulary import ElementKind, MathPrecision
+from . import device
+
+__all__ = ["Codec", "codec", "math_type"]
+
+_BYTE = np.uint64(0xFF)
+
+
+def math_type(precision: MathPrecision) -> type:
+    """NumPy scalar type used as the cast to the math precision (works in kernels and on the host)."""
+    return np.float64 if precision is MathPrecision.F64 else np.float32
+
+
+@dataclass(frozen=True)
+class Codec:
+    """``decode(bits) -> math value`` and ``encode(math value) -> bits`` for one element kind."""
+
+    element: ElementKind
+    decode: Any
+    encode: Any
+    lanes: int  # elements per uint64 word
+
+
+@functools.cache
+def codec(element: ElementKind, precision: MathPrecision) -> Codec:
+    M = math_type(precision)
+    if element is ElementKind.F32:
+        decode_bits, encode_bits = device.bits_to_f32, device.f32_to_bits
+    elif element is ElementKind.F64:
+        decode_bits, encode_bits = device.bits_to_f64, device.f64_to_bits
+    elif element is ElementKind.F16:
+        decode_bits, encode_bits = device.f16_bits_to_f32, device.f32_to_f16_bits
+    elif element is ElementKind.BF16:
+        decode_bits, encode_bits = device.bf16_bits_to_f32, device.f32_to_bf16_bits
+    elif element in (ElementKind.S8, ElementKind.U8):
+        to_int = device.bits_to_s8 if element is ElementKind.S8 else device.bits_to_u8
+
+        @cuda.jit(device=True, inline="always")
+        def decode_int(w):
+            return M(to_int(w))
+
+        @cuda.jit(device=True, inline="always")
+        def encode_int(q):
+            return device.int_to_bits(q) & _BYTE
+
+        return Codec(element, decode_int, encode_int, 8)
+    else:
+        raise ValueError(f"no codec for {element!r}")
+
+    # f16/bf16/f32 convert through float32 (rounding once to the element), f64 through float64.
+    wide = np.float64 if element is ElementKind.F64 else np.float32
+
+    @cuda.jit(device=True, inline="always")
+    def decode_float(w):
+        return M(decode_bits(w))
+
+    @cuda.jit(device=True, inline="always")
+    def encode_float(x):
+        return encode_bits(wide(x))
+
+    return Codec(element, decode_float, encode_float, 8 // element.itemsize)

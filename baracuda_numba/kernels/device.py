@@ -1,0 +1,235 @@
+"""Device primitives the kernels are written in: rounding and bit-level conversions.
+
+On the GPU each is an LLVM intrinsic (one or two PTX instructions); under Numba's CUDA simulator,
+which cannot run intrinsics, the same names are NumPy functions with the same results. Every
+conversion takes and returns bit patterns in ``uint64`` so that kernel code never mixes signed and
+unsigned integers (Numba types that mix as float64).
+
+- ``rint(x)``: round half to even, in the precision of ``x`` (``cvt.rni``).
+- ``bits_to_f32(w)`` / ``f32_to_bits(x)``: reinterpret the low 32 bits.
+- ``bits_to_f64(w)`` / ``f64_to_bits(x)``: reinterpret 64 bits.
+- ``f16_bits_to_f32(w)`` / ``f32_to_f16_bits(x)``: IEEE half from / to the low 16 bits (RNE).
+- ``bf16_bits_to_f32(w)`` / ``f32_to_bf16_bits(x)``: bfloat16 from / to the low 16 bits (RNE,
+  NaN kept quiet with its sign).
+- ``bits_to_s8(w)`` / ``bits_to_u8(w)``: the low byte as a signed / unsigned integer (int64).
+- ``int_to_bits(q)``: an integral float to its two's-complement bits (uint64, not masked).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..platform import SIMULATOR
+
+__all__ = [
+    "rint",
+    "bits_to_f32",
+    "f32_to_bits",
+    "bits_to_f64",
+    "f64_to_bits",
+    "f16_bits_to_f32",
+    "f32_to_f16_bits",
+    "bf16_bits_to_f32",
+    "f32_to_bf16_bits",
+    "bits_to_s8",
+    "bits_to_u8",
+    "int_to_bits",
+]
+
+if SIMULATOR:
+    _M32 = 0xFFFFFFFF
+
+    def rint(x):
+        return np.rint(x)
+
+    def bits_to_f32(w):
+        return np.uint32(int(w) & _M32).view(np.float32)
+
+    def f32_to_bits(x):
+        return np.uint64(np.float32(x).view(np.uint32))
+
+    def bits_to_f64(w):
+        return np.uint64(w).view(np.float64)
+
+    def f64_to_bits(x):
+        return np.float64(x).view(np.uint64)
+
+    def f16_bits_to_f32(w):
+        return np.float32(np.uint16(int(w) & 0xFFFF).view(np.float16))
+
+    def f32_to_f16_bits(x):
+        return np.uint64(np.float16(np.float32(x)).view(np.uint16))
+
+    def bf16_bits_to_f32(w):
+        return np.uint32((int(w) & 0xFFFF) << 16).view(np.float32)
+
+    def f32_to_bf16_bits(x):
+        bits = int(np.float32(x).view(np.uint32))
+        if (bits & 0x7FFFFFFF) > 0x7F800000:
+            return np.uint64((bits >> 16) | 0x0040)
+        return np.uint64(((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF)
+
+    def bits_to_s8(w):
+        b = int(w) & 0xFF
+        return np.int64(b - 256 if b > 127 else b)
+
+    def bits_to_u8(w):
+        return np.int64(int(w) & 0xFF)
+
+    def int_to_bits(q):
+        return np.uint64(int(q) & 0xFFFFFFFFFFFFFFFF)
+
+else:
+    from llvmlite import ir
+    from numba.cuda import cgutils, types
+    from numba.cuda.extending import intrinsic
+
+    _I16, _I32, _I64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
+
+    def _to_i64(builder, value, ty):
+        """Any integer argument as an i64 (sign- or zero-extended, or truncated)."""
+        if ty.bitwidth == 64:
+            return value
+        return builder.sext(value, _I64) if ty.signed else builder.zext(value, _I64)
+
+    @intrinsic
+    def rint(typingctx, x):
+        if not isinstance(x, types.Float):
+            return None
+
+        # libdevice's rint (cvt.rni): NVVM rejects llvm.rint / llvm.nearbyint.
+        name = "__nv_rint" if x == types.float64 else "__nv_rintf"
+
+        def codegen(context, builder, sig, args):
+            llty = args[0].type
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(llty, [llty]), name)
+            return builder.call(fn, [args[0]])
+
+        return x(x), codegen
+
+    @intrinsic
+    def bits_to_f32(typingctx, w):
+        if not isinstance(w, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            low = builder.trunc(_to_i64(builder, args[0], w), _I32)
+            return builder.bitcast(low, ir.FloatType())
+
+        return types.float32(w), codegen
+
+    @intrinsic
+    def f32_to_bits(typingctx, x):
+        if x != types.float32:
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.zext(builder.bitcast(args[0], _I32), _I64)
+
+        return types.uint64(x), codegen
+
+    @intrinsic
+    def bits_to_f64(typingctx, w):
+        if not isinstance(w, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(_to_i64(builder, args[0], w), ir.DoubleType())
+
+        return types.float64(w), codegen
+
+    @intrinsic
+    def f64_to_bits(typingctx, x):
+        if x != types.float64:
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(args[0], _I64)
+
+        return types.uint64(x), codegen
+
+    @intrinsic
+    def f16_bits_to_f32(typingctx, w):
+        if not isinstance(w, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            low = builder.trunc(_to_i64(builder, args[0], w), _I16)
+            return builder.fpext(builder.bitcast(low, ir.HalfType()), ir.FloatType())
+
+        return types.float32(w), codegen
+
+    @intrinsic
+    def f32_to_f16_bits(typingctx, x):
+        if x != types.float32:
+            return None
+
+        def codegen(context, builder, sig, args):
+            half = builder.fptrunc(args[0], ir.HalfType())  # round to nearest even
+            return builder.zext(builder.bitcast(half, _I16), _I64)
+
+        return types.uint64(x), codegen
+
+    @intrinsic
+    def bf16_bits_to_f32(typingctx, w):
+        if not isinstance(w, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            low = builder.trunc(_to_i64(builder, args[0], w), _I32)
+            return builder.bitcast(builder.shl(low, ir.Constant(_I32, 16)), ir.FloatType())
+
+        return types.float32(w), codegen
+
+    @intrinsic
+    def f32_to_bf16_bits(typingctx, x):
+        if x != types.float32:
+            return None
+
+        def codegen(context, builder, sig, args):
+            (value,) = args
+            bits = builder.bitcast(value, _I32)
+            high = builder.lshr(bits, ir.Constant(_I32, 16))
+            lsb = builder.and_(high, ir.Constant(_I32, 1))
+            rounded = builder.lshr(
+                builder.add(builder.add(bits, ir.Constant(_I32, 0x7FFF)), lsb), ir.Constant(_I32, 16)
+            )
+            quiet_nan = builder.or_(high, ir.Constant(_I32, 0x0040))
+            is_nan = builder.fcmp_unordered("uno", value, value)
+            result = builder.select(is_nan, quiet_nan, rounded)
+            return builder.zext(builder.and_(result, ir.Constant(_I32, 0xFFFF)), _I64)
+
+        return types.uint64(x), codegen
+
+    @intrinsic
+    def bits_to_s8(typingctx, w):
+        if not isinstance(w, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            low = builder.trunc(_to_i64(builder, args[0], w), ir.IntType(8))
+            return builder.sext(low, _I64)
+
+        return types.int64(w), codegen
+
+    @intrinsic
+    def bits_to_u8(typingctx, w):
+        if not isinstance(w, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            low = builder.trunc(_to_i64(builder, args[0], w), ir.IntType(8))
+            return builder.zext(low, _I64)
+
+        return types.int64(w), codegen
+
+    @intrinsic
+    def int_to_bits(typingctx, q):
+        if not isinstance(q, types.Float):
+            return None
+
+        def codegen(context, builder, sig, args):
+            # Callers pass clamped integral values: fptosi is exact and never saturates here.
+            return builder.fptosi(args[0], _I64)
+
+        return types.uint64(q), codegen

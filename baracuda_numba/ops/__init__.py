@@ -1,0 +1,7 @@
+"""Dispatch functions: every op as one call on numba, torch, CuPy or NumPy arrays."""
+
+from .common import clear_plan_cache
+from .per_tensor import *  # noqa: F403
+from .per_tensor import __all__ as _per_tensor
+
+__all__ = ["clear_plan_cache", *_per_tensor]

@@ -1,0 +1,302 @@
+"""The Plan surface shared by every plan: ``select`` / ``can_implement`` / ``workspace_size`` /
+``sku`` / ``precision_guarantee`` / ``run``, and the machinery of the elementwise family.
+
+``select`` validates the descriptor, resolves the registry entry and compiles the kernel; ``run``
+only adapts the arrays, checks them against the cached descriptor and launches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .. import registry
+from ..arrays import Operand, adapt, finish, require_contiguous, scalar_value
+from ..errors import BaracudaError, InvalidProblem, Unsupported, WorkspaceTooSmall, problem_message
+from ..kernels.codecs import math_type
+from ..kernels.elementwise import PACK
+from ..launch import ArrayArg, KernelLauncher, stream_handle
+from ..platform import SIMULATOR
+from ..vocabulary import ElementKind, KernelSku, PlanPreference, PrecisionGuarantee, QuantizeKind, element_kind
+
+__all__ = ["Verdict", "Plan", "ElementwisePlan", "normalise_descriptor"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Answer of ``can_implement``: truthy when the arguments can run; else the reason and error type."""
+
+    ok: bool
+    reason: str = ""
+    error: type[BaracudaError] | None = None
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def normalise_descriptor(desc: Any, plan: str) -> None:
+    """Coerce element fields to :class:`ElementKind` and check integer fields, in place (frozen ok)."""
+    for f in fields(desc):
+        value = getattr(desc, f.name)
+        if f.name.endswith("_element"):
+            try:
+                object.__setattr__(desc, f.name, element_kind(value))
+            except TypeError as exc:
+                raise InvalidProblem(problem_message(plan, f.name, "an element kind", repr(value))) from exc
+        elif f.type in ("int", int):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise InvalidProblem(problem_message(plan, f.name, "an integer", repr(value)))
+            object.__setattr__(desc, f.name, int(value))
+
+
+_SM_COUNT: dict[int, int] = {}
+
+
+def sm_count(device_id: int) -> int:
+    count = _SM_COUNT.get(device_id)
+    if count is None:
+        if SIMULATOR:
+            count = 1
+        else:
+            from numba import cuda
+
+            count = cuda.gpus[device_id].MULTIPROCESSOR_COUNT
+        _SM_COUNT[device_id] = count
+    return count
+
+
+class Plan:
+    """Base of every plan. Subclasses set ``KIND``, ``Descriptor`` and ``Args``."""
+
+    KIND: ClassVar[QuantizeKind]
+    Descriptor: ClassVar[type]
+    Args: ClassVar[type]
+
+    def __init__(self, desc: Any, entry: registry.RegistryEntry, pref: PlanPreference) -> None:
+        self.desc = desc
+        self.entry = entry
+        self.pref = pref
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    @classmethod
+    def select(cls, desc: Any, pref: PlanPreference = PlanPreference()) -> Plan:
+        """Validate ``desc``, find the kernel and return a reusable plan.
+
+        Raises :class:`InvalidProblem` for a bad descriptor and :class:`Unsupported` when the
+        registry has no kernel for its elements.
+        """
+        name = cls.__name__
+        if not isinstance(desc, cls.Descriptor):
+            raise InvalidProblem(problem_message(name, "desc", cls.Descriptor.__name__, type(desc).__name__))
+        normalise_descriptor(desc, name)
+        cls._validate(desc)
+        entry = registry.lookup(cls.KIND, *cls._registry_elements(desc), where=name)
+        plan = cls(desc, entry, pref)
+        if pref.max_workspace_bytes is not None and plan.workspace_size() > pref.max_workspace_bytes:
+            raise Unsupported(problem_message(name, "pref.max_workspace_bytes",
+                                              f">= {plan.workspace_size()}", pref.max_workspace_bytes))
+        plan._prepare()
+        return plan
+
+    @classmethod
+    def _validate(cls, desc: Any) -> None:
+        """Descriptor checks beyond the types (raise :class:`InvalidProblem`)."""
+
+    @classmethod
+    def _registry_elements(cls, desc: Any) -> tuple[ElementKind, ElementKind]:
+        return desc.input_element, desc.output_element
+
+    def _prepare(self) -> None:
+        """Resolve and compile what ``run`` needs."""
+
+    def workspace_size(self) -> int:
+        """Bytes of device workspace ``run`` needs (0: none)."""
+        return 0
+
+    def sku(self) -> KernelSku:
+        """Identity of the selected kernel."""
+        return self.entry.sku
+
+    def precision_guarantee(self) -> PrecisionGuarantee:
+        """Numerical contract of the selected kernel."""
+        return self.entry.sku.precision_guarantee
+
+    def can_implement(self, args: Any) -> Verdict:
+        """Whether ``run(args)`` can run; the verdict carries the reason ``run`` would raise."""
+        try:
+            self._bind(args)
+        except BaracudaError as exc:
+            return Verdict(False, str(exc), type(exc))
+        return Verdict(True)
+
+    def run(self, args: Any, workspace: Any = None, stream: Any = None) -> None:
+        """Launch on ``stream`` (see :func:`baracuda_numba.launch.stream_handle`). Asynchronous on
+        device arrays; host (NumPy) outputs are complete when it returns."""
+        bound = self._bind(args)
+        if self.workspace_size():
+            self._check_workspace(workspace)
+        self._launch(bound, stream)
+
+    def _check_workspace(self, workspace: Any) -> None:
+        got = 0 if workspace is None else adapt(workspace, self.name, "workspace")
+        got_bytes = 0 if got == 0 else got.size * got.element.itemsize
+        if got_bytes < self.workspace_size():
+            raise WorkspaceTooSmall(self.name, self.workspace_size(), got_bytes)
+
+    def _bind(self, args: Any) -> Any:
+        raise NotImplementedError
+
+    def _launch(self, bound: Any, stream: Any) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{self.name}({self.desc}, sku={self.entry.sku})"
+
+
+@dataclass
+class _Bound:
+    a: Operand
+    b: Operand | None
+    out: Operand
+    scalars: tuple
+
+
+class ElementwisePlan(Plan):
+    """Plans whose kernel is :mod:`baracuda_numba.kernels.elementwise`.
+
+    Subclasses name the ``Args`` fields the kernel reads (``A_FIELD``, ``B_FIELD``) and writes
+    (``OUT_FIELD``), and provide the scalar parameters through ``_scalars``.
+    """
+
+    A_FIELD: ClassVar[str]
+    B_FIELD: ClassVar[str | None] = None
+    OUT_FIELD: ClassVar[str]
+
+    def _prepare(self) -> None:
+        kernel = self.entry.kernel(self._uniform_pack())
+        M = math_type(kernel.precision)
+        self._math = M
+        self._launcher = KernelLauncher(kernel.compiled, (np.int64,) * 4 + (M,) * 5)
+        if not SIMULATOR:
+            kernel.compiled()
+        self._dummy_scales = ArrayArg(0, 0, np.dtype(M).itemsize, np.zeros(0, M))
+        self._dummy_zero_points = ArrayArg(0, 0, 4, np.zeros(0, np.int32))
+
+    def _uniform_pack(self) -> bool:
+        return True
+
+    def _numel(self) -> int:
+        return self.desc.numel
+
+    def _operand(self, args: Any, field: str, element: ElementKind, numel: int) -> Operand:
+        op = adapt(getattr(args, field), self.name, field)
+        if op.element is not element:
+            raise InvalidProblem(problem_message(self.name, field, f"elements of {element.short}", op.element.short))
+        if op.size != numel:
+            raise InvalidProblem(problem_message(self.name, field, f"{numel} elements", f"{op.size} (shape {op.shape})"))
+        require_contiguous(op, self.name, field)
+        return op
+
+    def _bind(self, args: Any) -> _Bound:
+        if not isinstance(args, self.Args):
+            raise InvalidProblem(problem_message(self.name, "args", self.Args.__name__, type(args).__name__))
+        entry, n = self.entry, self._numel()
+        a = self._operand(args, self.A_FIELD, entry.a, n)
+        b = self._operand(args, self.B_FIELD, entry.b, n) if self.B_FIELD else None
+        out = self._operand(args, self.OUT_FIELD, entry.out, n)
+        return _Bound(a, b, out, self._scalars(args))
+
+    def _scalars(self, args: Any) -> tuple:
+        """``(inv, scale, zero_point, q_min, q_max)`` in the math precision."""
+        raise NotImplementedError
+
+    def _launch(self, bound: _Bound, stream: Any) -> None:
+        n = self._numel()
+        if n == 0:
+            return
+        operands = [bound.a, bound.out] + ([bound.b] if bound.b is not None else [])
+        handle = stream_handle(stream, operands, self.name)
+        aligned = SIMULATOR or all(op.ptr % 8 == 0 for op in operands)
+        npacks = n // PACK if aligned else 0
+        b = bound.b if bound.b is not None else bound.a
+        arrays = (*_views(bound.a, n, npacks), *_views(b, n, npacks), *_views(bound.out, n, npacks),
+                  *self._scale_arrays(bound))
+        policy = self.entry.policy
+        device_id = bound.a.device_id
+        blocks = policy.blocks(max(npacks, n - npacks * PACK), sm_count(device_id))
+        self._launcher.launch(blocks, policy.threads_per_block, handle, arrays,
+                              (n, npacks, *self._segments(), *bound.scalars), device_id)
+        if any(op.on_host for op in operands):
+            _synchronize(handle)
+            finish(bound.out)
+
+    def _scale_arrays(self, bound: _Bound) -> tuple[ArrayArg, ArrayArg]:
+        return self._dummy_scales, self._dummy_zero_points
+
+    def _segments(self) -> tuple[int, int]:
+        """``(seg_len, channels)`` of the scale indexing (unused for a scalar scale)."""
+        return 1, 1
+
+
+def _views(op: Operand, n: int, npacks: int) -> tuple[ArrayArg, ArrayArg]:
+    """The word view (``npacks`` packs as uint64) and the element view of a flat operand."""
+    itemsize = op.element.itemsize
+    words = npacks * PACK * itemsize // 8
+    if SIMULATOR:
+        host = op.host
+        return (ArrayArg(0, words, 8, host[: npacks * PACK].view(np.uint64)),
+                ArrayArg(0, n, itemsize, host.view(f"u{itemsize}")))
+    return ArrayArg(op.ptr, words, 8), ArrayArg(op.ptr, n, itemsize)
+
+
+def _synchronize(handle: int) -> None:
+    if SIMULATOR:
+        return
+    from .. import launch
+
+    launch._core_stream(handle).sync()
+
+
+def checked_scale(plan: str, scale: Any, M: type) -> tuple[Any, Any]:
+    """``(inv, scale)`` in the math type; :class:`InvalidProblem` unless finite, > 0 and invertible."""
+    value = scalar_value(scale, plan, "scale")
+    try:
+        s = M(value)
+    except (TypeError, ValueError, OverflowError):
+        s = M(math.nan)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        inv = M(1.0) / s
+    if not (np.isfinite(s) and s > 0 and np.isfinite(inv)):
+        precision = np.dtype(M).name
+        raise InvalidProblem(problem_message(
+            plan, "scale", f"a finite value > 0 with a finite reciprocal in {precision}", value))
+    return inv, s
+
+
+def checked_zero_point(plan: str, zero_point: Any, low: int, high: int) -> int:
+    value = scalar_value(zero_point, plan, "zero_point")
+    if isinstance(value, (float, np.floating)):
+        if not float(value).is_integer():
+            raise InvalidProblem(problem_message(plan, "zero_point", "an integer", value))
+        value = int(value)
+    if not low <= value <= high:
+        raise InvalidProblem(problem_message(plan, "zero_point", f"an integer in [{low}, {high}]", value))
+    return int(value)
+
+
+def check_q_range(plan: str, q_min: int, q_max: int, low: int, high: int) -> None:
+    if q_min > q_max:
+        raise InvalidProblem(problem_message(plan, "q_min", f"<= q_max ({q_max})", q_min))
+    if q_min < low or q_max > high:
+        raise InvalidProblem(problem_message(plan, "(q_min, q_max)", f"within [{low}, {high}]", f"[{q_min}, {q_max}]"))
+
+
+def check_numel(plan: str, numel: int) -> None:
+    if numel < 0:
+        raise InvalidProblem(problem_message(plan, "numel", ">= 0", numel))

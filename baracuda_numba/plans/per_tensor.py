@@ -1,0 +1,241 @@
+"""The six per-tensor plans: quantize, dequantize and fake-quantize, forward and backward.
+
+One scalar ``scale`` (float, > 0) and ``zero_point`` (int) for the whole tensor; operands are any
+shape with ``numel`` elements, C-contiguous. ``input_element`` is the float element and
+``output_element`` the integer element for every plan of the family (as in baracuda-kernels).
+The math is in :mod:`baracuda_numba.kernels.elementwise`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..vocabulary import ElementKind, QuantizeKind
+from .base import ElementwisePlan, check_numel, check_q_range, checked_scale, checked_zero_point
+
+__all__ = [
+    "QuantizePerTensorDescriptor", "QuantizePerTensorArgs", "QuantizePerTensorPlan",
+    "QuantizePerTensorBackwardDescriptor", "QuantizePerTensorBackwardArgs", "QuantizePerTensorBackwardPlan",
+    "DequantizePerTensorDescriptor", "DequantizePerTensorArgs", "DequantizePerTensorPlan",
+    "DequantizePerTensorBackwardDescriptor", "DequantizePerTensorBackwardArgs", "DequantizePerTensorBackwardPlan",
+    "FakeQuantizeDescriptor", "FakeQuantizeArgs", "FakeQuantizePlan",
+    "FakeQuantizeBackwardDescriptor", "FakeQuantizeBackwardArgs", "FakeQuantizeBackwardPlan",
+    "FAKE_QUANTIZE_Q_LIMIT",
+]
+
+# Fake-quantize ranges stay within +-2**24 so every grid point is exact in float32.
+FAKE_QUANTIZE_Q_LIMIT = 2**24
+
+
+@dataclass(frozen=True)
+class QuantizePerTensorDescriptor:
+    """``q = clamp(round(x / scale) + zero_point, q_min, q_max)`` over ``numel`` elements."""
+
+    numel: int
+    q_min: int
+    q_max: int
+    input_element: ElementKind
+    output_element: ElementKind
+
+
+@dataclass
+class QuantizePerTensorArgs:
+    input: Any  # float [numel]
+    scale: float
+    zero_point: int
+    output: Any  # int [numel]
+
+
+@dataclass(frozen=True)
+class QuantizePerTensorBackwardDescriptor:
+    """STE gradient of quantize: ``dx = dy / scale * [q_min <= round(x / scale) + zp <= q_max]``."""
+
+    numel: int
+    q_min: int
+    q_max: int
+    input_element: ElementKind
+    output_element: ElementKind  # the forward's int element; the gradient is float
+
+
+@dataclass
+class QuantizePerTensorBackwardArgs:
+    input: Any  # saved forward input, float [numel]
+    scale: float
+    zero_point: int
+    d_output: Any  # float [numel]
+    d_input: Any  # float [numel]
+
+
+@dataclass(frozen=True)
+class DequantizePerTensorDescriptor:
+    """``x = (q - zero_point) * scale``; ``input_element`` is the float result, ``output_element`` q's."""
+
+    numel: int
+    input_element: ElementKind
+    output_element: ElementKind
+
+
+@dataclass
+class DequantizePerTensorArgs:
+    input: Any  # int [numel]
+    scale: float
+    zero_point: int
+    output: Any  # float [numel]
+
+
+@dataclass(frozen=True)
+class DequantizePerTensorBackwardDescriptor:
+    """``dq = dy * scale`` (the gradient reaching the int operand, as float)."""
+
+    numel: int
+    input_element: ElementKind
+    output_element: ElementKind  # the forward's int element
+
+
+@dataclass
+class DequantizePerTensorBackwardArgs:
+    scale: float
+    d_output: Any  # float [numel]
+    d_input: Any  # float [numel]
+
+
+@dataclass(frozen=True)
+class FakeQuantizeDescriptor:
+    """``y = (clamp(round(x / scale) + zp, q_min, q_max) - zp) * scale`` in the input's dtype."""
+
+    numel: int
+    q_min: int
+    q_max: int
+    input_element: ElementKind
+
+
+@dataclass
+class FakeQuantizeArgs:
+    input: Any
+    scale: float
+    zero_point: int
+    output: Any
+
+
+@dataclass(frozen=True)
+class FakeQuantizeBackwardDescriptor:
+    """``dx = dy * [q_min <= round(x / scale) + zp <= q_max]``."""
+
+    numel: int
+    q_min: int
+    q_max: int
+    input_element: ElementKind
+
+
+@dataclass
+class FakeQuantizeBackwardArgs:
+    input: Any
+    scale: float
+    zero_point: int
+    d_output: Any
+    d_input: Any
+
+
+class _PerTensorPlan(ElementwisePlan):
+    """Shared checks: the q range sits inside the integer element, a scalar scale and zero point."""
+
+    HAS_Q_RANGE = True
+
+    @classmethod
+    def _q_limits(cls, desc: Any) -> tuple[int, int]:
+        return desc.output_element.int_range
+
+    @classmethod
+    def _validate(cls, desc: Any) -> None:
+        name = cls.__name__
+        check_numel(name, desc.numel)
+        if cls.HAS_Q_RANGE and cls._integer_element_ok(desc):
+            check_q_range(name, desc.q_min, desc.q_max, *cls._q_limits(desc))
+
+    @classmethod
+    def _integer_element_ok(cls, desc: Any) -> bool:
+        # An unsupported element pair is reported by the registry lookup, not as a range error.
+        return getattr(desc, "output_element", ElementKind.S8).is_integer
+
+    def _zero_point_range(self) -> tuple[int, int]:
+        if self.HAS_Q_RANGE:
+            return self.desc.q_min, self.desc.q_max
+        return self.desc.output_element.int_range
+
+    def _scalars(self, args: Any) -> tuple:
+        M = self._math
+        inv, scale = checked_scale(self.name, args.scale, M)
+        zero_point = checked_zero_point(self.name, args.zero_point, *self._zero_point_range())
+        if self.HAS_Q_RANGE:
+            return inv, scale, M(zero_point), M(self.desc.q_min), M(self.desc.q_max)
+        return inv, scale, M(zero_point), M(0), M(0)
+
+
+class QuantizePerTensorPlan(_PerTensorPlan):
+    """Quantize with one scale and zero point: float ``input`` -> int ``output``."""
+
+    KIND = QuantizeKind.PER_TENSOR
+    Descriptor = QuantizePerTensorDescriptor
+    Args = QuantizePerTensorArgs
+    A_FIELD, OUT_FIELD = "input", "output"
+
+
+class QuantizePerTensorBackwardPlan(_PerTensorPlan):
+    """Straight-through gradient of :class:`QuantizePerTensorPlan` (with the ``1/scale`` factor)."""
+
+    KIND = QuantizeKind.PER_TENSOR_BACKWARD
+    Descriptor = QuantizePerTensorBackwardDescriptor
+    Args = QuantizePerTensorBackwardArgs
+    A_FIELD, B_FIELD, OUT_FIELD = "d_output", "input", "d_input"
+
+
+class DequantizePerTensorPlan(_PerTensorPlan):
+    """Dequantize with one scale and zero point: int ``input`` -> float ``output``."""
+
+    KIND = QuantizeKind.DEQUANTIZE_PER_TENSOR
+    Descriptor = DequantizePerTensorDescriptor
+    Args = DequantizePerTensorArgs
+    A_FIELD, OUT_FIELD = "input", "output"
+    HAS_Q_RANGE = False
+
+
+class DequantizePerTensorBackwardPlan(_PerTensorPlan):
+    """Gradient of :class:`DequantizePerTensorPlan` with respect to its int input."""
+
+    KIND = QuantizeKind.DEQUANTIZE_PER_TENSOR_BACKWARD
+    Descriptor = DequantizePerTensorBackwardDescriptor
+    Args = DequantizePerTensorBackwardArgs
+    A_FIELD, OUT_FIELD = "d_output", "d_input"
+    HAS_Q_RANGE = False
+
+    def _scalars(self, args: Any) -> tuple:
+        M = self._math
+        inv, scale = checked_scale(self.name, args.scale, M)
+        return inv, scale, M(0), M(0), M(0)
+
+
+class FakeQuantizePlan(_PerTensorPlan):
+    """Quantize then dequantize in one pass, in the input's float dtype."""
+
+    KIND = QuantizeKind.FAKE_QUANTIZE
+    Descriptor = FakeQuantizeDescriptor
+    Args = FakeQuantizeArgs
+    A_FIELD, OUT_FIELD = "input", "output"
+
+    @classmethod
+    def _registry_elements(cls, desc: Any) -> tuple[ElementKind, ElementKind]:
+        return desc.input_element, desc.input_element
+
+    @classmethod
+    def _q_limits(cls, desc: Any) -> tuple[int, int]:
+        return -FAKE_QUANTIZE_Q_LIMIT, FAKE_QUANTIZE_Q_LIMIT
+
+
+class FakeQuantizeBackwardPlan(FakeQuantizePlan):
+    """Straight-through gradient of :class:`FakeQuantizePlan`: ``dy`` where ``x`` was in range."""
+
+    KIND = QuantizeKind.FAKE_QUANTIZE_BACKWARD
+    Descriptor = FakeQuantizeBackwardDescriptor
+    Args = FakeQuantizeBackwardArgs
+    A_FIELD, B_FIELD, OUT_FIELD = "d_output", "input", "d_input"

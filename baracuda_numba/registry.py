@@ -1,0 +1,133 @@
+"""The typed kernel registry: ``(QuantizeKind, input element, output element) -> RegistryEntry``.
+
+Element roles follow ``baracuda-kernels``: for the whole quantize family ``input_element`` is the
+float element (the forward quantize's input) and ``output_element`` the integer element, whichever
+way the op moves data; fake-quantize has the float element on both sides. Each entry holds its
+kernel specialisation(s) (compiled on first use), its launch policy and its :class:`KernelSku`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Iterator
+
+from .errors import Unsupported
+from .kernels.elementwise import ElementwiseKernel, ElementwiseOp, ScaleMode, elementwise_kernel
+from .platform import SIMULATOR
+from .vocabulary import (
+    ArchSku,
+    BackendKind,
+    ElementKind,
+    KernelSku,
+    OpCategory,
+    PrecisionGuarantee,
+    QuantizeKind,
+)
+
+__all__ = ["LaunchPolicy", "RegistryEntry", "lookup", "entries", "FLOAT_ELEMENTS", "INT_ELEMENTS"]
+
+FLOAT_ELEMENTS = (ElementKind.F32, ElementKind.F64, ElementKind.F16, ElementKind.BF16)
+INT_ELEMENTS = (ElementKind.S8, ElementKind.U8)
+
+
+@dataclass(frozen=True)
+class LaunchPolicy:
+    """Threads per block and the cap on blocks (a multiple of the SM count) of a grid-stride kernel."""
+
+    threads_per_block: int
+    blocks_per_sm: int
+
+    def blocks(self, work_items: int, sm_count: int) -> int:
+        needed = -(-work_items // self.threads_per_block)
+        return max(1, min(needed, self.blocks_per_sm * sm_count))
+
+
+# The simulator runs one Python thread per CUDA thread: keep grids tiny there.
+ELEMENTWISE_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(512, 16)
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    """One registered kernel family member: its key, its SKU and how to build and launch it."""
+
+    kind: QuantizeKind
+    input_element: ElementKind
+    output_element: ElementKind
+    sku: KernelSku
+    op: ElementwiseOp
+    a: ElementKind
+    b: ElementKind | None
+    out: ElementKind
+    mode: ScaleMode
+    policy: LaunchPolicy
+
+    @property
+    def key(self) -> tuple[QuantizeKind, ElementKind, ElementKind]:
+        return (self.kind, self.input_element, self.output_element)
+
+    def kernel(self, uniform_pack: bool = True) -> ElementwiseKernel:
+        """The kernel specialisation (built once per key; compiled on first launch)."""
+        return elementwise_kernel(self.op, self.a, self.b, self.out, self.sku.precision_guarantee.math_precision,
+                                  self.mode, uniform_pack or self.mode is ScaleMode.SCALAR)
+
+
+def _sku(kind: QuantizeKind, element: ElementKind, aux: ElementKind | None) -> KernelSku:
+    precision = element.math_precision
+    guarantee = PrecisionGuarantee(
+        math_precision=precision,
+        accumulator=ElementKind.F64 if element is ElementKind.F64 else ElementKind.F32,
+        bit_stable_on_same_hardware=True,
+        deterministic=True,
+    )
+    return KernelSku(OpCategory.QUANTIZATION, kind, element, aux, None, None, ArchSku.SM80,
+                     BackendKind.BESPOKE, guarantee)
+
+
+# kind -> (op, scale mode, operand roles). Roles: "f" the float element, "i" the int element.
+_ELEMENTWISE_KINDS = {
+    QuantizeKind.PER_TENSOR: (ElementwiseOp.QUANTIZE, ScaleMode.SCALAR, "f", None, "i"),
+    QuantizeKind.PER_TENSOR_BACKWARD: (ElementwiseOp.QUANTIZE_BACKWARD, ScaleMode.SCALAR, "f", "f", "f"),
+    QuantizeKind.DEQUANTIZE_PER_TENSOR: (ElementwiseOp.DEQUANTIZE, ScaleMode.SCALAR, "i", None, "f"),
+    QuantizeKind.DEQUANTIZE_PER_TENSOR_BACKWARD: (ElementwiseOp.DEQUANTIZE_BACKWARD, ScaleMode.SCALAR, "f", None, "f"),
+    QuantizeKind.FAKE_QUANTIZE: (ElementwiseOp.FAKE_QUANTIZE, ScaleMode.SCALAR, "f", None, "f"),
+    QuantizeKind.FAKE_QUANTIZE_BACKWARD: (ElementwiseOp.FAKE_QUANTIZE_BACKWARD, ScaleMode.SCALAR, "f", "f", "f"),
+}
+_FAKE = (QuantizeKind.FAKE_QUANTIZE, QuantizeKind.FAKE_QUANTIZE_BACKWARD)
+
+
+def _elementwise_entries() -> Iterator[RegistryEntry]:
+    for kind, (op, mode, a, b, out) in _ELEMENTWISE_KINDS.items():
+        for f in FLOAT_ELEMENTS:
+            for i in ((f,) if kind in _FAKE else INT_ELEMENTS):
+                role = {"f": f, "i": i, None: None}
+                yield RegistryEntry(kind, f, i, _sku(kind, f, None if kind in _FAKE else i), op,
+                                    role[a], role[b], role[out], mode, ELEMENTWISE_POLICY)
+
+
+@functools.cache
+def _table() -> dict[tuple[QuantizeKind, ElementKind, ElementKind], RegistryEntry]:
+    return {entry.key: entry for entry in _elementwise_entries()}
+
+
+def entries() -> tuple[RegistryEntry, ...]:
+    """Every registered entry, in registration order."""
+    return tuple(_table().values())
+
+
+def lookup(kind: QuantizeKind, input_element: ElementKind, output_element: ElementKind,
+           where: str | None = None) -> RegistryEntry:
+    """The entry for this key, or :class:`Unsupported` listing what ``kind`` has.
+
+    ``where`` names the caller (a plan) in the error message.
+    """
+    entry = _table().get((kind, input_element, output_element))
+    if entry is None:
+        available = sorted(f"{e.input_element.short}->{e.output_element.short}"
+                           for e in entries() if e.kind is kind)
+        raise Unsupported(
+            f"{where or kind.name}: (input_element, output_element) expected one of "
+            f"[{', '.join(available) or 'nothing registered'}], "
+            f"got {input_element.short}->{output_element.short}"
+        )
+    return entry
