@@ -65,8 +65,19 @@ class Operand:
     numba device array staging a host operand on a GPU.
     """
 
-    __slots__ = ("obj", "origin", "element", "shape", "size", "ptr", "contiguous", "host",
-                 "device_copy", "device_id", "keepalive")
+    __slots__ = (
+        "contiguous",
+        "device_copy",
+        "device_id",
+        "element",
+        "host",
+        "keepalive",
+        "obj",
+        "origin",
+        "ptr",
+        "shape",
+        "size",
+    )
 
     def __init__(self, obj, origin, element, shape, ptr, contiguous, host=None,
                  device_copy=None, device_id=0, keepalive=None):
@@ -94,7 +105,7 @@ def _c_contiguous(shape, strides, itemsize) -> bool:
     if strides is None:
         return True
     expected = itemsize
-    for dim, stride in zip(reversed(shape), reversed(strides)):
+    for dim, stride in zip(reversed(shape), reversed(strides), strict=True):
         if dim == 0:
             return True
         if dim != 1 and stride != expected:
@@ -282,7 +293,7 @@ def allocate_like(like: Operand, shape: tuple[int, ...], element: ElementKind) -
         tensor = torch.empty(shape, dtype=_torch_dtype(element))
         storage = tensor.view(torch.int16) if element is ElementKind.BF16 else tensor
         return _from_host(storage.numpy(), tensor, "torch_cpu", "allocate", "out", element, copy=False)
-    if origin == "numpy" or SIMULATOR and origin != "numba":
+    if origin == "numpy" or (SIMULATOR and origin != "numba"):
         array = np.empty(shape, element.numpy_dtype)
         return _from_host(array, array, "numpy", "allocate", "out", copy=False)
     if origin == "cupy" and element is not ElementKind.BF16:

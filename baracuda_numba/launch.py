@@ -11,7 +11,8 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,7 @@ _SCALAR_CTYPES = {np.int64: ctypes.c_int64, np.int32: ctypes.c_int32,
 class ArrayArg:
     """A flat array argument: device address and length, or the host view under the simulator."""
 
-    __slots__ = ("ptr", "nitems", "itemsize", "host")
+    __slots__ = ("host", "itemsize", "nitems", "ptr")
 
     def __init__(self, ptr: int, nitems: int, itemsize: int, host: np.ndarray | None = None):
         self.ptr, self.nitems, self.itemsize, self.host = ptr, nitems, itemsize, host
@@ -67,7 +68,7 @@ class KernelLauncher:
         params: list[Any] = []
         for a in arrays:
             params += (0, 0, a.nitems, a.itemsize, a.ptr, a.nitems, a.itemsize)
-        params += [c(v) for c, v in zip(self._ctypes, scalars)]
+        params += [c(v) for c, v in zip(self._ctypes, scalars, strict=True)]
         config = self._configs.get((blocks, threads))
         if config is None:
             config = self._configs[(blocks, threads)] = LaunchConfig(grid=blocks, block=threads)
@@ -78,7 +79,7 @@ class KernelLauncher:
 
         dispatcher = self._compile()
         args = [FakeCUDAArray(a.host) for a in arrays]
-        args += [t(v) for t, v in zip(self._scalar_types, scalars)]
+        args += [t(v) for t, v in zip(self._scalar_types, scalars, strict=True)]
         dispatcher[blocks, threads](*args)
 
 

@@ -9,8 +9,8 @@ kernel specialisation(s) (compiled on first use), its launch policy and its :cla
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from .errors import Unsupported
 from .kernels.elementwise import ElementwiseKernel, ElementwiseOp, ScaleMode, elementwise_kernel

@@ -6,12 +6,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..arrays import Operand, adapt, allocate_like
+from ..arrays import Operand, adapt, allocate_like, require_contiguous
 from ..errors import InvalidProblem, problem_message
 from ..plans.base import Plan
 from ..vocabulary import ElementKind, element_kind
 
-__all__ = ["select_plan", "resolve_dtype", "default_q_range", "output_operand", "clear_plan_cache"]
+__all__ = ["operand", "select_plan", "resolve_dtype", "default_q_range", "output_operand", "clear_plan_cache"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -23,6 +23,13 @@ def select_plan(plan_type: type[Plan], desc: Any) -> Plan:
 def clear_plan_cache() -> None:
     """Forget every cached plan (compiled kernels stay cached in the registry)."""
     select_plan.cache_clear()
+
+
+def operand(obj: Any, where: str, argument: str) -> Operand:
+    """An input array, adapted and required C-contiguous, named ``argument`` in errors."""
+    op = adapt(obj, where, argument)
+    require_contiguous(op, where, argument)
+    return op
 
 
 def resolve_dtype(dtype: Any, where: str, argument: str = "dtype") -> ElementKind:
@@ -42,7 +49,7 @@ def output_operand(out: Any, like: Operand, shape: tuple[int, ...], element: Ele
     """``out=`` adapted and checked against the expected shape and element, or a new array."""
     if out is None:
         return allocate_like(like, shape, element)
-    op = adapt(out, where, "out")
+    op = operand(out, where, "out")
     if op.shape != shape:
         raise InvalidProblem(problem_message(where, "out", f"shape {shape}", op.shape))
     if op.element is not element:

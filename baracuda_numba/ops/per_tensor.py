@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..arrays import adapt
 from ..plans.per_tensor import (
     DequantizePerTensorArgs,
     DequantizePerTensorBackwardArgs,
@@ -39,7 +38,7 @@ from ..plans.per_tensor import (
     QuantizePerTensorDescriptor,
     QuantizePerTensorPlan,
 )
-from .common import default_q_range, output_operand, resolve_dtype, select_plan
+from .common import default_q_range, operand, output_operand, resolve_dtype, select_plan
 
 __all__ = [
     "quantize_per_tensor",
@@ -81,7 +80,7 @@ def quantize_per_tensor(x: Any, scale: float, zero_point: int = 0, *, dtype: Any
     array([128], dtype=uint8)
     """
     where = "quantize_per_tensor"
-    xo = adapt(x, where, "x")
+    xo = operand(x, where, "x")
     element = resolve_dtype(dtype, where)
     q_min, q_max = default_q_range(element, q_min, q_max)
     plan = select_plan(QuantizePerTensorPlan, QuantizePerTensorDescriptor(xo.size, q_min, q_max, xo.element, element))
@@ -97,7 +96,7 @@ def dequantize_per_tensor(q: Any, scale: float, zero_point: int = 0, *, dtype: A
     Computed in float32 (float64 for a float64 result) and rounded once to ``dtype``.
     """
     where = "dequantize_per_tensor"
-    qo = adapt(q, where, "q")
+    qo = operand(q, where, "q")
     element = resolve_dtype(dtype, where)
     plan = select_plan(DequantizePerTensorPlan, DequantizePerTensorDescriptor(qo.size, element, qo.element))
     result = output_operand(out, qo, qo.shape, element, where)
@@ -114,7 +113,7 @@ def quantize_per_tensor_backward(grad_output: Any, x: Any, scale: float, zero_po
     in ``x``'s dtype (``grad_output`` must share it).
     """
     where = "quantize_per_tensor_backward"
-    go, xo = adapt(grad_output, where, "grad_output"), adapt(x, where, "x")
+    go, xo = operand(grad_output, where, "grad_output"), operand(x, where, "x")
     element = resolve_dtype(dtype, where)
     q_min, q_max = default_q_range(element, q_min, q_max)
     desc = QuantizePerTensorBackwardDescriptor(xo.size, q_min, q_max, xo.element, element)
@@ -131,7 +130,7 @@ def dequantize_per_tensor_backward(grad_output: Any, scale: float, *, dtype: Any
     ``dtype`` is the forward's integer dtype; the result has ``grad_output``'s float dtype.
     """
     where = "dequantize_per_tensor_backward"
-    go = adapt(grad_output, where, "grad_output")
+    go = operand(grad_output, where, "grad_output")
     element = resolve_dtype(dtype, where)
     desc = DequantizePerTensorBackwardDescriptor(go.size, go.element, element)
     plan = select_plan(DequantizePerTensorBackwardPlan, desc)
@@ -149,7 +148,7 @@ def fake_quantize(x: Any, scale: float, zero_point: int = 0, q_min: int = -128, 
     ``torch.fake_quantize_per_tensor_affine`` bit for bit. NaN propagates.
     """
     where = "fake_quantize"
-    xo = adapt(x, where, "x")
+    xo = operand(x, where, "x")
     plan = select_plan(FakeQuantizePlan, FakeQuantizeDescriptor(xo.size, q_min, q_max, xo.element))
     result = output_operand(out, xo, xo.shape, xo.element, where)
     plan.run(FakeQuantizeArgs(xo, scale, zero_point, result), stream=stream)
@@ -161,7 +160,7 @@ def fake_quantize_backward(grad_output: Any, x: Any, scale: float, zero_point: i
     """Straight-through gradient of :func:`fake_quantize`:
     ``dx = grad_output * [q_min <= round(x * (1/scale)) + zero_point <= q_max]``."""
     where = "fake_quantize_backward"
-    go, xo = adapt(grad_output, where, "grad_output"), adapt(x, where, "x")
+    go, xo = operand(grad_output, where, "grad_output"), operand(x, where, "x")
     plan = select_plan(FakeQuantizeBackwardPlan, FakeQuantizeBackwardDescriptor(xo.size, q_min, q_max, xo.element))
     result = output_operand(out, xo, xo.shape, xo.element, where)
     plan.run(FakeQuantizeBackwardArgs(xo, scale, zero_point, go, result), stream=stream)

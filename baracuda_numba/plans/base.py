@@ -24,6 +24,8 @@ from ..vocabulary import ElementKind, KernelSku, PlanPreference, PrecisionGuaran
 
 __all__ = ["Verdict", "Plan", "ElementwisePlan", "normalise_descriptor"]
 
+DEFAULT_PREFERENCE = PlanPreference()
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -85,7 +87,7 @@ class Plan:
         return type(self).__name__
 
     @classmethod
-    def select(cls, desc: Any, pref: PlanPreference = PlanPreference()) -> Plan:
+    def select(cls, desc: Any, pref: PlanPreference = DEFAULT_PREFERENCE) -> Plan:
         """Validate ``desc``, find the kernel and return a reusable plan.
 
         Raises :class:`InvalidProblem` for a bad descriptor and :class:`Unsupported` when the
@@ -199,7 +201,8 @@ class ElementwisePlan(Plan):
         if op.element is not element:
             raise InvalidProblem(problem_message(self.name, field, f"elements of {element.short}", op.element.short))
         if op.size != numel:
-            raise InvalidProblem(problem_message(self.name, field, f"{numel} elements", f"{op.size} (shape {op.shape})"))
+            raise InvalidProblem(problem_message(self.name, field, f"{numel} elements",
+                                                 f"{op.size} (shape {op.shape})"))
         require_contiguous(op, self.name, field)
         return op
 
@@ -222,7 +225,7 @@ class ElementwisePlan(Plan):
             return
         operands = [bound.a, bound.out] + ([bound.b] if bound.b is not None else [])
         handle = stream_handle(stream, operands, self.name)
-        aligned = SIMULATOR or all(op.ptr % 8 == 0 for op in operands)
+        aligned = all(_address(op) % 8 == 0 for op in operands)
         npacks = n // PACK if aligned else 0
         b = bound.b if bound.b is not None else bound.a
         arrays = (*_views(bound.a, n, npacks), *_views(b, n, npacks), *_views(bound.out, n, npacks),
@@ -242,6 +245,10 @@ class ElementwisePlan(Plan):
     def _segments(self) -> tuple[int, int]:
         """``(seg_len, channels)`` of the scale indexing (unused for a scalar scale)."""
         return 1, 1
+
+
+def _address(op: Operand) -> int:
+    return op.host.ctypes.data if SIMULATOR else op.ptr
 
 
 def _views(op: Operand, n: int, npacks: int) -> tuple[ArrayArg, ArrayArg]:

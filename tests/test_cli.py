@@ -1,0 +1,41 @@
+"""The command line: exit codes and output."""
+
+from __future__ import annotations
+
+from baracuda_numba import cli
+
+
+def test_demo_runs_and_finds_no_mismatch(capsys):
+    assert cli.main(["demo", "--size", "257", "--dtype", "float32", "float16"]) == 0
+    out = capsys.readouterr().out
+    assert "quantize_per_tensor" in out and "fake_quantize_backward" in out
+    for line in out.splitlines():
+        if line.startswith(("quantize", "dequantize", "fake")):
+            assert line.split()[2] == "0", line
+
+
+def test_demo_says_where_it_runs(capsys):
+    from baracuda_numba import platform
+
+    cli.main(["demo", "--size", "16", "--dtype", "float64"])
+    out = capsys.readouterr().out
+    assert ("simulator" in out) == platform.SIMULATOR
+
+
+def test_list_and_unknown_kind(capsys):
+    assert cli.main(["list", "--kind", "per_tensor"]) == 0
+    assert "quantization/per_tensor/bf16->u8" in capsys.readouterr().out
+    assert cli.main(["list", "--kind", "nope"]) == 2
+
+
+def test_catalog_check_detects_staleness(tmp_path, capsys):
+    assert cli.main(["catalog", "--output", str(tmp_path)]) == 0
+    assert cli.main(["catalog", "--output", str(tmp_path), "--check"]) == 0
+    (tmp_path / "README.md").write_text("old\n")
+    assert cli.main(["catalog", "--output", str(tmp_path), "--check"]) == 1
+
+
+def test_bad_dtype_is_one_line_exit_2(capsys):
+    assert cli.main(["demo", "--size", "8", "--dtype", "int7"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "int7" in err

@@ -1,0 +1,82 @@
+"""Bit-for-bit agreement with PyTorch on the GPU (skipped, with the reason, under the simulator)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import requires_gpu
+
+import baracuda_numba as bn
+
+torch = pytest.importorskip("torch")
+pytestmark = requires_gpu
+
+TORCH_FLOATS = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def scales_for(name):
+    # torch computes with a float32 scale and reciprocal, and float32 math even for float64 input:
+    # for f64 only power-of-two scales make the two contracts coincide.
+    return [2.0**-5, 0.5, 1.0] if name == "f64" else [0.0213, 2.0**-5, 0.1, 0.00214854861, 3.7]
+
+
+def inputs(dtype, n=1 << 16, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(n, device="cuda", generator=g, dtype=torch.float32) * 4
+    x[:8] = torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, float("inf"), float("-inf"), 0.0])
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("name", TORCH_FLOATS)
+@pytest.mark.parametrize(("q_min", "q_max", "zp"), [(-128, 127, 0), (0, 255, 128), (-8, 7, -3)])
+def test_fake_quantize_forward_and_autograd_backward(name, q_min, q_max, zp):
+    dtype = TORCH_FLOATS[name]
+    for i, scale in enumerate(scales_for(name)):
+        x = inputs(dtype, seed=i).requires_grad_(True)
+        expected = torch.fake_quantize_per_tensor_affine(x, scale, zp, q_min, q_max)
+        dy = torch.randn_like(x)
+        expected.backward(dy)
+        got = bn.fake_quantize(x.detach(), scale, zp, q_min, q_max)
+        assert got.dtype == dtype and torch.equal(got, expected.detach()), (name, scale)
+        grad = bn.fake_quantize_backward(dy, x.detach(), scale, zp, q_min, q_max)
+        assert torch.equal(grad, x.grad), (name, scale)
+        # quantize backward = fake-quantize gradient times 1/scale (float32 reciprocal)
+        if name == "f32":
+            inv = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(scale, dtype=torch.float32)
+            dq = bn.quantize_per_tensor_backward(dy, x.detach(), scale, zp, q_min=q_min, q_max=q_max,
+                                                  dtype="int8" if q_min < 0 else "uint8")
+            assert torch.equal(dq, x.grad * inv.cuda())
+
+
+@pytest.mark.parametrize(("torch_dtype", "dtype", "zp"), [("qint8", "int8", 0), ("qint8", "int8", -7),
+                                                          ("quint8", "uint8", 128)])
+def test_quantize_and_dequantize_match_torch(torch_dtype, dtype, zp):
+    for i, scale in enumerate(scales_for("f32")):
+        x = inputs(torch.float32, seed=10 + i)
+        tq = torch.quantize_per_tensor(x, scale, zp, getattr(torch, torch_dtype))
+        q = bn.quantize_per_tensor(x, scale, zp, dtype=dtype)
+        assert torch.equal(q, tq.int_repr()), scale
+        assert torch.equal(bn.dequantize_per_tensor(q, scale, zp), tq.dequantize())
+
+
+def test_runs_on_the_current_torch_stream():
+    x = inputs(torch.float32, n=1 << 22)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y = bn.fake_quantize(x, 0.05)
+        z = y * 2  # ordered after our kernel only if it ran on `side`
+    side.synchronize()
+    assert torch.equal(z, torch.fake_quantize_per_tensor_affine(x, 0.05, 0, -128, 127) * 2)
+
+
+def test_large_tensor_far_end_is_written():
+    n = (1 << 31) + 24 + 5  # past 2**31 elements, with a tail
+    x = torch.empty(n, dtype=torch.int8, device="cuda")
+    x.fill_(3)
+    y = bn.dequantize_per_tensor(x, 0.5, 1, dtype="float16")
+    assert y[-1].item() == 1.0 and y[(1 << 31) + 3].item() == 1.0 and y[0].item() == 1.0
+    del y
+    q = bn.quantize_per_tensor_backward(torch.ones(8, device="cuda"), torch.zeros(8, device="cuda"), 0.5)
+    assert torch.equal(q, torch.full((8,), 2.0, device="cuda"))
+    np.testing.assert_equal(int((x == 3).sum().item()), n)
