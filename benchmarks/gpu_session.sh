@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One GPU-machine session: environment, the test suite, the benchmark, the demo. Logs go to $OUT.
+# Usage (device tool, carrying .whl): bash benchmarks/gpu_session.sh [pytest args...]
+set -uo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+python3 -c "import numpy, numba, numba_cuda, torch; print('numpy', numpy.__version__, 'numba', numba.__version__, 'torch', torch.__version__)"
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  timeout 420 python3 -m pytest -q -x -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
+fi
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  timeout 240 python3 benchmarks/bench_per_tensor.py ${BENCH_ARGS:-} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+fi
