@@ -147,15 +147,19 @@ def _from_host(array: np.ndarray, obj, origin, where, argument, element=None, co
                    host=flat, device_copy=staged)
 
 
+_TORCH_ELEMENTS: dict[Any, ElementKind] = {}
+
+
 def _from_torch(tensor, where, argument) -> Operand:
-    try:
-        element = element_kind(tensor.dtype)
-    except TypeError:
-        raise InvalidOperand(problem_message(where, argument, "a supported dtype", tensor.dtype)) from None
+    dtype = tensor.dtype
+    element = _TORCH_ELEMENTS.get(dtype)
+    if element is None:
+        try:
+            element = _TORCH_ELEMENTS[dtype] = element_kind(dtype)
+        except TypeError:
+            raise InvalidOperand(problem_message(where, argument, "a supported dtype", dtype)) from None
     shape = tuple(tensor.shape)
-    itemsize = element.itemsize
-    strides = tuple(s * itemsize for s in tensor.stride())
-    contiguous = _c_contiguous(shape, strides, itemsize)
+    contiguous = tensor.is_contiguous()
     if not tensor.is_cuda or SIMULATOR:
         if tensor.is_cuda:
             raise InvalidOperand(problem_message(where, argument, "a CPU tensor under the simulator", "a CUDA tensor"))
@@ -166,7 +170,7 @@ def _from_torch(tensor, where, argument) -> Operand:
         storage = tensor.view(torch.int16) if element is ElementKind.BF16 else tensor
         return _from_host(storage.numpy(), tensor, "torch_cpu", where, argument, element)
     return Operand(tensor, "torch", element, shape, tensor.data_ptr(), contiguous,
-                   device_id=tensor.device.index or 0)
+                   device_id=tensor.get_device())
 
 
 _TYPESTR = {"f2": "float16", "f4": "float32", "f8": "float64", "i1": "int8", "u1": "uint8",

@@ -1,98 +1,127 @@
 """Kernel launches with the least host work, and stream resolution.
 
-On a GPU a compiled kernel is launched through ``cuda.core.launch`` with its parameters packed
-directly (numba's array ABI: ``meminfo, parent, nitems, itemsize, data, shape, strides``), skipping
-numba's per-call typing and argument wrapping (~45 us). Under the simulator the numba dispatcher
+On a GPU a compiled kernel is launched with one ``cuLaunchKernel`` call whose parameters were
+packed by one ``struct.pack_into`` into a buffer built at plan selection (numba's array ABI:
+``meminfo, parent, nitems, itemsize, data, shape, strides`` for each 1-D array), skipping numba's
+per-call typing and argument wrapping (~45 us per launch). Under the simulator the numba dispatcher
 is called with NumPy arrays wrapped so that aliasing views are not copied apart.
 """
 
 from __future__ import annotations
 
 import ctypes
+import struct
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .errors import InvalidOperand, problem_message
+from .errors import BaracudaError, InvalidOperand, problem_message
 from .platform import SIMULATOR
 
-__all__ = ["ArrayArg", "KernelLauncher", "stream_handle"]
+__all__ = ["ArrayArg", "KernelLauncher", "stream_handle", "synchronize"]
 
-_SCALAR_CTYPES = {np.int64: ctypes.c_int64, np.int32: ctypes.c_int32,
-                  np.float32: ctypes.c_float, np.float64: ctypes.c_double}
+# One 8-byte parameter slot per kernel parameter; a float32 occupies the first 4 bytes of its slot.
+_SLOT_FORMAT = {np.int64: "q", np.int32: "ixxxx", np.float32: "fxxxx", np.float64: "d"}
+_ARRAY_FORMAT = "qqqqqqq"  # meminfo, parent, nitems, itemsize, data, shape[0], strides[0]
 
 
-class ArrayArg:
-    """A flat array argument: device address and length, or the host view under the simulator."""
+class ArrayArg(tuple):
+    """A flat array argument ``(ptr, nitems, itemsize, host)``; ``host`` is the NumPy view used
+    under the simulator (None on a GPU)."""
 
-    __slots__ = ("host", "itemsize", "nitems", "ptr")
+    __slots__ = ()
 
-    def __init__(self, ptr: int, nitems: int, itemsize: int, host: np.ndarray | None = None):
-        self.ptr, self.nitems, self.itemsize, self.host = ptr, nitems, itemsize, host
+    def __new__(cls, ptr: int, nitems: int, itemsize: int, host: np.ndarray | None = None):
+        return tuple.__new__(cls, (ptr, nitems, itemsize, host))
 
 
 class KernelLauncher:
-    """Launches ``dispatcher`` (compiled for one signature) given array and scalar arguments.
+    """Launches one compiled kernel given ``n_arrays`` 1-D arrays then scalars of ``scalar_types``."""
 
-    ``scalar_types`` are the NumPy types of the scalar parameters, in order, after the arrays.
-    """
-
-    def __init__(self, compile_dispatcher, scalar_types: Sequence[type]) -> None:
+    def __init__(self, compile_dispatcher: Callable[[], Any], n_arrays: int, scalar_types: Sequence[type]) -> None:
         self._compile = compile_dispatcher
+        self._n_arrays = n_arrays
         self._scalar_types = tuple(scalar_types)
-        self._ctypes = tuple(_SCALAR_CTYPES[t] for t in self._scalar_types)
-        self._kernels: dict[int, Any] = {}
-        self._configs: dict[tuple[int, int], Any] = {}
         self._lock = threading.Lock()
+        self._functions: dict[int, Any] = {}
+        if SIMULATOR:
+            return
+        layout = "<" + _ARRAY_FORMAT * n_arrays + "".join(_SLOT_FORMAT[t] for t in self._scalar_types)
+        self._packer = struct.Struct(layout)
+        n_params = 7 * n_arrays + len(self._scalar_types)
+        self._buffer = ctypes.create_string_buffer(8 * n_params)
+        base = ctypes.addressof(self._buffer)
+        self._param_pointers = (ctypes.c_void_p * n_params)(*(base + 8 * i for i in range(n_params)))
+        self._params_address = ctypes.addressof(self._param_pointers)
 
-    def _core_kernel(self, device_id: int):
-        kernel = self._kernels.get(device_id)
-        if kernel is None:
-            with self._lock:
-                dispatcher = self._compile()
-                overload = next(iter(dispatcher.overloads.values()))
-                kernel = overload._codelibrary.get_cufunc().kernel
-                self._kernels[device_id] = kernel
-        return kernel
+    def _function(self, device_id: int):
+        function = self._functions.get(device_id)
+        if function is None:
+            from cuda.bindings import driver
+
+            dispatcher = self._compile()
+            overload = next(iter(dispatcher.overloads.values()))
+            handle = overload._codelibrary.get_cufunc().handle
+            function = self._functions[device_id] = driver.CUfunction(int(handle))
+        return function
 
     def launch(self, blocks: int, threads: int, stream: int, arrays: Sequence[ArrayArg],
                scalars: Sequence[Any], device_id: int = 0) -> None:
         if SIMULATOR:
             self._launch_simulated(blocks, threads, arrays, scalars)
             return
-        from cuda.core import LaunchConfig, launch
+        values: list[Any] = []
+        for ptr, nitems, itemsize, _ in arrays:
+            values += (0, 0, nitems, itemsize, ptr, nitems, itemsize)
+        values += scalars
+        function = self._function(device_id)
+        from cuda.bindings import driver
 
-        params: list[Any] = []
-        for a in arrays:
-            params += (0, 0, a.nitems, a.itemsize, a.ptr, a.nitems, a.itemsize)
-        params += [c(v) for c, v in zip(self._ctypes, scalars, strict=True)]
-        config = self._configs.get((blocks, threads))
-        if config is None:
-            config = self._configs[(blocks, threads)] = LaunchConfig(grid=blocks, block=threads)
-        launch(_core_stream(stream), config, self._core_kernel(device_id), *params)
+        with self._lock:
+            self._packer.pack_into(self._buffer, 0, *values)
+            (error,) = driver.cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, stream,
+                                             self._params_address, 0)
+        if error != driver.CUresult.CUDA_SUCCESS:
+            if error == driver.CUresult.CUDA_ERROR_INVALID_CONTEXT:
+                from numba import cuda
+
+                cuda.current_context()  # this thread had no current context: make numba's current
+                with self._lock:
+                    self._packer.pack_into(self._buffer, 0, *values)
+                    (error,) = driver.cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, stream,
+                                                     self._params_address, 0)
+            if error != driver.CUresult.CUDA_SUCCESS:
+                raise BaracudaError(f"cuLaunchKernel failed: {error!r}")
 
     def _launch_simulated(self, blocks, threads, arrays, scalars) -> None:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
         dispatcher = self._compile()
-        args = [FakeCUDAArray(a.host) for a in arrays]
+        args = [FakeCUDAArray(a[3]) for a in arrays]
         args += [t(v) for t, v in zip(self._scalar_types, scalars, strict=True)]
         dispatcher[blocks, threads](*args)
 
 
-_CORE_STREAMS: dict[int, Any] = {}
+def synchronize(stream: int) -> None:
+    """Wait for ``stream`` (a raw handle) on the host."""
+    if SIMULATOR:
+        return
+    from cuda.bindings import driver
+
+    (error,) = driver.cuStreamSynchronize(stream)
+    if error != driver.CUresult.CUDA_SUCCESS:
+        raise BaracudaError(f"cuStreamSynchronize failed: {error!r}")
 
 
-def _core_stream(handle: int):
-    stream = _CORE_STREAMS.get(handle)
-    if stream is None:
-        from cuda.core import Stream
-
-        stream = _CORE_STREAMS[handle] = Stream.from_handle(handle)
-    return stream
+def _torch_current_stream(device_id: int) -> int:
+    torch = sys.modules["torch"]
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # one C call, no Stream object
+    if raw is not None:
+        return raw(device_id)
+    return torch.cuda.current_stream(device_id).cuda_stream
 
 
 def stream_handle(stream: Any, operands: Sequence[Any], where: str) -> int:
@@ -105,7 +134,7 @@ def stream_handle(stream: Any, operands: Sequence[Any], where: str) -> int:
     if stream is None:
         for op in operands:
             if op.origin == "torch":
-                return sys.modules["torch"].cuda.current_stream(op.device_id).cuda_stream
+                return _torch_current_stream(op.device_id)
             if op.origin == "cupy":
                 return sys.modules["cupy"].cuda.get_current_stream().ptr
         return 0

@@ -44,7 +44,7 @@ class LaunchPolicy:
 
 
 # The simulator runs one Python thread per CUDA thread: keep grids tiny there.
-ELEMENTWISE_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(512, 16)
+ELEMENTWISE_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(512, 32)
 
 
 @dataclass(frozen=True)
@@ -66,10 +66,10 @@ class RegistryEntry:
     def key(self) -> tuple[QuantizeKind, ElementKind, ElementKind]:
         return (self.kind, self.input_element, self.output_element)
 
-    def kernel(self, uniform_pack: bool = True) -> ElementwiseKernel:
+    def kernel(self, uniform_chunk: bool = True) -> ElementwiseKernel:
         """The kernel specialisation (built once per key; compiled on first launch)."""
         return elementwise_kernel(self.op, self.a, self.b, self.out, self.sku.precision_guarantee.math_precision,
-                                  self.mode, uniform_pack or self.mode is ScaleMode.SCALAR)
+                                  self.mode, uniform_chunk or self.mode is ScaleMode.SCALAR)
 
 
 def _sku(kind: QuantizeKind, element: ElementKind, aux: ElementKind | None) -> KernelSku:

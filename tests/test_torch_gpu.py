@@ -56,7 +56,15 @@ def test_quantize_and_dequantize_match_torch(torch_dtype, dtype, zp):
         tq = torch.quantize_per_tensor(x, scale, zp, getattr(torch, torch_dtype))
         q = bn.quantize_per_tensor(x, scale, zp, dtype=dtype)
         assert torch.equal(q, tq.int_repr()), scale
-        assert torch.equal(bn.dequantize_per_tensor(q, scale, zp), tq.dequantize())
+        y = bn.dequantize_per_tensor(q, scale, zp)
+        # SPEC: float32 math with a float32 scale (as fake_quantize_per_tensor_affine); torch's
+        # Tensor.dequantize multiplies by the float64 scale, so the two agree where scale is exact.
+        assert torch.equal(y, (q.float() - zp) * torch.tensor(scale, dtype=torch.float32, device="cuda"))
+        if scale == 2.0**-5:
+            assert torch.equal(y, tq.dequantize())
+        # dequantize(quantize(x)) is fake_quantize(x), bit for bit
+        q_min, q_max = (-128, 127) if dtype == "int8" else (0, 255)
+        assert torch.equal(y, torch.fake_quantize_per_tensor_affine(x, scale, zp, q_min, q_max))
 
 
 def test_runs_on_the_current_torch_stream():

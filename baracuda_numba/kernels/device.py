@@ -13,6 +13,8 @@ unsigned integers (Numba types that mix as float64).
   NaN kept quiet with its sign).
 - ``bits_to_s8(w)`` / ``bits_to_u8(w)``: the low byte as a signed / unsigned integer (int64).
 - ``int_to_bits(q)``: an integral float to its two's-complement bits (uint64, not masked).
+- ``load_u64x2(words, c)`` / ``store_u64x2(words, c, lo, hi)``: words ``2c`` and ``2c + 1`` of a
+  uint64 array as one 16-byte access (``ld/st.global.v2.u64``; numba never emits these itself).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ __all__ = [
     "bits_to_s8",
     "bits_to_u8",
     "int_to_bits",
+    "load_u64x2",
+    "store_u64x2",
 ]
 
 if SIMULATOR:
@@ -78,6 +82,13 @@ if SIMULATOR:
 
     def int_to_bits(q):
         return np.uint64(int(q) & 0xFFFFFFFFFFFFFFFF)
+
+    def load_u64x2(words, c):
+        return words[2 * c], words[2 * c + 1]
+
+    def store_u64x2(words, c, lo, hi):
+        words[2 * c] = lo
+        words[2 * c + 1] = hi
 
 else:
     from llvmlite import ir
@@ -233,3 +244,39 @@ else:
             return builder.fptosi(args[0], _I64)
 
         return types.uint64(q), codegen
+
+    _U64x2 = ir.VectorType(_I64, 2)
+
+    @intrinsic
+    def load_u64x2(typingctx, words, c):
+        if not (isinstance(words, types.Array) and words.dtype == types.uint64 and isinstance(c, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            array, chunk = args
+            data = context.make_array(words)(context, builder, array).data
+            index = builder.mul(_to_i64(builder, chunk, c), ir.Constant(_I64, 2))
+            pointer = builder.bitcast(builder.gep(data, [index]), _U64x2.as_pointer())
+            vector = builder.load(pointer, align=16)
+            pair = [builder.extract_element(vector, ir.Constant(ir.IntType(32), i)) for i in (0, 1)]
+            return context.make_tuple(builder, sig.return_type, pair)
+
+        return types.UniTuple(types.uint64, 2)(words, c), codegen
+
+    @intrinsic
+    def store_u64x2(typingctx, words, c, lo, hi):
+        if not (isinstance(words, types.Array) and words.dtype == types.uint64 and isinstance(c, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            array, chunk, low, high = args
+            data = context.make_array(words)(context, builder, array).data
+            index = builder.mul(_to_i64(builder, chunk, c), ir.Constant(_I64, 2))
+            pointer = builder.bitcast(builder.gep(data, [index]), _U64x2.as_pointer())
+            vector = ir.Constant(_U64x2, ir.Undefined)
+            vector = builder.insert_element(vector, _to_i64(builder, low, lo), ir.Constant(ir.IntType(32), 0))
+            vector = builder.insert_element(vector, _to_i64(builder, high, hi), ir.Constant(ir.IntType(32), 1))
+            builder.store(vector, pointer, align=16)
+            return context.get_dummy_value()
+
+        return types.void(words, c, lo, hi), codegen

@@ -13,11 +13,13 @@ Math (SPEC section 5), with ``inv = 1 / scale`` in the math precision (0 where `
 
 with ``mask = q_min <= t <= q_max`` (false for NaN, and false where ``scale == 0``).
 
-Layout: operands are flat and C-contiguous. Each thread handles packs of ``PACK`` consecutive
-elements, moving them as ``uint64`` words (a pack of s8 is one word, of f32 four), in a grid-stride
-loop; the ``n % PACK`` tail, or everything when an operand is not 8-byte aligned, goes through the
-element path. Scales are a scalar (per tensor) or arrays indexed by a segment: ``i // seg_len``
-(per token / per group) or ``(i // seg_len) % channels`` (per channel).
+Layout: operands are flat and C-contiguous, read and written in chunks of ``G`` consecutive
+elements, ``G = 16 / (widest itemsize)``: the widest operand moves 16 bytes per chunk (one
+``v2.u64`` access), the others ``G * itemsize`` bytes. Consecutive threads take consecutive chunks
+(grid-stride, ``UNROLL`` chunks in flight per thread), so every access of a warp is coalesced, loads
+and stores alike. The ``n % G`` tail, or everything when an operand is not aligned to its chunk,
+goes through the element path. Scales are a scalar (per tensor) or arrays indexed by a segment:
+``i // seg_len`` (per token / per group) or ``(i // seg_len) % channels`` (per channel).
 """
 
 from __future__ import annotations
@@ -35,9 +37,16 @@ from ..vocabulary import ElementKind, MathPrecision
 from . import device
 from .codecs import codec, math_type
 
-__all__ = ["PACK", "ElementwiseOp", "ScaleMode", "ElementwiseKernel", "elementwise_kernel"]
+__all__ = ["CHUNK_BYTES", "UNROLL", "chunk_elements", "ElementwiseOp", "ScaleMode", "ElementwiseKernel",
+           "elementwise_kernel"]
 
-PACK = 8
+CHUNK_BYTES = 16  # bytes per chunk of the widest operand
+UNROLL = 2  # chunks each thread loads before computing
+
+
+def chunk_elements(*elements: ElementKind | None) -> int:
+    """Elements per chunk for a kernel over these operands."""
+    return CHUNK_BYTES // max(e.itemsize for e in elements if e is not None)
 
 
 class ElementwiseOp(enum.Enum):
@@ -125,7 +134,8 @@ class ElementwiseKernel:
     """An elementwise kernel specialised for one key, and what a launcher must know about it.
 
     Argument order: ``a_words, a_elems, b_words, b_elems, out_words, out_elems, scales, zero_points,
-    n, npacks, seg_len, channels, inv, scale, zero_point, q_min, q_max``.
+    n, nchunks, seg_len, channels, inv, scale, zero_point, q_min, q_max``. A ``*_words`` array
+    is the operand viewed as chunks (uint64 pairs for 16-byte chunks), ``*_elems`` as unsigned elements.
     """
 
     py_func: Any
@@ -134,6 +144,7 @@ class ElementwiseKernel:
     b: ElementKind | None
     out: ElementKind
     precision: MathPrecision
+    chunk: int  # elements per chunk (G)
     _compiled: dict = field(default_factory=dict, compare=False, repr=False)
 
     def compiled(self) -> Any:
@@ -155,6 +166,29 @@ def _uint(itemsize: int) -> str:
     return f"uint{8 * itemsize}"
 
 
+def chunk_view_itemsize(chunk_bytes: int) -> int:
+    """Itemsize of the array a chunk of ``chunk_bytes`` is read through (16 bytes: two uint64)."""
+    return min(chunk_bytes, 8)
+
+
+@functools.cache
+def _chunk_io(chunk_bytes: int):
+    """``load(view, c) -> (lo, hi)`` and ``store(view, c, lo, hi)`` for one chunk width."""
+    if chunk_bytes == 16:
+        return device.load_u64x2, device.store_u64x2
+    word_zero, u64 = np.uint64(0), np.uint64
+
+    @cuda.jit(device=True, inline="always")
+    def load(view, c):
+        return u64(view[c]), word_zero
+
+    @cuda.jit(device=True, inline="always")
+    def store(view, c, lo, hi):
+        view[c] = lo
+
+    return load, store
+
+
 @functools.cache
 def elementwise_kernel(
     op: ElementwiseOp,
@@ -163,28 +197,32 @@ def elementwise_kernel(
     out: ElementKind,
     precision: MathPrecision,
     mode: ScaleMode = ScaleMode.SCALAR,
-    uniform_pack: bool = True,
+    uniform_chunk: bool = True,
 ) -> ElementwiseKernel:
-    """Compile (once per key) the kernel for ``op`` reading ``a`` (and ``b``), writing ``out``.
+    """The kernel for ``op`` reading ``a`` (and ``b``), writing ``out`` (built once per key,
+    compiled on first use).
 
-    ``uniform_pack`` says every pack of ``PACK`` elements lies in one scale segment
-    (``seg_len % PACK == 0``), so scales are read once per pack.
+    ``uniform_chunk`` says every chunk lies in one scale segment (``seg_len % G == 0``), so scales
+    are read once per chunk.
     """
     M = math_type(precision)
     compute = _op_functions(precision)[op]
+    G = chunk_elements(a, b, out)
     a_codec, out_codec = codec(a, precision), codec(out, precision)
     b_codec = codec(b, precision) if b is not None else a_codec
     has_b = b is not None
-    a_lanes, b_lanes, o_lanes = a_codec.lanes, b_codec.lanes, out_codec.lanes
-    a_words, b_words, o_words = PACK // a_lanes, PACK // b_lanes, PACK // o_lanes
-    a_bits, b_bits, o_bits = 64 // a_lanes, 64 // b_lanes, 64 // o_lanes
+    a_bits, b_bits, o_bits = 8 * a.itemsize, 8 * (b or a).itemsize, 8 * out.itemsize
+    a_load, _ = _chunk_io(G * a.itemsize)
+    b_load, _ = _chunk_io(G * (b or a).itemsize)
+    _, o_store = _chunk_io(G * out.itemsize)
     a_decode, b_decode, o_encode = a_codec.decode, b_codec.decode, out_codec.encode
     scalar = mode is ScaleMode.SCALAR
     channels_mode = mode is ScaleMode.CHANNELS
-    per_element_params = not scalar and not uniform_pack
+    per_element_params = not scalar and not uniform_chunk
     one, zero = M(1.0), M(0.0)
     word_zero = np.uint64(0)
     u64 = np.uint64
+    unroll = UNROLL
 
     @cuda.jit(device=True, inline="always")
     def segment_params(scales, zero_points, s):
@@ -200,44 +238,55 @@ def elementwise_kernel(
             s = s % channels
         return s, pos
 
-    def kernel(aw, ae, bw, be, ow, oe, scales, zero_points, n, npacks, seg_len, channels,
+    @cuda.jit(device=True, inline="always")
+    def lane(lo, hi, bit):
+        return (lo if bit < 64 else hi) >> u64(bit % 64)
+
+    def kernel(aw, ae, bw, be, ow, oe, scales, zero_points, n, nchunks, seg_len, channels,
                inv0, scale0, zp0, q_min, q_max):
         start = cuda.grid(1)
         stride = cuda.gridsize(1)
-        abuf = cuda.local.array(a_words, np.uint64)
-        bbuf = cuda.local.array(b_words, np.uint64)
-        obuf = cuda.local.array(o_words, np.uint64)
+        a_lo = cuda.local.array(unroll, np.uint64)
+        a_hi = cuda.local.array(unroll, np.uint64)
+        b_lo = cuda.local.array(unroll, np.uint64)
+        b_hi = cuda.local.array(unroll, np.uint64)
         inv, sc, zp = inv0, scale0, zp0
-        for p in range(start, npacks, stride):
-            for k in range(a_words):
-                abuf[k] = aw[p * a_words + k]
-            if has_b:
-                for k in range(b_words):
-                    bbuf[k] = bw[p * b_words + k]
-            for k in range(o_words):
-                obuf[k] = word_zero
-            s, pos = 0, 0
-            if not scalar:
-                s, pos = segment_of(p * PACK, seg_len, channels)
-                inv, sc, zp = segment_params(scales, zero_points, s)
-            for j in range(PACK):
-                if per_element_params and j > 0:
-                    pos += 1
-                    if pos == seg_len:
-                        pos = 0
-                        s += 1
-                        if channels_mode and s == channels:
-                            s = 0
-                    inv, sc, zp = segment_params(scales, zero_points, s)
-                x = a_decode(abuf[j // a_lanes] >> u64(a_bits * (j % a_lanes)))
-                y = zero
-                if has_b:
-                    y = b_decode(bbuf[j // b_lanes] >> u64(b_bits * (j % b_lanes)))
-                r = compute(x, y, inv, sc, zp, q_min, q_max)
-                obuf[j // o_lanes] |= o_encode(r) << u64(o_bits * (j % o_lanes))
-            for k in range(o_words):
-                ow[p * o_words + k] = obuf[k]
-        for i in range(npacks * PACK + start, n, stride):
+        for base in range(start, nchunks, stride * unroll):
+            for k in range(unroll):
+                c = base + k * stride
+                if c < nchunks:
+                    a_lo[k], a_hi[k] = a_load(aw, c)
+                    if has_b:
+                        b_lo[k], b_hi[k] = b_load(bw, c)
+            for k in range(unroll):
+                c = base + k * stride
+                if c < nchunks:
+                    s, pos = 0, 0
+                    if not scalar:
+                        s, pos = segment_of(c * G, seg_len, channels)
+                        inv, sc, zp = segment_params(scales, zero_points, s)
+                    o_lo, o_hi = word_zero, word_zero
+                    for j in range(G):
+                        if per_element_params and j > 0:
+                            pos += 1
+                            if pos == seg_len:
+                                pos = 0
+                                s += 1
+                                if channels_mode and s == channels:
+                                    s = 0
+                            inv, sc, zp = segment_params(scales, zero_points, s)
+                        x = a_decode(lane(a_lo[k], a_hi[k], j * a_bits))
+                        y = zero
+                        if has_b:
+                            y = b_decode(lane(b_lo[k], b_hi[k], j * b_bits))
+                        e = o_encode(compute(x, y, inv, sc, zp, q_min, q_max))
+                        bit = j * o_bits
+                        if bit < 64:
+                            o_lo |= e << u64(bit)
+                        else:
+                            o_hi |= e << u64(bit - 64)
+                    o_store(ow, c, o_lo, o_hi)
+        for i in range(nchunks * G + start, n, stride):
             if not scalar:
                 s, pos = segment_of(i, seg_len, channels)
                 inv, sc, zp = segment_params(scales, zero_points, s)
@@ -248,12 +297,15 @@ def elementwise_kernel(
             oe[i] = o_encode(compute(x, y, inv, sc, zp, q_min, q_max))
 
     m = "float64" if precision is MathPrecision.F64 else "float32"
-    b_elem = _uint((b or a).itemsize)
+    b_elem = b or a
+
+    def views(element: ElementKind) -> str:
+        return f"{_uint(chunk_view_itemsize(G * element.itemsize))}[::1], {_uint(element.itemsize)}[::1]"
+
     signature = (
-        f"void(uint64[::1], {_uint(a.itemsize)}[::1], uint64[::1], {b_elem}[::1], "
-        f"uint64[::1], {_uint(out.itemsize)}[::1], {m}[::1], int32[::1], "
+        f"void({views(a)}, {views(b_elem)}, {views(out)}, {m}[::1], int32[::1], "
         f"int64, int64, int64, int64, {m}, {m}, {m}, {m}, {m})"
     )
-    kernel.__name__ = f"{op.value}_{a.short}_{(b or a).short}_{out.short}_{mode.value}"
+    kernel.__name__ = f"{op.value}_{a.short}_{b_elem.short}_{out.short}_{mode.value}"
     kernel.__qualname__ = kernel.__name__
-    return ElementwiseKernel(kernel, signature, a, b, out, precision)
+    return ElementwiseKernel(kernel, signature, a, b, out, precision, G)

@@ -17,8 +17,8 @@ from .. import registry
 from ..arrays import Operand, adapt, finish, require_contiguous, scalar_value
 from ..errors import BaracudaError, InvalidProblem, Unsupported, WorkspaceTooSmall, problem_message
 from ..kernels.codecs import math_type
-from ..kernels.elementwise import PACK
-from ..launch import ArrayArg, KernelLauncher, stream_handle
+from ..kernels.elementwise import UNROLL, chunk_view_itemsize
+from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, KernelSku, PlanPreference, PrecisionGuarantee, QuantizeKind, element_kind
 
@@ -181,16 +181,17 @@ class ElementwisePlan(Plan):
     OUT_FIELD: ClassVar[str]
 
     def _prepare(self) -> None:
-        kernel = self.entry.kernel(self._uniform_pack())
+        kernel = self.entry.kernel(self._uniform_chunk())
+        self._chunk = kernel.chunk
         M = math_type(kernel.precision)
         self._math = M
-        self._launcher = KernelLauncher(kernel.compiled, (np.int64,) * 4 + (M,) * 5)
+        self._launcher = KernelLauncher(kernel.compiled, 8, (np.int64,) * 4 + (M,) * 5)
         if not SIMULATOR:
             kernel.compiled()
         self._dummy_scales = ArrayArg(0, 0, np.dtype(M).itemsize, np.zeros(0, M))
         self._dummy_zero_points = ArrayArg(0, 0, 4, np.zeros(0, np.int32))
 
-    def _uniform_pack(self) -> bool:
+    def _uniform_chunk(self) -> bool:
         return True
 
     def _numel(self) -> int:
@@ -225,18 +226,19 @@ class ElementwisePlan(Plan):
             return
         operands = [bound.a, bound.out] + ([bound.b] if bound.b is not None else [])
         handle = stream_handle(stream, operands, self.name)
-        aligned = all(_address(op) % 8 == 0 for op in operands)
-        npacks = n // PACK if aligned else 0
+        G = self._chunk
+        aligned = all(_address(op) % _chunk_alignment(op, G) == 0 for op in operands)
+        nchunks = n // G if aligned else 0
         b = bound.b if bound.b is not None else bound.a
-        arrays = (*_views(bound.a, n, npacks), *_views(b, n, npacks), *_views(bound.out, n, npacks),
+        arrays = (*_views(bound.a, n, nchunks, G), *_views(b, n, nchunks, G), *_views(bound.out, n, nchunks, G),
                   *self._scale_arrays(bound))
         policy = self.entry.policy
         device_id = bound.a.device_id
-        blocks = policy.blocks(max(npacks, n - npacks * PACK), sm_count(device_id))
+        blocks = policy.blocks(max(-(-nchunks // UNROLL), n - nchunks * G), sm_count(device_id))
         self._launcher.launch(blocks, policy.threads_per_block, handle, arrays,
-                              (n, npacks, *self._segments(), *bound.scalars), device_id)
+                              (n, nchunks, *self._segments(), *bound.scalars), device_id)
         if any(op.on_host for op in operands):
-            _synchronize(handle)
+            synchronize(handle)
             finish(bound.out)
 
     def _scale_arrays(self, bound: _Bound) -> tuple[ArrayArg, ArrayArg]:
@@ -251,23 +253,20 @@ def _address(op: Operand) -> int:
     return op.host.ctypes.data if SIMULATOR else op.ptr
 
 
-def _views(op: Operand, n: int, npacks: int) -> tuple[ArrayArg, ArrayArg]:
-    """The word view (``npacks`` packs as uint64) and the element view of a flat operand."""
+def _chunk_alignment(op: Operand, G: int) -> int:
+    return min(G * op.element.itemsize, 16)
+
+
+def _views(op: Operand, n: int, nchunks: int, G: int) -> tuple[ArrayArg, ArrayArg]:
+    """The chunk view (``nchunks`` chunks of ``G`` elements) and the element view of a flat operand."""
     itemsize = op.element.itemsize
-    words = npacks * PACK * itemsize // 8
+    word = chunk_view_itemsize(G * itemsize)
+    words = nchunks * G * itemsize // word
     if SIMULATOR:
         host = op.host
-        return (ArrayArg(0, words, 8, host[: npacks * PACK].view(np.uint64)),
+        return (ArrayArg(0, words, word, host[: nchunks * G].view(f"u{word}")),
                 ArrayArg(0, n, itemsize, host.view(f"u{itemsize}")))
-    return ArrayArg(op.ptr, words, 8), ArrayArg(op.ptr, n, itemsize)
-
-
-def _synchronize(handle: int) -> None:
-    if SIMULATOR:
-        return
-    from .. import launch
-
-    launch._core_stream(handle).sync()
+    return ArrayArg(op.ptr, words, word), ArrayArg(op.ptr, n, itemsize)
 
 
 def checked_scale(plan: str, scale: Any, M: type) -> tuple[Any, Any]:

@@ -24,6 +24,8 @@ __all__ = [
     "FAKE_QUANTIZE_Q_LIMIT",
 ]
 
+_PLAIN = (int, float)  # hashable scalars whose validated parameters a plan may cache
+
 # Fake-quantize ranges stay within +-2**24 so every grid point is exact in float32.
 FAKE_QUANTIZE_Q_LIMIT = 2**24
 
@@ -164,12 +166,28 @@ class _PerTensorPlan(ElementwisePlan):
         return self.desc.output_element.int_range
 
     def _scalars(self, args: Any) -> tuple:
+        key = (args.scale, getattr(args, "zero_point", 0))
+        cached = self._scalar_cache.get(key) if type(key[0]) in _PLAIN and type(key[1]) in _PLAIN else None
+        if cached is None:
+            cached = self._checked_scalars(args)
+            if type(key[0]) in _PLAIN and type(key[1]) in _PLAIN:
+                if len(self._scalar_cache) > 64:
+                    self._scalar_cache.clear()
+                self._scalar_cache[key] = cached
+        return cached
+
+    def _checked_scalars(self, args: Any) -> tuple:
+        """``(inv, scale, zero_point, q_min, q_max)`` in the math precision, validated."""
         M = self._math
         inv, scale = checked_scale(self.name, args.scale, M)
         zero_point = checked_zero_point(self.name, args.zero_point, *self._zero_point_range())
         if self.HAS_Q_RANGE:
             return inv, scale, M(zero_point), M(self.desc.q_min), M(self.desc.q_max)
         return inv, scale, M(zero_point), M(0), M(0)
+
+    def _prepare(self) -> None:
+        super()._prepare()
+        self._scalar_cache: dict = {}
 
 
 class QuantizePerTensorPlan(_PerTensorPlan):
@@ -209,7 +227,7 @@ class DequantizePerTensorBackwardPlan(_PerTensorPlan):
     A_FIELD, OUT_FIELD = "d_output", "d_input"
     HAS_Q_RANGE = False
 
-    def _scalars(self, args: Any) -> tuple:
+    def _checked_scalars(self, args: Any) -> tuple:
         M = self._math
         inv, scale = checked_scale(self.name, args.scale, M)
         return inv, scale, M(0), M(0), M(0)
