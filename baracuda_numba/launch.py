@@ -21,7 +21,7 @@ import numpy as np
 from .errors import BaracudaError, InvalidOperand, problem_message
 from .platform import SIMULATOR
 
-__all__ = ["ArrayArg", "KernelLauncher", "stream_handle", "synchronize"]
+__all__ = ["ArrayArg", "KernelLauncher", "array_values", "stream_handle", "synchronize"]
 
 # One 8-byte parameter slot per kernel parameter; a float32 occupies the first 4 bytes of its slot.
 _SLOT_FORMAT = {np.int64: "q", np.int32: "ixxxx", np.float32: "fxxxx", np.float64: "d"}
@@ -57,15 +57,12 @@ class KernelLauncher:
         self._param_pointers = (ctypes.c_void_p * n_params)(*(base + 8 * i for i in range(n_params)))
         self._params_address = ctypes.addressof(self._param_pointers)
 
-    def _function(self, device_id: int):
+    def _function(self, device_id: int) -> int:
         function = self._functions.get(device_id)
         if function is None:
-            from cuda.bindings import driver
-
             dispatcher = self._compile()
             overload = next(iter(dispatcher.overloads.values()))
-            handle = overload._codelibrary.get_cufunc().handle
-            function = self._functions[device_id] = driver.CUfunction(int(handle))
+            function = self._functions[device_id] = int(overload._codelibrary.get_cufunc().handle)
         return function
 
     def launch(self, blocks: int, threads: int, stream: int, arrays: Sequence[ArrayArg],
@@ -77,24 +74,24 @@ class KernelLauncher:
         for ptr, nitems, itemsize, _ in arrays:
             values += (0, 0, nitems, itemsize, ptr, nitems, itemsize)
         values += scalars
-        function = self._function(device_id)
-        from cuda.bindings import driver
+        self.launch_values(blocks, threads, stream, values, device_id)
 
+    def launch_values(self, blocks: int, threads: int, stream: int, values: Sequence[Any], device_id: int = 0) -> None:
+        """Launch with the flat parameter values (see :func:`array_values`) already in order."""
+        function = self._function(device_id)
         with self._lock:
             self._packer.pack_into(self._buffer, 0, *values)
-            (error,) = driver.cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, stream,
-                                             self._params_address, 0)
-        if error != driver.CUresult.CUDA_SUCCESS:
-            if error == driver.CUresult.CUDA_ERROR_INVALID_CONTEXT:
-                from numba import cuda
+            error = _cu_launch_kernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, self._params_address, None)
+        if error == _CUDA_ERROR_INVALID_CONTEXT:
+            from numba import cuda
 
-                cuda.current_context()  # this thread had no current context: make numba's current
-                with self._lock:
-                    self._packer.pack_into(self._buffer, 0, *values)
-                    (error,) = driver.cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, stream,
-                                                     self._params_address, 0)
-            if error != driver.CUresult.CUDA_SUCCESS:
-                raise BaracudaError(f"cuLaunchKernel failed: {error!r}")
+            cuda.current_context()  # this thread had no current context: make numba's current
+            with self._lock:
+                self._packer.pack_into(self._buffer, 0, *values)
+                error = _cu_launch_kernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, self._params_address,
+                                          None)
+        if error:
+            raise BaracudaError(f"cuLaunchKernel failed with CUresult {error}")
 
     def _launch_simulated(self, blocks, threads, arrays, scalars) -> None:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
@@ -105,15 +102,33 @@ class KernelLauncher:
         dispatcher[blocks, threads](*args)
 
 
+def array_values(ptr: int, nitems: int, itemsize: int) -> tuple[int, ...]:
+    """The seven parameter values of a flat C-contiguous array in numba's kernel ABI."""
+    return (0, 0, nitems, itemsize, ptr, nitems, itemsize)
+
+
+_CUDA_ERROR_INVALID_CONTEXT = 201
+if SIMULATOR:
+    _cu_launch_kernel = _cu_stream_synchronize = None
+else:
+    # The driver entry points through ctypes: about 1 us a call, against several for the
+    # generic argument conversion of cuda.bindings.
+    _libcuda = ctypes.CDLL("libcuda.so.1")
+    _cu_launch_kernel = _libcuda.cuLaunchKernel
+    _cu_launch_kernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    _cu_launch_kernel.restype = ctypes.c_int
+    _cu_stream_synchronize = _libcuda.cuStreamSynchronize
+    _cu_stream_synchronize.argtypes = [ctypes.c_void_p]
+    _cu_stream_synchronize.restype = ctypes.c_int
+
+
 def synchronize(stream: int) -> None:
     """Wait for ``stream`` (a raw handle) on the host."""
     if SIMULATOR:
         return
-    from cuda.bindings import driver
-
-    (error,) = driver.cuStreamSynchronize(stream)
-    if error != driver.CUresult.CUDA_SUCCESS:
-        raise BaracudaError(f"cuStreamSynchronize failed: {error!r}")
+    error = _cu_stream_synchronize(stream)
+    if error:
+        raise BaracudaError(f"cuStreamSynchronize failed with CUresult {error}")
 
 
 def _torch_current_stream(device_id: int) -> int:

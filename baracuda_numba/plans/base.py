@@ -18,7 +18,7 @@ from ..arrays import Operand, adapt, finish, require_contiguous, scalar_value
 from ..errors import BaracudaError, InvalidProblem, Unsupported, WorkspaceTooSmall, problem_message
 from ..kernels.codecs import math_type
 from ..kernels.elementwise import UNROLL, chunk_view_itemsize
-from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
+from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, KernelSku, PlanPreference, PrecisionGuarantee, QuantizeKind, element_kind
 
@@ -167,6 +167,7 @@ class _Bound:
     b: Operand | None
     out: Operand
     scalars: tuple
+    scale_operands: tuple[Operand, Operand] | None
 
 
 class ElementwisePlan(Plan):
@@ -181,15 +182,20 @@ class ElementwisePlan(Plan):
     OUT_FIELD: ClassVar[str]
 
     def _prepare(self) -> None:
-        kernel = self.entry.kernel(self._uniform_chunk())
-        self._chunk = kernel.chunk
-        M = math_type(kernel.precision)
-        self._math = M
+        entry = self.entry
+        kernel = entry.kernel(self._uniform_chunk())
+        G = self._chunk = kernel.chunk
+        M = self._math = math_type(kernel.precision)
+        self._n = self._numel()
+        self._elements = (entry.a, entry.b or entry.a, entry.out)
+        self._alignments = tuple(min(G * e.itemsize, 16) for e in self._elements)
         self._launcher = KernelLauncher(kernel.compiled, 8, (np.int64,) * 4 + (M,) * 5)
+        self._blocks: dict[tuple[int, int], int] = {}
+        self._empty_scales = ArrayArg(0, 0, np.dtype(M).itemsize, np.zeros(0, M))
+        self._empty_zero_points = ArrayArg(0, 0, 4, np.zeros(0, np.int32))
         if not SIMULATOR:
             kernel.compiled()
-        self._dummy_scales = ArrayArg(0, 0, np.dtype(M).itemsize, np.zeros(0, M))
-        self._dummy_zero_points = ArrayArg(0, 0, 4, np.zeros(0, np.int32))
+            self._template = self._values((0, 0, 0, 0, 0), self._n // G, (0,) * 5)
 
     def _uniform_chunk(self) -> bool:
         return True
@@ -210,63 +216,96 @@ class ElementwisePlan(Plan):
     def _bind(self, args: Any) -> _Bound:
         if not isinstance(args, self.Args):
             raise InvalidProblem(problem_message(self.name, "args", self.Args.__name__, type(args).__name__))
-        entry, n = self.entry, self._numel()
+        entry, n = self.entry, self._n
         a = self._operand(args, self.A_FIELD, entry.a, n)
         b = self._operand(args, self.B_FIELD, entry.b, n) if self.B_FIELD else None
         out = self._operand(args, self.OUT_FIELD, entry.out, n)
-        return _Bound(a, b, out, self._scalars(args))
+        return _Bound(a, b, out, self._scalars(args), self._scale_operands(args))
 
     def _scalars(self, args: Any) -> tuple:
-        """``(inv, scale, zero_point, q_min, q_max)`` in the math precision."""
+        """``(inv, scale, zero_point, q_min, q_max)`` in the math precision (the scalar scale's, or
+        only the q range when scales are arrays)."""
         raise NotImplementedError
 
-    def _launch(self, bound: _Bound, stream: Any) -> None:
-        n = self._numel()
-        if n == 0:
-            return
-        operands = [bound.a, bound.out] + ([bound.b] if bound.b is not None else [])
-        handle = stream_handle(stream, operands, self.name)
-        G = self._chunk
-        aligned = all(_address(op) % _chunk_alignment(op, G) == 0 for op in operands)
-        nchunks = n // G if aligned else 0
-        b = bound.b if bound.b is not None else bound.a
-        arrays = (*_views(bound.a, n, nchunks, G), *_views(b, n, nchunks, G), *_views(bound.out, n, nchunks, G),
-                  *self._scale_arrays(bound))
-        policy = self.entry.policy
-        device_id = bound.a.device_id
-        blocks = policy.blocks(max(-(-nchunks // UNROLL), n - nchunks * G), sm_count(device_id))
-        self._launcher.launch(blocks, policy.threads_per_block, handle, arrays,
-                              (n, nchunks, *self._segments(), *bound.scalars), device_id)
-        if any(op.on_host for op in operands):
-            synchronize(handle)
-            finish(bound.out)
-
-    def _scale_arrays(self, bound: _Bound) -> tuple[ArrayArg, ArrayArg]:
-        return self._dummy_scales, self._dummy_zero_points
+    def _scale_operands(self, args: Any) -> tuple[Operand, Operand] | None:
+        """Array ``scales`` and ``zero_points`` (None for a scalar scale)."""
+        return None
 
     def _segments(self) -> tuple[int, int]:
         """``(seg_len, channels)`` of the scale indexing (unused for a scalar scale)."""
         return 1, 1
 
+    def _values(self, pointers: tuple[int, ...], nchunks: int, scalars: tuple) -> list:
+        """Every kernel parameter value, in order, for operands at ``pointers`` (a, b, out, scales,
+        zero_points) on a GPU."""
+        G, n = self._chunk, self._n
+        values: list = []
+        for ptr, element in zip(pointers, self._elements, strict=False):
+            word = chunk_view_itemsize(G * element.itemsize)
+            values += array_values(ptr, nchunks * G * element.itemsize // word, word)
+            values += array_values(ptr, n, element.itemsize)
+        n_segments = self._segment_count()
+        values += array_values(pointers[3], n_segments, np.dtype(self._math).itemsize)
+        values += array_values(pointers[4], n_segments, 4)
+        values += (n, nchunks, *self._segments(), *scalars)
+        return values
 
-def _address(op: Operand) -> int:
-    return op.host.ctypes.data if SIMULATOR else op.ptr
+    def _segment_count(self) -> int:
+        return 0
 
+    def _grid(self, nchunks: int, device_id: int) -> int:
+        blocks = self._blocks.get((device_id, nchunks))
+        if blocks is None:
+            work = max(-(-nchunks // UNROLL), self._n - nchunks * self._chunk)
+            blocks = self._blocks[(device_id, nchunks)] = self.entry.policy.blocks(work, sm_count(device_id))
+        return blocks
 
-def _chunk_alignment(op: Operand, G: int) -> int:
-    return min(G * op.element.itemsize, 16)
+    def _launch(self, bound: _Bound, stream: Any) -> None:
+        if self._n == 0:
+            return
+        a, out = bound.a, bound.out
+        b = bound.b if bound.b is not None else a
+        handle = stream_handle(stream, (a, out), self.name)
+        threads = self.entry.policy.threads_per_block
+        if SIMULATOR:
+            self._launch_simulated(a, b, out, bound, threads)
+        else:
+            s_ptr, z_ptr = (0, 0) if bound.scale_operands is None else (op.ptr for op in bound.scale_operands)
+            al_a, al_b, al_o = self._alignments
+            if a.ptr % al_a == 0 and b.ptr % al_b == 0 and out.ptr % al_o == 0:
+                nchunks = self._n // self._chunk
+                values = self._template.copy()
+                values[4] = values[11] = a.ptr
+                values[18] = values[25] = b.ptr
+                values[32] = values[39] = out.ptr
+                values[46], values[53] = s_ptr, z_ptr
+                values[60:65] = bound.scalars
+            else:  # an operand off its chunk alignment: every element through the element path
+                nchunks = 0
+                values = self._values((a.ptr, b.ptr, out.ptr, s_ptr, z_ptr), 0, bound.scalars)
+            self._launcher.launch_values(self._grid(nchunks, a.device_id), threads, handle, values, a.device_id)
+        if a.on_host or b.on_host or out.on_host:
+            synchronize(handle)
+            finish(out)
+
+    def _launch_simulated(self, a: Operand, b: Operand, out: Operand, bound: _Bound, threads: int) -> None:
+        G, n = self._chunk, self._n
+        aligned = all(op.host.ctypes.data % al == 0 for op, al in zip((a, b, out), self._alignments, strict=True))
+        nchunks = n // G if aligned else 0
+        scales = (self._empty_scales, self._empty_zero_points) if bound.scale_operands is None else tuple(
+            ArrayArg(0, op.size, op.element.itemsize, op.host) for op in bound.scale_operands)
+        arrays = (*_views(a, n, nchunks, G), *_views(b, n, nchunks, G), *_views(out, n, nchunks, G), *scales)
+        self._launcher.launch(self._grid(nchunks, 0), threads, 0, arrays,
+                              (n, nchunks, *self._segments(), *bound.scalars))
 
 
 def _views(op: Operand, n: int, nchunks: int, G: int) -> tuple[ArrayArg, ArrayArg]:
-    """The chunk view (``nchunks`` chunks of ``G`` elements) and the element view of a flat operand."""
+    """Simulator views of a flat operand: its chunks (``nchunks`` of ``G`` elements) and its elements."""
     itemsize = op.element.itemsize
     word = chunk_view_itemsize(G * itemsize)
-    words = nchunks * G * itemsize // word
-    if SIMULATOR:
-        host = op.host
-        return (ArrayArg(0, words, word, host[: nchunks * G].view(f"u{word}")),
-                ArrayArg(0, n, itemsize, host.view(f"u{itemsize}")))
-    return ArrayArg(op.ptr, words, word), ArrayArg(op.ptr, n, itemsize)
+    host = op.host
+    return (ArrayArg(0, nchunks * G * itemsize // word, word, host[: nchunks * G].view(f"u{word}")),
+            ArrayArg(0, n, itemsize, host.view(f"u{itemsize}")))
 
 
 def checked_scale(plan: str, scale: Any, M: type) -> tuple[Any, Any]:
