@@ -93,6 +93,20 @@ _ELEMENTWISE_KINDS = {
     QuantizeKind.FAKE_QUANTIZE: (ElementwiseOp.FAKE_QUANTIZE, ScaleMode.SCALAR, "f", None, "f"),
     QuantizeKind.FAKE_QUANTIZE_BACKWARD: (ElementwiseOp.FAKE_QUANTIZE_BACKWARD, ScaleMode.SCALAR, "f", "f", "f"),
 }
+# Per-channel, per-token and per-group: the same four ops with array scales.
+for _mode, _kinds in (
+    (ScaleMode.CHANNELS, (QuantizeKind.PER_CHANNEL, QuantizeKind.PER_CHANNEL_BACKWARD,
+                          QuantizeKind.DEQUANTIZE_PER_CHANNEL, QuantizeKind.DEQUANTIZE_PER_CHANNEL_BACKWARD)),
+    (ScaleMode.ROWS, (QuantizeKind.PER_TOKEN, QuantizeKind.PER_TOKEN_BACKWARD,
+                      QuantizeKind.DEQUANTIZE_PER_TOKEN, QuantizeKind.DEQUANTIZE_PER_TOKEN_BACKWARD)),
+    (ScaleMode.ROWS, (QuantizeKind.PER_GROUP, QuantizeKind.PER_GROUP_BACKWARD,
+                      QuantizeKind.DEQUANTIZE_PER_GROUP, QuantizeKind.DEQUANTIZE_PER_GROUP_BACKWARD)),
+):
+    for _kind, _like in zip(_kinds, (QuantizeKind.PER_TENSOR, QuantizeKind.PER_TENSOR_BACKWARD,
+                                     QuantizeKind.DEQUANTIZE_PER_TENSOR,
+                                     QuantizeKind.DEQUANTIZE_PER_TENSOR_BACKWARD), strict=True):
+        _op, _, _a, _b, _out = _ELEMENTWISE_KINDS[_like]
+        _ELEMENTWISE_KINDS[_kind] = (_op, _mode, _a, _b, _out)
 _FAKE = (QuantizeKind.FAKE_QUANTIZE, QuantizeKind.FAKE_QUANTIZE_BACKWARD)
 
 

@@ -11,5 +11,5 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   timeout 420 python3 -m pytest -q -x -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  timeout 240 python3 benchmarks/bench_per_tensor.py ${BENCH_ARGS:-} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+  timeout 300 python3 -m benchmarks ${BENCH_ARGS:-} --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -80
 fi

@@ -88,3 +88,33 @@ def test_large_tensor_far_end_is_written():
     q = bn.quantize_per_tensor_backward(torch.ones(8, device="cuda"), torch.zeros(8, device="cuda"), 0.5)
     assert torch.equal(q, torch.full((8,), 2.0, device="cuda"))
     np.testing.assert_equal(int((x == 3).sum().item()), n)
+
+
+@pytest.mark.parametrize("name", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_per_channel_matches_fake_quantize_per_channel_affine(name, axis):
+    dtype = TORCH_FLOATS[name]
+    g = torch.Generator(device="cuda").manual_seed(axis)
+    x = (torch.randn(8, 16, 33, device="cuda", generator=g) * 3).to(dtype)
+    channels = x.shape[axis]
+    scales = torch.rand(channels, device="cuda", generator=g) * 0.1 + 0.01
+    zero_points = torch.randint(-10, 10, (channels,), device="cuda", generator=g, dtype=torch.int32)
+    x.requires_grad_(True)
+    expected = torch.fake_quantize_per_channel_affine(x, scales, zero_points, axis, -128, 127)
+    dy = torch.randn_like(x)
+    expected.backward(dy)
+    q = bn.quantize_per_channel(x.detach(), scales, zero_points, axis)
+    assert torch.equal(bn.dequantize_per_channel(q, scales, zero_points, axis, dtype=dtype), expected.detach())
+    dx = bn.quantize_per_channel_backward(dy, x.detach(), scales, zero_points, axis)
+    shape = [1] * 3
+    shape[axis] = channels
+    inv = (1.0 / scales).view(shape)  # float32 reciprocal, as the kernel takes it
+    assert torch.equal(dx, (x.grad.float() * inv).to(dtype))
+
+
+def test_per_token_matches_a_torch_composition():
+    x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    scales = (x.float().abs().amax(dim=1) / 127).clamp_min(1e-8)
+    q = bn.quantize_per_token(x, scales)
+    expected = torch.clamp(torch.round(x.float() * (1.0 / scales)[:, None]), -128, 127).to(torch.int8)
+    assert torch.equal(q, expected)

@@ -224,11 +224,13 @@ def elementwise_kernel(
     u64 = np.uint64
     unroll = UNROLL
 
+    reads_zero_points = op is not ElementwiseOp.DEQUANTIZE_BACKWARD
+
     @cuda.jit(device=True, inline="always")
     def segment_params(scales, zero_points, s):
         sc = scales[s]
         inv = one / sc if sc != zero else zero
-        return inv, sc, M(zero_points[s])
+        return inv, sc, (M(zero_points[s]) if reads_zero_points else zero)
 
     @cuda.jit(device=True, inline="always")
     def segment_of(i, seg_len, channels):
@@ -274,7 +276,7 @@ def elementwise_kernel(
                                 s += 1
                                 if channels_mode and s == channels:
                                     s = 0
-                            inv, sc, zp = segment_params(scales, zero_points, s)
+                                inv, sc, zp = segment_params(scales, zero_points, s)
                         x = a_decode(lane(a_lo[k], a_hi[k], j * a_bits))
                         y = zero
                         if has_b:

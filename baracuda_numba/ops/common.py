@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any
 
+import numpy as np
+
 from ..arrays import Operand, adapt, allocate_like, require_contiguous
-from ..errors import InvalidProblem, problem_message
+from ..errors import InvalidOperand, InvalidProblem, problem_message
 from ..plans.base import Plan
 from ..vocabulary import ElementKind, element_kind
 
-__all__ = ["operand", "select_plan", "resolve_dtype", "default_q_range", "output_operand", "clear_plan_cache"]
+__all__ = ["operand", "scale_operands", "select_plan", "resolve_dtype", "default_q_range", "output_operand", "clear_plan_cache"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -55,3 +58,62 @@ def output_operand(out: Any, like: Operand, shape: tuple[int, ...], element: Ele
     if op.element is not element:
         raise InvalidProblem(problem_message(where, "out", f"dtype {element.short}", op.element.short))
     return op
+
+
+def _converted(obj: Any, element: ElementKind) -> Any:
+    """``obj`` cast to ``element`` by its own framework (NumPy, torch, CuPy), or None if it cannot."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return obj.to({ElementKind.F32: torch.float32, ElementKind.F64: torch.float64,
+                       ElementKind.I32: torch.int32}[element]).contiguous()
+    if isinstance(obj, (list, tuple, np.ndarray, np.generic)):
+        return np.ascontiguousarray(obj, dtype=element.numpy_dtype)
+    if type(obj).__module__.startswith("cupy"):
+        return obj.astype(element.numpy_dtype)
+    return None
+
+
+def _coerced(obj: Any, element: ElementKind, count: int, where: str, argument: str) -> Operand:
+    try:
+        op = adapt(obj, where, argument)
+    except InvalidOperand:
+        op = None
+    if op is None or op.element is not element:
+        converted = _converted(obj, element)
+        if converted is None:
+            given = op.element.short if op is not None else type(obj).__name__
+            raise InvalidProblem(problem_message(where, argument, f"{element.short} elements", given))
+        if element is ElementKind.I32 and op is not None and op.element.is_float:
+            raise InvalidProblem(problem_message(where, argument, "integer zero points", op.element.short))
+        op = adapt(converted, where, argument)
+    require_contiguous(op, where, argument)
+    if op.size != count:
+        raise InvalidProblem(problem_message(where, argument, f"{count} elements", f"{op.size} (shape {op.shape})"))
+    return op
+
+
+def zeros_like_kind(like: Operand, count: int, element: ElementKind) -> Operand:
+    """A zero-filled 1-D array of ``count`` elements, of the kind of ``like``."""
+    torch = sys.modules.get("torch")
+    if like.origin == "torch" and torch is not None:
+        return adapt(torch.zeros(count, dtype=torch.int32, device=like.obj.device), "zeros", "zero_point")
+    if like.origin == "cupy":
+        import cupy
+
+        return adapt(cupy.zeros(count, dtype=element.numpy_dtype), "zeros", "zero_point")
+    if like.on_host or like.origin == "numpy":
+        return adapt(np.zeros(count, element.numpy_dtype), "zeros", "zero_point")
+    from numba import cuda
+
+    return adapt(cuda.to_device(np.zeros(count, element.numpy_dtype)), "zeros", "zero_point")
+
+
+def scale_operands(scales: Any, zero_points: Any, count: int, float_element: ElementKind, like: Operand,
+                   where: str) -> tuple[Operand, Operand]:
+    """``scales`` in the math precision of ``float_element`` and ``zero_points`` as int32, each of
+    ``count`` elements; converted by their own framework when needed (``zero_points=None``: zeros)."""
+    scale_element = ElementKind.F64 if float_element is ElementKind.F64 else ElementKind.F32
+    scale = _coerced(scales, scale_element, count, where, "scales")
+    if zero_points is None:
+        return scale, zeros_like_kind(like, count, ElementKind.I32)
+    return scale, _coerced(zero_points, ElementKind.I32, count, where, "zero_points")

@@ -17,12 +17,12 @@ from .. import registry
 from ..arrays import Operand, adapt, finish, require_contiguous, scalar_value
 from ..errors import BaracudaError, InvalidProblem, Unsupported, WorkspaceTooSmall, problem_message
 from ..kernels.codecs import math_type
-from ..kernels.elementwise import UNROLL, chunk_view_itemsize
+from ..kernels.elementwise import UNROLL, chunk_elements, chunk_view_itemsize
 from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, KernelSku, PlanPreference, PrecisionGuarantee, QuantizeKind, element_kind
 
-__all__ = ["Verdict", "Plan", "ElementwisePlan", "normalise_descriptor"]
+__all__ = ["Verdict", "Plan", "ElementwisePlan", "ArrayScalePlan", "normalise_descriptor"]
 
 DEFAULT_PREFERENCE = PlanPreference()
 
@@ -94,7 +94,7 @@ class Plan:
         registry has no kernel for its elements.
         """
         name = cls.__name__
-        if not isinstance(desc, cls.Descriptor):
+        if type(desc) is not cls.Descriptor:
             raise InvalidProblem(problem_message(name, "desc", cls.Descriptor.__name__, type(desc).__name__))
         normalise_descriptor(desc, name)
         cls._validate(desc)
@@ -167,7 +167,7 @@ class _Bound:
     b: Operand | None
     out: Operand
     scalars: tuple
-    scale_operands: tuple[Operand, Operand] | None
+    scale_operands: tuple[Operand, Operand | None] | None
 
 
 class ElementwisePlan(Plan):
@@ -180,6 +180,22 @@ class ElementwisePlan(Plan):
     A_FIELD: ClassVar[str]
     B_FIELD: ClassVar[str | None] = None
     OUT_FIELD: ClassVar[str]
+    HAS_Q_RANGE: ClassVar[bool] = True  # the descriptor carries q_min / q_max
+
+    @classmethod
+    def _validate(cls, desc: Any) -> None:
+        cls._validate_shape(desc)
+        # An element pair the registry lacks is reported by the lookup, not as a range error.
+        if cls.HAS_Q_RANGE and getattr(desc, "output_element", ElementKind.S8).is_integer:
+            check_q_range(cls.__name__, desc.q_min, desc.q_max, *cls._q_limits(desc))
+
+    @classmethod
+    def _validate_shape(cls, desc: Any) -> None:
+        """Shape checks of the descriptor (raise :class:`InvalidProblem`)."""
+
+    @classmethod
+    def _q_limits(cls, desc: Any) -> tuple[int, int]:
+        return desc.output_element.int_range
 
     def _prepare(self) -> None:
         entry = self.entry
@@ -227,8 +243,8 @@ class ElementwisePlan(Plan):
         only the q range when scales are arrays)."""
         raise NotImplementedError
 
-    def _scale_operands(self, args: Any) -> tuple[Operand, Operand] | None:
-        """Array ``scales`` and ``zero_points`` (None for a scalar scale)."""
+    def _scale_operands(self, args: Any) -> tuple[Operand, Operand | None] | None:
+        """Array ``scale`` and ``zero_point`` operands (None for a scalar scale)."""
         return None
 
     def _segments(self) -> tuple[int, int]:
@@ -270,7 +286,9 @@ class ElementwisePlan(Plan):
         if SIMULATOR:
             self._launch_simulated(a, b, out, bound, threads)
         else:
-            s_ptr, z_ptr = (0, 0) if bound.scale_operands is None else (op.ptr for op in bound.scale_operands)
+            scale, zero_point = bound.scale_operands or (None, None)
+            s_ptr = 0 if scale is None else scale.ptr
+            z_ptr = 0 if zero_point is None else zero_point.ptr
             al_a, al_b, al_o = self._alignments
             if a.ptr % al_a == 0 and b.ptr % al_b == 0 and out.ptr % al_o == 0:
                 nchunks = self._n // self._chunk
@@ -292,11 +310,43 @@ class ElementwisePlan(Plan):
         G, n = self._chunk, self._n
         aligned = all(op.host.ctypes.data % al == 0 for op, al in zip((a, b, out), self._alignments, strict=True))
         nchunks = n // G if aligned else 0
-        scales = (self._empty_scales, self._empty_zero_points) if bound.scale_operands is None else tuple(
-            ArrayArg(0, op.size, op.element.itemsize, op.host) for op in bound.scale_operands)
+        scale, zero_point = bound.scale_operands or (None, None)
+        scales = (self._empty_scales if scale is None else ArrayArg(0, scale.size, scale.element.itemsize, scale.host),
+                  self._empty_zero_points if zero_point is None else ArrayArg(0, zero_point.size, 4, zero_point.host))
         arrays = (*_views(a, n, nchunks, G), *_views(b, n, nchunks, G), *_views(out, n, nchunks, G), *scales)
         self._launcher.launch(self._grid(nchunks, 0), threads, 0, arrays,
                               (n, nchunks, *self._segments(), *bound.scalars))
+
+
+class ArrayScalePlan(ElementwisePlan):
+    """Plans whose ``scale`` / ``zero_point`` are arrays, one pair per segment of the flat tensor.
+
+    Scales are in the math precision (float32, or float64 for f64 data) and zero points int32, any
+    shape with ``segment count`` elements, C-contiguous. An element scale of 0 quantizes its
+    segment to ``clamp(zero_point)`` with zero gradient. Array zero points are not range-checked
+    (that would need a device reduction): the clamp bounds the result either way.
+    """
+
+    READS_ZERO_POINT: ClassVar[bool] = True
+
+    def _prepare(self) -> None:
+        super()._prepare()
+        M = self._math
+        q_range = (self.desc.q_min, self.desc.q_max) if self.HAS_Q_RANGE else (0, 0)
+        self._fixed_scalars = (M(0), M(0), M(0), M(q_range[0]), M(q_range[1]))
+        self._scale_element = ElementKind.F64 if M is np.float64 else ElementKind.F32
+
+    def _uniform_chunk(self) -> bool:
+        return self._segments()[0] % chunk_elements(self.entry.a, self.entry.b, self.entry.out) == 0
+
+    def _scalars(self, args: Any) -> tuple:
+        return self._fixed_scalars
+
+    def _scale_operands(self, args: Any) -> tuple[Operand, Operand | None]:
+        count = self._segment_count()
+        scale = self._operand(args, "scale", self._scale_element, count)
+        zero_point = self._operand(args, "zero_point", ElementKind.I32, count) if self.READS_ZERO_POINT else None
+        return scale, zero_point
 
 
 def _views(op: Operand, n: int, nchunks: int, G: int) -> tuple[ArrayArg, ArrayArg]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..vocabulary import ElementKind, QuantizeKind
-from .base import ElementwisePlan, check_numel, check_q_range, checked_scale, checked_zero_point
+from .base import ElementwisePlan, check_numel, checked_scale, checked_zero_point
 
 __all__ = [
     "QuantizePerTensorDescriptor", "QuantizePerTensorArgs", "QuantizePerTensorPlan",
@@ -140,25 +140,11 @@ class FakeQuantizeBackwardArgs:
 
 
 class _PerTensorPlan(ElementwisePlan):
-    """Shared checks: the q range sits inside the integer element, a scalar scale and zero point."""
-
-    HAS_Q_RANGE = True
+    """One scalar scale and zero point for the whole tensor."""
 
     @classmethod
-    def _q_limits(cls, desc: Any) -> tuple[int, int]:
-        return desc.output_element.int_range
-
-    @classmethod
-    def _validate(cls, desc: Any) -> None:
-        name = cls.__name__
-        check_numel(name, desc.numel)
-        if cls.HAS_Q_RANGE and cls._integer_element_ok(desc):
-            check_q_range(name, desc.q_min, desc.q_max, *cls._q_limits(desc))
-
-    @classmethod
-    def _integer_element_ok(cls, desc: Any) -> bool:
-        # An unsupported element pair is reported by the registry lookup, not as a range error.
-        return getattr(desc, "output_element", ElementKind.S8).is_integer
+    def _validate_shape(cls, desc: Any) -> None:
+        check_numel(cls.__name__, desc.numel)
 
     def _zero_point_range(self) -> tuple[int, int]:
         if self.HAS_Q_RANGE:

@@ -25,6 +25,9 @@ __all__ = [
     "fake_quantize_backward",
     "dequantize_backward",
     "ste_mask",
+    "expand_channels",
+    "expand_tokens",
+    "expand_groups",
 ]
 
 
@@ -125,6 +128,24 @@ def dequantize_backward(dy: Any, scale: Any) -> np.ndarray:
     math = math_dtype(dy.dtype)
     _, s = reciprocal(scale, math)
     return _store(_round(_f64(dy) * s, math), dy.dtype)
+
+
+def expand_channels(values: Any, shape: tuple[int, ...], axis: int) -> np.ndarray:
+    """Per-channel ``values[shape[axis]]`` expanded to ``shape``."""
+    axis %= len(shape)
+    values = np.asarray(values).reshape((-1,) + (1,) * (len(shape) - axis - 1))
+    return np.broadcast_to(values, shape)
+
+
+def expand_tokens(values: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """Per-row ``values`` (one per index of ``shape[:-1]``) expanded to ``shape``."""
+    return np.broadcast_to(np.asarray(values).reshape((*tuple(shape[:-1]), 1)), shape)
+
+
+def expand_groups(values: Any, shape: tuple[int, ...], group_size: int) -> np.ndarray:
+    """Per-group ``values`` (``[*shape[:-1], shape[-1] // group_size]``) expanded to ``shape``."""
+    groups = np.asarray(values).reshape((*tuple(shape[:-1]), shape[-1] // group_size))
+    return np.repeat(groups, group_size, axis=-1).reshape(shape)
 
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)

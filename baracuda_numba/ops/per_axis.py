@@ -1,0 +1,203 @@
+"""Per-channel, per-token and per-group dispatch functions.
+
+Same math as the per-tensor functions (SPEC section 5) with one ``(scale, zero_point)`` pair per
+segment: the channel ``x[..., c, ...]`` (``scales[shape[axis]]``), the token row ``x[t, :]`` (``x`` of
+any rank, rows over the leading dimensions, ``scales`` one per row) or the group
+``x[..., g*group_size:(g+1)*group_size]`` along the last axis (``scales[..., shape[-1] // group_size]``).
+
+``scales`` are used in the math precision (float32; float64 for float64 data) and ``zero_points`` as
+int32, converted by their own framework when given otherwise; ``zero_points=None`` means zeros. An
+element scale of 0 quantizes its segment to ``clamp(zero_point)`` with zero gradient. The result has
+the kind of the input.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import InvalidProblem, problem_message
+from ..plans import per_axis as p
+from .common import default_q_range, operand, output_operand, resolve_dtype, scale_operands, select_plan
+
+__all__ = [
+    "quantize_per_channel", "dequantize_per_channel", "quantize_per_channel_backward",
+    "dequantize_per_channel_backward",
+    "quantize_per_token", "dequantize_per_token", "quantize_per_token_backward", "dequantize_per_token_backward",
+    "quantize_per_group", "dequantize_per_group", "quantize_per_group_backward", "dequantize_per_group_backward",
+]
+
+
+def _token_shape(shape: tuple[int, ...], where: str) -> tuple[int, int]:
+    if not shape:
+        raise InvalidProblem(problem_message(where, "x", "an array of rank >= 1", "a 0-d array"))
+    return math.prod(shape[:-1]), shape[-1]
+
+
+def _family_fields(family: str, shape: tuple[int, ...], where: str, axis: Any, group_size: Any) -> tuple:
+    """The descriptor's leading shape fields for ``family``."""
+    if family == "channel":
+        return (shape, axis)
+    n, d = _token_shape(shape, where)
+    return (n, d) if family == "token" else (n, d, group_size)
+
+
+_PLANS = {
+    (family, op): (getattr(p, f"{prefix}Per{family.capitalize()}{suffix}Plan"),
+                   getattr(p, f"{prefix}Per{family.capitalize()}{suffix}Descriptor"),
+                   getattr(p, f"{prefix}Per{family.capitalize()}{suffix}Args"))
+    for family in ("channel", "token", "group")
+    for op, (prefix, suffix) in {"quantize": ("Quantize", ""), "quantize_backward": ("Quantize", "Backward"),
+                                 "dequantize": ("Dequantize", ""),
+                                 "dequantize_backward": ("Dequantize", "Backward")}.items()
+}
+
+
+def _quantize(family, op, where, x, scales, zero_points, axis, group_size, dtype, q_min, q_max, grad_output,
+              out, stream):
+    """quantize (``grad_output`` None) or its backward, for one family."""
+    plan_type, descriptor, args_type = _PLANS[(family, op)]
+    xo = operand(x, where, "x")
+    element = resolve_dtype(dtype, where)
+    q_min, q_max = default_q_range(element, q_min, q_max)
+    fields = _family_fields(family, xo.shape, where, axis, group_size)
+    plan = select_plan(plan_type, descriptor(*fields, q_min, q_max, xo.element, element))
+    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), xo.element, xo, where)
+    if grad_output is None:
+        result = output_operand(out, xo, xo.shape, element, where)
+        plan.run(args_type(xo, scale, zero_point, result), stream=stream)
+    else:
+        go = operand(grad_output, where, "grad_output")
+        result = output_operand(out, xo, xo.shape, xo.element, where)
+        plan.run(args_type(xo, scale, zero_point, go, result), stream=stream)
+    return result.obj
+
+
+def _dequantize(family, where, q, scales, zero_points, axis, group_size, dtype, out, stream):
+    plan_type, descriptor, args_type = _PLANS[(family, "dequantize")]
+    qo = operand(q, where, "q")
+    element = resolve_dtype(dtype, where)
+    fields = _family_fields(family, qo.shape, where, axis, group_size)
+    plan = select_plan(plan_type, descriptor(*fields, element, qo.element))
+    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), element, qo, where)
+    result = output_operand(out, qo, qo.shape, element, where)
+    plan.run(args_type(qo, scale, zero_point, result), stream=stream)
+    return result.obj
+
+
+def _dequantize_backward(family, where, grad_output, scales, axis, group_size, dtype, out, stream):
+    plan_type, descriptor, args_type = _PLANS[(family, "dequantize_backward")]
+    go = operand(grad_output, where, "grad_output")
+    element = resolve_dtype(dtype, where)
+    fields = _family_fields(family, go.shape, where, axis, group_size)
+    plan = select_plan(plan_type, descriptor(*fields, go.element, element))
+    scale, _ = scale_operands(scales, None, plan._segment_count(), go.element, go, where)
+    result = output_operand(out, go, go.shape, go.element, where)
+    plan.run(args_type(scale, go, result), stream=stream)
+    return result.obj
+
+
+# -- per channel ----------------------------------------------------------------------------------
+
+
+def quantize_per_channel(x: Any, scales: Any, zero_points: Any, axis: int, *, dtype: Any = "int8",
+                         q_min: int | None = None, q_max: int | None = None, out: Any = None,
+                         stream: Any = None) -> Any:
+    """``q[..., c, ...] = clamp(round(x[..., c, ...] * (1/scales[c])) + zero_points[c], q_min, q_max)``.
+
+    ``x`` of any rank; ``scales`` / ``zero_points`` of length ``x.shape[axis]``. With integer zero
+    points, ``dequantize_per_channel(quantize_per_channel(x))`` equals
+    ``torch.fake_quantize_per_channel_affine`` bit for bit.
+    """
+    return _quantize("channel", "quantize", "quantize_per_channel", x, scales, zero_points, axis, None, dtype,
+                     q_min, q_max, None, out, stream)
+
+
+def dequantize_per_channel(q: Any, scales: Any, zero_points: Any, axis: int, *, dtype: Any = "float32",
+                           out: Any = None, stream: Any = None) -> Any:
+    """``x[..., c, ...] = (q[..., c, ...] - zero_points[c]) * scales[c]`` in ``dtype``."""
+    return _dequantize("channel", "dequantize_per_channel", q, scales, zero_points, axis, None, dtype, out, stream)
+
+
+def quantize_per_channel_backward(grad_output: Any, x: Any, scales: Any, zero_points: Any, axis: int, *,
+                                  dtype: Any = "int8", q_min: int | None = None, q_max: int | None = None,
+                                  out: Any = None, stream: Any = None) -> Any:
+    """``dx = grad_output * (1/scales[c]) * [q_min <= round(x * (1/scales[c])) + zero_points[c] <= q_max]``."""
+    return _quantize("channel", "quantize_backward", "quantize_per_channel_backward", x, scales, zero_points, axis,
+                     None, dtype, q_min, q_max, grad_output, out, stream)
+
+
+def dequantize_per_channel_backward(grad_output: Any, scales: Any, axis: int, *, dtype: Any = "int8",
+                                    out: Any = None, stream: Any = None) -> Any:
+    """``dq = grad_output * scales[c]`` in ``grad_output``'s dtype (``dtype``: the forward's int dtype)."""
+    return _dequantize_backward("channel", "dequantize_per_channel_backward", grad_output, scales, axis, None,
+                                dtype, out, stream)
+
+
+# -- per token ------------------------------------------------------------------------------------
+
+
+def quantize_per_token(x: Any, scales: Any, zero_points: Any = None, *, dtype: Any = "int8",
+                       q_min: int | None = None, q_max: int | None = None, out: Any = None,
+                       stream: Any = None) -> Any:
+    """``q[t, :] = clamp(round(x[t, :] * (1/scales[t])) + zero_points[t], q_min, q_max)``.
+
+    ``x`` is ``[N, D]`` (or any rank: rows over the leading dimensions), ``scales`` one per row.
+    """
+    return _quantize("token", "quantize", "quantize_per_token", x, scales, zero_points, None, None, dtype,
+                     q_min, q_max, None, out, stream)
+
+
+def dequantize_per_token(q: Any, scales: Any, zero_points: Any = None, *, dtype: Any = "float32",
+                         out: Any = None, stream: Any = None) -> Any:
+    """``x[t, :] = (q[t, :] - zero_points[t]) * scales[t]`` in ``dtype``."""
+    return _dequantize("token", "dequantize_per_token", q, scales, zero_points, None, None, dtype, out, stream)
+
+
+def quantize_per_token_backward(grad_output: Any, x: Any, scales: Any, zero_points: Any = None, *,
+                                dtype: Any = "int8", q_min: int | None = None, q_max: int | None = None,
+                                out: Any = None, stream: Any = None) -> Any:
+    """``dx = grad_output * (1/scales[t]) * mask`` with the inclusive STE mask."""
+    return _quantize("token", "quantize_backward", "quantize_per_token_backward", x, scales, zero_points, None,
+                     None, dtype, q_min, q_max, grad_output, out, stream)
+
+
+def dequantize_per_token_backward(grad_output: Any, scales: Any, *, dtype: Any = "int8", out: Any = None,
+                                  stream: Any = None) -> Any:
+    """``dq = grad_output * scales[t]``."""
+    return _dequantize_backward("token", "dequantize_per_token_backward", grad_output, scales, None, None, dtype,
+                                out, stream)
+
+
+# -- per group ------------------------------------------------------------------------------------
+
+
+def quantize_per_group(x: Any, scales: Any, zero_points: Any, group_size: int, *, dtype: Any = "int8",
+                       q_min: int | None = None, q_max: int | None = None, out: Any = None,
+                       stream: Any = None) -> Any:
+    """``q = clamp(round(x * (1/scales[o, g])) + zero_points[o, g], q_min, q_max)`` for groups of
+    ``group_size`` consecutive elements along the last axis (``x`` ``[outer, axis]``; scales
+    ``[outer, axis // group_size]``)."""
+    return _quantize("group", "quantize", "quantize_per_group", x, scales, zero_points, None, group_size, dtype,
+                     q_min, q_max, None, out, stream)
+
+
+def dequantize_per_group(q: Any, scales: Any, zero_points: Any, group_size: int, *, dtype: Any = "float32",
+                         out: Any = None, stream: Any = None) -> Any:
+    """``x = (q - zero_points[o, g]) * scales[o, g]`` in ``dtype``."""
+    return _dequantize("group", "dequantize_per_group", q, scales, zero_points, None, group_size, dtype, out, stream)
+
+
+def quantize_per_group_backward(grad_output: Any, x: Any, scales: Any, zero_points: Any, group_size: int, *,
+                                dtype: Any = "int8", q_min: int | None = None, q_max: int | None = None,
+                                out: Any = None, stream: Any = None) -> Any:
+    """``dx = grad_output * (1/scales[o, g]) * mask`` with the inclusive STE mask."""
+    return _quantize("group", "quantize_backward", "quantize_per_group_backward", x, scales, zero_points, None,
+                     group_size, dtype, q_min, q_max, grad_output, out, stream)
+
+
+def dequantize_per_group_backward(grad_output: Any, scales: Any, group_size: int, *, dtype: Any = "int8",
+                                  out: Any = None, stream: Any = None) -> Any:
+    """``dq = grad_output * scales[o, g]``."""
+    return _dequantize_backward("group", "dequantize_per_group_backward", grad_output, scales, None, group_size,
+                                dtype, out, stream)

@@ -1,0 +1,239 @@
+"""GPU benchmark of every memory-bound op: GB/s against the device-to-device copy measured in the
+same run and against the matching PyTorch op; host time per call of small problems.
+
+    python -m benchmarks [--log2n 28] [--only per_tensor per_channel ...] [--out DIR]
+
+Timing: CUDA events around each call after a warm-up, median of ``--repeats``; 2^28 elements
+(1 GiB of f32) dwarf the 50 MB L2, so no buffer rotation is needed. Bytes are the fewest the op
+must move (each input read once, each output written once). Writes ``bench.json`` and
+``bench.md`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+import baracuda_numba as bn
+
+TORCH = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
+
+
+def device_ms(fn: Callable[[], object], repeats: int) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(begin.elapsed_time(end))
+    return statistics.median(samples)
+
+
+def host_us(fn: Callable[[], object], calls: int = 2000) -> float:
+    """Best of five: mean host seconds per call of ``fn`` in a tight loop, in microseconds."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return best
+
+
+class Bench:
+    def __init__(self, repeats: int) -> None:
+        self.repeats = repeats
+        self.rows: list[dict] = []
+        self.copy_gbs = 0.0
+
+    def copy(self, n: int) -> None:
+        src = torch.randn(n, device="cuda")
+        dst = torch.empty_like(src)
+        ms = device_ms(lambda: dst.copy_(src), self.repeats)
+        self.copy_gbs = 8 * n / ms / 1e6
+
+    def add(self, family: str, op: str, dtype: str, nbytes: int, ours: Callable, theirs: Callable | None = None,
+            torch_name: str = "", torch_bytes: int | None = None) -> None:
+        ms = device_ms(ours, self.repeats)
+        row = {"family": family, "op": op, "dtype": dtype, "ms": ms, "GB/s": nbytes / ms / 1e6}
+        row["pct_copy"] = 100 * row["GB/s"] / self.copy_gbs
+        if theirs is not None:
+            torch_ms = device_ms(theirs, self.repeats)
+            row.update({"torch_op": torch_name, "torch_GB/s": (torch_bytes or nbytes) / torch_ms / 1e6})
+            row["ratio"] = row["GB/s"] / row["torch_GB/s"]
+        self.rows.append(row)
+        print(f"  {family:<11}{op:<22}{dtype:<6}{row['GB/s']:7.0f} GB/s {row['pct_copy']:5.1f}%"
+              + (f"   torch {row['torch_GB/s']:6.0f} GB/s  x{row['ratio']:.2f}" if theirs else ""), flush=True)
+
+
+def per_tensor(bench: Bench, n: int, dtypes: list[str]) -> None:
+    scale, zp = 0.0213, 3
+    for name in dtypes:
+        size = torch.tensor([], dtype=TORCH[name]).element_size()
+        x = (torch.randn(n, device="cuda") * 3).to(TORCH[name])
+        dy = torch.randn(n, device="cuda").to(TORCH[name])
+        q = torch.empty(n, device="cuda", dtype=torch.int8)
+        y = torch.empty_like(x)
+        cases = [
+            ("quantize", bn.QuantizePerTensorPlan, bn.QuantizePerTensorDescriptor(n, -128, 127, name, "s8"),
+             bn.QuantizePerTensorArgs(x, scale, zp, q), size + 1),
+            ("dequantize", bn.DequantizePerTensorPlan, bn.DequantizePerTensorDescriptor(n, name, "s8"),
+             bn.DequantizePerTensorArgs(q, scale, zp, y), size + 1),
+            ("fake_quantize", bn.FakeQuantizePlan, bn.FakeQuantizeDescriptor(n, -128, 127, name),
+             bn.FakeQuantizeArgs(x, scale, zp, y), 2 * size),
+            ("quantize_backward", bn.QuantizePerTensorBackwardPlan,
+             bn.QuantizePerTensorBackwardDescriptor(n, -128, 127, name, "s8"),
+             bn.QuantizePerTensorBackwardArgs(x, scale, zp, dy, y), 3 * size),
+            ("fake_quantize_backward", bn.FakeQuantizeBackwardPlan, bn.FakeQuantizeBackwardDescriptor(
+                n, -128, 127, name), bn.FakeQuantizeBackwardArgs(x, scale, zp, dy, y), 3 * size),
+            ("dequantize_backward", bn.DequantizePerTensorBackwardPlan,
+             bn.DequantizePerTensorBackwardDescriptor(n, name, "s8"),
+             bn.DequantizePerTensorBackwardArgs(scale, dy, y), 2 * size),
+        ]
+        for op, plan_type, desc, args, per_element in cases:
+            plan = plan_type.select(desc)
+            theirs, torch_name = None, ""
+            if op == "quantize" and name == "f32":
+                theirs, torch_name = (lambda x=x: torch.quantize_per_tensor(x, scale, zp, torch.qint8),
+                                      "torch.quantize_per_tensor")
+            elif op == "dequantize" and name == "f32":
+                tq = torch.quantize_per_tensor(x, scale, zp, torch.qint8)
+                theirs, torch_name = tq.dequantize, "Tensor.dequantize"
+            elif op == "fake_quantize":
+                theirs, torch_name = (lambda x=x: torch.fake_quantize_per_tensor_affine(x, scale, zp, -128, 127),
+                                      "fake_quantize_per_tensor_affine")
+            bench.add("per_tensor", op, name, per_element * n, lambda p=plan, a=args: p.run(a), theirs, torch_name)
+        del x, dy, q, y
+        torch.cuda.empty_cache()
+
+
+def per_segment(bench: Bench, family: str, n: int, dtypes: list[str]) -> None:
+    """Per-channel (axis 0 and last), per-token and per-group (128) on [rows, 4096]-shaped data."""
+    cols = 4096
+    rows = n // cols
+    layouts = {"per_channel": [("axis0", 0), ("axis1", 1)], "per_token": [("", None)],
+               "per_group": [("g128", 128)]}[family]
+    for name in dtypes:
+        dtype = TORCH[name]
+        size = torch.tensor([], dtype=dtype).element_size()
+        x = (torch.randn(rows, cols, device="cuda") * 3).to(dtype)
+        dy = torch.randn(rows, cols, device="cuda").to(dtype)
+        q = torch.empty(rows, cols, device="cuda", dtype=torch.int8)
+        y = torch.empty_like(x)
+        scale_dtype = torch.float64 if name == "f64" else torch.float32
+        for label, parameter in layouts:
+            count = {"per_channel": (rows, cols)[parameter or 0] if family == "per_channel" else 0,
+                     "per_token": rows, "per_group": rows * cols // (parameter or 1)}[family]
+            scales = (torch.rand(count, device="cuda") * 0.05 + 0.01).to(scale_dtype)
+            zps = torch.randint(-5, 5, (count,), device="cuda", dtype=torch.int32)
+            fields = {"per_channel": ((rows, cols), parameter), "per_token": (rows, cols),
+                      "per_group": (rows, cols, parameter)}[family]
+            stem = {"per_channel": "PerChannel", "per_token": "PerToken", "per_group": "PerGroup"}[family]
+            cases = [
+                ("quantize", f"Quantize{stem}", (*fields, -128, 127, name, "s8"), (x, scales, zps, q), size + 1),
+                ("dequantize", f"Dequantize{stem}", (*fields, name, "s8"), (q, scales, zps, y), size + 1),
+                ("quantize_backward", f"Quantize{stem}Backward", (*fields, -128, 127, name, "s8"),
+                 (x, scales, zps, dy, y), 3 * size),
+                ("dequantize_backward", f"Dequantize{stem}Backward", (*fields, name, "s8"), (scales, dy, y),
+                 2 * size),
+            ]
+            for op, stem_name, desc_fields, arg_values, per_element in cases:
+                plan = getattr(bn, f"{stem_name}Plan").select(getattr(bn, f"{stem_name}Descriptor")(*desc_fields))
+                args = getattr(bn, f"{stem_name}Args")(*arg_values)
+                theirs, torch_name, torch_bytes = None, "", None
+                if family == "per_channel" and op == "quantize" and name == "f32":
+                    s64, z64 = scales.double(), zps.long()
+                    theirs, torch_name = (lambda x=x, a=parameter, s=s64, z=z64: torch.quantize_per_channel(
+                        x, s, z, a, torch.qint8)), "torch.quantize_per_channel"
+                if family == "per_channel" and op == "dequantize" and name in ("f32", "bf16", "f16"):
+                    theirs, torch_name = (lambda x=x, a=parameter, s=scales, z=zps:
+                                          torch.fake_quantize_per_channel_affine(x, s, z, a, -128, 127),
+                                          "fake_quantize_per_channel_affine (2x bytes)")
+                    torch_bytes = 2 * size * n
+                bench.add(family, f"{op}[{label}]" if label else op, name, per_element * n,
+                          lambda p=plan, a=args: p.run(a), theirs, torch_name, torch_bytes)
+        del x, dy, q, y
+        torch.cuda.empty_cache()
+
+
+def host_overhead() -> dict[str, float]:
+    small = torch.randn(4096, device="cuda")
+    small_q = torch.empty(4096, device="cuda", dtype=torch.int8)
+    plan = bn.QuantizePerTensorPlan.select(bn.QuantizePerTensorDescriptor(4096, -128, 127, "f32", "s8"))
+    args = bn.QuantizePerTensorArgs(small, 0.02, 3, small_q)
+    rows, cols = 16, 256
+    tokens = torch.randn(rows, cols, device="cuda")
+    scales = torch.full((rows,), 0.02, device="cuda")
+    zps = torch.zeros(rows, device="cuda", dtype=torch.int32)
+    token_plan = bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(rows, cols, -128, 127, "f32", "s8"))
+    token_args = bn.QuantizePerTokenArgs(tokens, scales, zps, torch.empty(rows, cols, device="cuda",
+                                                                          dtype=torch.int8))
+    return {
+        "QuantizePerTensorPlan.run (4096, torch)": host_us(lambda: plan.run(args)),
+        "QuantizePerTokenPlan.run (16x256, torch)": host_us(lambda: token_plan.run(token_args)),
+        "quantize_per_tensor() (4096, torch)": host_us(lambda: bn.quantize_per_tensor(small, 0.02, 3)),
+        "quantize_per_token() (16x256, torch)": host_us(lambda: bn.quantize_per_token(tokens, scales, zps)),
+        "torch.quantize_per_tensor (4096)": host_us(lambda: torch.quantize_per_tensor(small, 0.02, 3, torch.qint8)),
+        "torch.fake_quantize_per_tensor_affine (4096)": host_us(
+            lambda: torch.fake_quantize_per_tensor_affine(small, 0.02, 3, -128, 127)),
+    }
+
+
+def markdown(bench: Bench, host: dict[str, float], device: str, n: int) -> str:
+    lines = [f"device: {device}; n = {n} elements; device-to-device copy: {bench.copy_gbs:.0f} GB/s", "",
+             "| family | op | dtype | GB/s | % of copy | PyTorch op | PyTorch GB/s | ratio |",
+             "|---|---|---|---:|---:|---|---:|---:|"]
+    for r in bench.rows:
+        torch_cols = (f"{r['torch_op']} | {r['torch_GB/s']:.0f} | {r['ratio']:.2f}x" if "torch_op" in r else " | | ")
+        lines.append(f"| {r['family']} | {r['op']} | {r['dtype']} | {r['GB/s']:.0f} | {r['pct_copy']:.1f}% | "
+                     f"{torch_cols} |")
+    lines += ["", "| host time per call | us |", "|---|---:|"] + [f"| {k} | {v:.1f} |" for k, v in host.items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser.add_argument("--log2n", type=int, default=28)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--dtypes", nargs="+", default=["f32", "bf16", "f16", "f64"])
+    parser.add_argument("--only", nargs="+", default=["per_tensor", "per_channel", "per_token", "per_group", "host"])
+    parser.add_argument("--out", default="benchmarks/results")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("python -m benchmarks: needs a CUDA GPU and PyTorch with CUDA", file=sys.stderr)
+        return 2
+    n = 1 << args.log2n
+    bench = Bench(args.repeats)
+    bench.copy(n)
+    device = torch.cuda.get_device_name()
+    print(f"{device}: copy {bench.copy_gbs:.0f} GB/s (n = 2^{args.log2n})", flush=True)
+    if "per_tensor" in args.only:
+        per_tensor(bench, n, args.dtypes)
+    for family in ("per_channel", "per_token", "per_group"):
+        if family in args.only:
+            per_segment(bench, family, n, [d for d in args.dtypes if d in ("f32", "bf16")])
+    host = host_overhead() if "host" in args.only else {}
+    text = markdown(bench, host, device, n)
+    print("\n" + text)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.md").write_text(text)
+    (out / "bench.json").write_text(json.dumps({"device": device, "n": n, "copy_GB/s": bench.copy_gbs,
+                                                "rows": bench.rows, "host_us": host}, indent=1))
+    return 0
