@@ -14,7 +14,8 @@ from ..errors import InvalidOperand, InvalidProblem, problem_message
 from ..plans.base import Plan
 from ..vocabulary import ElementKind, element_kind
 
-__all__ = ["operand", "scale_operands", "select_plan", "resolve_dtype", "default_q_range", "output_operand", "clear_plan_cache"]
+__all__ = ["operand", "scale_operands", "select_plan", "resolve_dtype", "default_q_range", "output_operand",
+           "clear_plan_cache", "zeros_like_kind"]
 
 
 @functools.lru_cache(maxsize=1024)
