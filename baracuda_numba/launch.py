@@ -10,6 +10,7 @@ is called with NumPy arrays wrapped so that aliasing views are not copied apart.
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 import sys
 import threading
@@ -79,6 +80,7 @@ class KernelLauncher:
     def launch_values(self, blocks: int, threads: int, stream: int, values: Sequence[Any], device_id: int = 0) -> None:
         """Launch with the flat parameter values (see :func:`array_values`) already in order."""
         function = self._function(device_id)
+        _cu_launch_kernel = _driver().launch_kernel
         with self._lock:
             self._packer.pack_into(self._buffer, 0, *values)
             error = _cu_launch_kernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, self._params_address, None)
@@ -108,25 +110,32 @@ def array_values(ptr: int, nitems: int, itemsize: int) -> tuple[int, ...]:
 
 
 _CUDA_ERROR_INVALID_CONTEXT = 201
-if SIMULATOR:
-    _cu_launch_kernel = _cu_stream_synchronize = None
-else:
-    # The driver entry points through ctypes: about 1 us a call, against several for the
-    # generic argument conversion of cuda.bindings.
-    _libcuda = ctypes.CDLL("libcuda.so.1")
-    _cu_launch_kernel = _libcuda.cuLaunchKernel
-    _cu_launch_kernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-    _cu_launch_kernel.restype = ctypes.c_int
-    _cu_stream_synchronize = _libcuda.cuStreamSynchronize
-    _cu_stream_synchronize.argtypes = [ctypes.c_void_p]
-    _cu_stream_synchronize.restype = ctypes.c_int
+
+
+class _Driver:
+    """The two driver entry points of the hot path, through ctypes (about 1 us a call, against
+    several for cuda.bindings' generic argument conversion); loaded on first use."""
+
+    def __init__(self) -> None:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+        self.launch_kernel = libcuda.cuLaunchKernel
+        self.launch_kernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        self.launch_kernel.restype = ctypes.c_int
+        self.stream_synchronize = libcuda.cuStreamSynchronize
+        self.stream_synchronize.argtypes = [ctypes.c_void_p]
+        self.stream_synchronize.restype = ctypes.c_int
+
+
+@functools.cache
+def _driver() -> _Driver:
+    return _Driver()
 
 
 def synchronize(stream: int) -> None:
     """Wait for ``stream`` (a raw handle) on the host."""
     if SIMULATOR:
         return
-    error = _cu_stream_synchronize(stream)
+    error = _driver().stream_synchronize(stream)
     if error:
         raise BaracudaError(f"cuStreamSynchronize failed with CUresult {error}")
 

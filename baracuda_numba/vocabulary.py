@@ -47,17 +47,10 @@ class ElementKind(enum.Enum):
     def short(self) -> str:
         return self.value
 
-    @property
-    def is_float(self) -> bool:
-        return self in _FLOATS
-
-    @property
-    def is_integer(self) -> bool:
-        return self in _INT_RANGES
-
-    @property
-    def itemsize(self) -> int:
-        return _ITEMSIZE[self]
+    # is_float, is_integer and itemsize are plain attributes, set below: they sit on the launch path.
+    is_float: bool
+    is_integer: bool
+    itemsize: int
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -117,6 +110,11 @@ _NUMPY = {
     ElementKind.FP8_E5M2: np.dtype(ml_dtypes.float8_e5m2),
 }
 _BY_NUMPY = {dt: kind for kind, dt in _NUMPY.items()}
+for _kind in ElementKind:
+    _kind.is_float = _kind in _FLOATS
+    _kind.is_integer = _kind in _INT_RANGES
+    _kind.itemsize = _ITEMSIZE.get(_kind, 0)  # 0: sub-byte (S4 / U4)
+del _kind
 _BY_NAME = {
     **{kind.value: kind for kind in ElementKind},
     **{kind.name.lower(): kind for kind in ElementKind},

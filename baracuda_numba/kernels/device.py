@@ -13,6 +13,8 @@ unsigned integers (Numba types that mix as float64).
   NaN kept quiet with its sign).
 - ``bits_to_s8(w)`` / ``bits_to_u8(w)``: the low byte as a signed / unsigned integer (int64).
 - ``int_to_bits(q)``: an integral float to its two's-complement bits (uint64, not masked).
+- ``reciprocal(x)``: ``1 / x`` correctly rounded in the precision of ``x`` (``rcp.rn``: the same
+  bits as an IEEE division, fewer instructions).
 - ``load_u64x2(words, c)`` / ``store_u64x2(words, c, lo, hi)``: words ``2c`` and ``2c + 1`` of a
   uint64 array as one 16-byte access (``ld/st.global.v2.u64``; numba never emits these itself).
 """
@@ -38,6 +40,7 @@ __all__ = [
     "int_to_bits",
     "load_u64x2",
     "store_u64x2",
+    "reciprocal",
 ]
 
 if SIMULATOR:
@@ -83,6 +86,9 @@ if SIMULATOR:
     def int_to_bits(q):
         return np.uint64(int(q) & 0xFFFFFFFFFFFFFFFF)
 
+    def reciprocal(x):
+        return type(x)(1.0) / x
+
     def load_u64x2(words, c):
         return words[2 * c], words[2 * c + 1]
 
@@ -110,6 +116,19 @@ else:
 
         # libdevice's rint (cvt.rni): NVVM rejects llvm.rint / llvm.nearbyint.
         name = "__nv_rint" if x == types.float64 else "__nv_rintf"
+
+        def codegen(context, builder, sig, args):
+            llty = args[0].type
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(llty, [llty]), name)
+            return builder.call(fn, [args[0]])
+
+        return x(x), codegen
+
+    @intrinsic
+    def reciprocal(typingctx, x):
+        if not isinstance(x, types.Float):
+            return None
+        name = "__nv_drcp_rn" if x == types.float64 else "__nv_frcp_rn"
 
         def codegen(context, builder, sig, args):
             llty = args[0].type

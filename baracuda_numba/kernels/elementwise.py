@@ -134,7 +134,8 @@ class ElementwiseKernel:
     """An elementwise kernel specialised for one key, and what a launcher must know about it.
 
     Argument order: ``a_words, a_elems, b_words, b_elems, out_words, out_elems, scales, zero_points,
-    n, nchunks, seg_len, channels, inv, scale, zero_point, q_min, q_max``. A ``*_words`` array
+    n, nchunks, seg_len, channels, step_q, step_r, inv, scale, zero_point, q_min, q_max``, where
+    ``(step_q, step_r) = divmod(gridsize * G, seg_len)`` (``step_q`` modulo ``channels`` in channel mode). A ``*_words`` array
     is the operand viewed as chunks (uint64 pairs for 16-byte chunks), ``*_elems`` as unsigned elements.
     """
 
@@ -226,10 +227,12 @@ def elementwise_kernel(
 
     reads_zero_points = op is not ElementwiseOp.DEQUANTIZE_BACKWARD
 
+    reciprocal = device.reciprocal
+
     @cuda.jit(device=True, inline="always")
     def segment_params(scales, zero_points, s):
         sc = scales[s]
-        inv = one / sc if sc != zero else zero
+        inv = reciprocal(sc) if sc != zero else zero
         return inv, sc, (M(zero_points[s]) if reads_zero_points else zero)
 
     @cuda.jit(device=True, inline="always")
@@ -241,10 +244,23 @@ def elementwise_kernel(
         return s, pos
 
     @cuda.jit(device=True, inline="always")
+    def advance(s, pos, step_q, step_r, seg_len, channels):
+        """Move ``(segment, position)`` forward by ``step_q * seg_len + step_r`` elements
+        (``step_q`` already reduced modulo ``channels`` in channel mode): no division."""
+        pos += step_r
+        s += step_q
+        if pos >= seg_len:
+            pos -= seg_len
+            s += 1
+        if channels_mode and s >= channels:
+            s -= channels
+        return s, pos
+
+    @cuda.jit(device=True, inline="always")
     def lane(lo, hi, bit):
         return (lo if bit < 64 else hi) >> u64(bit % 64)
 
-    def kernel(aw, ae, bw, be, ow, oe, scales, zero_points, n, nchunks, seg_len, channels,
+    def kernel(aw, ae, bw, be, ow, oe, scales, zero_points, n, nchunks, seg_len, channels, step_q, step_r,
                inv0, scale0, zp0, q_min, q_max):
         start = cuda.grid(1)
         stride = cuda.gridsize(1)
@@ -253,6 +269,10 @@ def elementwise_kernel(
         b_lo = cuda.local.array(unroll, np.uint64)
         b_hi = cuda.local.array(unroll, np.uint64)
         inv, sc, zp = inv0, scale0, zp0
+        # Segment of this thread's next chunk, tracked incrementally (one division per thread).
+        seg, seg_pos = 0, 0
+        if not scalar:
+            seg, seg_pos = segment_of(start * G, seg_len, channels)
         for base in range(start, nchunks, stride * unroll):
             for k in range(unroll):
                 c = base + k * stride
@@ -263,10 +283,10 @@ def elementwise_kernel(
             for k in range(unroll):
                 c = base + k * stride
                 if c < nchunks:
-                    s, pos = 0, 0
+                    s, pos = seg, seg_pos
                     if not scalar:
-                        s, pos = segment_of(c * G, seg_len, channels)
                         inv, sc, zp = segment_params(scales, zero_points, s)
+                        seg, seg_pos = advance(seg, seg_pos, step_q, step_r, seg_len, channels)
                     o_lo, o_hi = word_zero, word_zero
                     for j in range(G):
                         if per_element_params and j > 0:
@@ -306,7 +326,7 @@ def elementwise_kernel(
 
     signature = (
         f"void({views(a)}, {views(b_elem)}, {views(out)}, {m}[::1], int32[::1], "
-        f"int64, int64, int64, int64, {m}, {m}, {m}, {m}, {m})"
+        f"int64, int64, int64, int64, int64, int64, {m}, {m}, {m}, {m}, {m})"
     )
     kernel.__name__ = f"{op.value}_{a.short}_{b_elem.short}_{out.short}_{mode.value}"
     kernel.__qualname__ = kernel.__name__

@@ -17,7 +17,7 @@ from .. import registry
 from ..arrays import Operand, adapt, finish, require_contiguous, scalar_value
 from ..errors import BaracudaError, InvalidProblem, Unsupported, WorkspaceTooSmall, problem_message
 from ..kernels.codecs import math_type
-from ..kernels.elementwise import UNROLL, chunk_elements, chunk_view_itemsize
+from ..kernels.elementwise import UNROLL, ScaleMode, chunk_elements, chunk_view_itemsize
 from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, KernelSku, PlanPreference, PrecisionGuarantee, QuantizeKind, element_kind
@@ -205,13 +205,13 @@ class ElementwisePlan(Plan):
         self._n = self._numel()
         self._elements = (entry.a, entry.b or entry.a, entry.out)
         self._alignments = tuple(min(G * e.itemsize, 16) for e in self._elements)
-        self._launcher = KernelLauncher(kernel.compiled, 8, (np.int64,) * 4 + (M,) * 5)
-        self._blocks: dict[tuple[int, int], int] = {}
+        self._launcher = KernelLauncher(kernel.compiled, 8, (np.int64,) * 6 + (M,) * 5)
+        self._geometry_cache: dict[tuple[int, int], tuple[int, int, int]] = {}
         self._empty_scales = ArrayArg(0, 0, np.dtype(M).itemsize, np.zeros(0, M))
         self._empty_zero_points = ArrayArg(0, 0, 4, np.zeros(0, np.int32))
         if not SIMULATOR:
             kernel.compiled()
-            self._template = self._values((0, 0, 0, 0, 0), self._n // G, (0,) * 5)
+            self._template = self._values((0, 0, 0, 0, 0), self._n // G, (0, 0), (0,) * 5)
 
     def _uniform_chunk(self) -> bool:
         return True
@@ -251,7 +251,7 @@ class ElementwisePlan(Plan):
         """``(seg_len, channels)`` of the scale indexing (unused for a scalar scale)."""
         return 1, 1
 
-    def _values(self, pointers: tuple[int, ...], nchunks: int, scalars: tuple) -> list:
+    def _values(self, pointers: tuple[int, ...], nchunks: int, steps: tuple[int, int], scalars: tuple) -> list:
         """Every kernel parameter value, in order, for operands at ``pointers`` (a, b, out, scales,
         zero_points) on a GPU."""
         G, n = self._chunk, self._n
@@ -263,18 +263,25 @@ class ElementwisePlan(Plan):
         n_segments = self._segment_count()
         values += array_values(pointers[3], n_segments, np.dtype(self._math).itemsize)
         values += array_values(pointers[4], n_segments, 4)
-        values += (n, nchunks, *self._segments(), *scalars)
+        values += (n, nchunks, *self._segments(), *steps, *scalars)
         return values
 
     def _segment_count(self) -> int:
         return 0
 
-    def _grid(self, nchunks: int, device_id: int) -> int:
-        blocks = self._blocks.get((device_id, nchunks))
-        if blocks is None:
+    def _geometry(self, nchunks: int, device_id: int) -> tuple[int, int, int]:
+        """``(blocks, step_q, step_r)``: the grid, and how far one grid stride moves in segments."""
+        geometry = self._geometry_cache.get((device_id, nchunks))
+        if geometry is None:
+            policy = self.entry.policy
             work = max(-(-nchunks // UNROLL), self._n - nchunks * self._chunk)
-            blocks = self._blocks[(device_id, nchunks)] = self.entry.policy.blocks(work, sm_count(device_id))
-        return blocks
+            blocks = policy.blocks(work, sm_count(device_id))
+            seg_len, channels = self._segments()
+            step_q, step_r = divmod(blocks * policy.threads_per_block * self._chunk, seg_len)
+            if self.entry.mode is ScaleMode.CHANNELS:
+                step_q %= channels
+            geometry = self._geometry_cache[(device_id, nchunks)] = (blocks, step_q, step_r)
+        return geometry
 
     def _launch(self, bound: _Bound, stream: Any) -> None:
         if self._n == 0:
@@ -292,16 +299,19 @@ class ElementwisePlan(Plan):
             al_a, al_b, al_o = self._alignments
             if a.ptr % al_a == 0 and b.ptr % al_b == 0 and out.ptr % al_o == 0:
                 nchunks = self._n // self._chunk
+                blocks, step_q, step_r = self._geometry(nchunks, a.device_id)
                 values = self._template.copy()
                 values[4] = values[11] = a.ptr
                 values[18] = values[25] = b.ptr
                 values[32] = values[39] = out.ptr
                 values[46], values[53] = s_ptr, z_ptr
-                values[60:65] = bound.scalars
+                values[60], values[61] = step_q, step_r
+                values[62:67] = bound.scalars
             else:  # an operand off its chunk alignment: every element through the element path
                 nchunks = 0
-                values = self._values((a.ptr, b.ptr, out.ptr, s_ptr, z_ptr), 0, bound.scalars)
-            self._launcher.launch_values(self._grid(nchunks, a.device_id), threads, handle, values, a.device_id)
+                blocks, step_q, step_r = self._geometry(nchunks, a.device_id)
+                values = self._values((a.ptr, b.ptr, out.ptr, s_ptr, z_ptr), 0, (step_q, step_r), bound.scalars)
+            self._launcher.launch_values(blocks, threads, handle, values, a.device_id)
         if a.on_host or b.on_host or out.on_host:
             synchronize(handle)
             finish(out)
@@ -314,8 +324,9 @@ class ElementwisePlan(Plan):
         scales = (self._empty_scales if scale is None else ArrayArg(0, scale.size, scale.element.itemsize, scale.host),
                   self._empty_zero_points if zero_point is None else ArrayArg(0, zero_point.size, 4, zero_point.host))
         arrays = (*_views(a, n, nchunks, G), *_views(b, n, nchunks, G), *_views(out, n, nchunks, G), *scales)
-        self._launcher.launch(self._grid(nchunks, 0), threads, 0, arrays,
-                              (n, nchunks, *self._segments(), *bound.scalars))
+        blocks, step_q, step_r = self._geometry(nchunks, 0)
+        self._launcher.launch(blocks, threads, 0, arrays, (n, nchunks, *self._segments(), step_q, step_r,
+                                                           *bound.scalars))
 
 
 class ArrayScalePlan(ElementwisePlan):
