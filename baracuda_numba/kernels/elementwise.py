@@ -135,7 +135,8 @@ class ElementwiseKernel:
 
     Argument order: ``a_words, a_elems, b_words, b_elems, out_words, out_elems, scales, zero_points,
     n, nchunks, seg_len, channels, step_q, step_r, inv, scale, zero_point, q_min, q_max``, where
-    ``(step_q, step_r) = divmod(gridsize * G, seg_len)`` (``step_q`` modulo ``channels`` in channel mode). A ``*_words`` array
+    ``(step_q, step_r) = divmod(gridsize * G, seg_len)`` (``step_q`` modulo ``channels`` in channel
+    mode). A ``*_words`` array
     is the operand viewed as chunks (uint64 pairs for 16-byte chunks), ``*_elems`` as unsigned elements.
     """
 
@@ -220,7 +221,7 @@ def elementwise_kernel(
     scalar = mode is ScaleMode.SCALAR
     channels_mode = mode is ScaleMode.CHANNELS
     per_element_params = not scalar and not uniform_chunk
-    one, zero = M(1.0), M(0.0)
+    zero = M(0.0)
     word_zero = np.uint64(0)
     u64 = np.uint64
     unroll = UNROLL
