@@ -269,6 +269,11 @@ def elementwise_kernel(
         a_hi = cuda.local.array(unroll, np.uint64)
         b_lo = cuda.local.array(unroll, np.uint64)
         b_hi = cuda.local.array(unroll, np.uint64)
+        k_inv = cuda.local.array(unroll, M)
+        k_scale = cuda.local.array(unroll, M)
+        k_zp = cuda.local.array(unroll, M)
+        k_seg = cuda.local.array(unroll, np.int64)
+        k_pos = cuda.local.array(unroll, np.int64)
         inv, sc, zp = inv0, scale0, zp0
         # Segment of this thread's next chunk, tracked incrementally (one division per thread).
         seg, seg_pos = 0, 0
@@ -281,13 +286,17 @@ def elementwise_kernel(
                     a_lo[k], a_hi[k] = a_load(aw, c)
                     if has_b:
                         b_lo[k], b_hi[k] = b_load(bw, c)
+                    if not scalar:  # the chunk's scale loads overlap the data loads
+                        k_seg[k], k_pos[k] = seg, seg_pos
+                        k_inv[k], k_scale[k], k_zp[k] = segment_params(scales, zero_points, seg)
+                        seg, seg_pos = advance(seg, seg_pos, step_q, step_r, seg_len, channels)
             for k in range(unroll):
                 c = base + k * stride
                 if c < nchunks:
-                    s, pos = seg, seg_pos
+                    s, pos = 0, 0
                     if not scalar:
-                        inv, sc, zp = segment_params(scales, zero_points, s)
-                        seg, seg_pos = advance(seg, seg_pos, step_q, step_r, seg_len, channels)
+                        s, pos = k_seg[k], k_pos[k]
+                        inv, sc, zp = k_inv[k], k_scale[k], k_zp[k]
                     o_lo, o_hi = word_zero, word_zero
                     for j in range(G):
                         if per_element_params and j > 0:
