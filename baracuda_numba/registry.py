@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .errors import Unsupported
+from .kernels.dynamic import DynamicKernels, dynamic_kernels
 from .kernels.elementwise import ElementwiseKernel, ElementwiseOp, ScaleMode, elementwise_kernel
 from .platform import SIMULATOR
 from .vocabulary import (
@@ -25,7 +26,7 @@ from .vocabulary import (
     QuantizeKind,
 )
 
-__all__ = ["LaunchPolicy", "RegistryEntry", "lookup", "entries", "FLOAT_ELEMENTS", "INT_ELEMENTS"]
+__all__ = ["LaunchPolicy", "RegistryEntry", "DynamicRangeEntry", "lookup", "entries", "FLOAT_ELEMENTS", "INT_ELEMENTS"]
 
 FLOAT_ELEMENTS = (ElementKind.F32, ElementKind.F64, ElementKind.F16, ElementKind.BF16)
 INT_ELEMENTS = (ElementKind.S8, ElementKind.U8)
@@ -66,10 +67,40 @@ class RegistryEntry:
     def key(self) -> tuple[QuantizeKind, ElementKind, ElementKind]:
         return (self.kind, self.input_element, self.output_element)
 
+    @property
+    def kernel_name(self) -> str:
+        return self.op.value
+
+    @property
+    def scales(self) -> str:
+        return self.mode.value
+
     def kernel(self, uniform_chunk: bool = True) -> ElementwiseKernel:
         """The kernel specialisation (built once per key; compiled on first launch)."""
         return elementwise_kernel(self.op, self.a, self.b, self.out, self.sku.precision_guarantee.math_precision,
                                   self.mode, uniform_chunk or self.mode is ScaleMode.SCALAR)
+
+
+@dataclass(frozen=True)
+class DynamicRangeEntry:
+    """Dynamic-range quantize: range reductions (``kernels``) then the elementwise ``quantize``
+    kernel of the matching granularity (``quantizer``)."""
+
+    kind: QuantizeKind
+    input_element: ElementKind
+    output_element: ElementKind
+    sku: KernelSku
+    policy: LaunchPolicy
+    kernel_name: str = "dynamic_range"
+    scales: str = "runtime"
+
+    @property
+    def key(self) -> tuple[QuantizeKind, ElementKind, ElementKind]:
+        return (self.kind, self.input_element, self.output_element)
+
+    def kernels(self, symmetric: bool) -> DynamicKernels:
+        return dynamic_kernels(self.input_element, self.output_element,
+                               self.sku.precision_guarantee.math_precision, symmetric)
 
 
 def _sku(kind: QuantizeKind, element: ElementKind, aux: ElementKind | None) -> KernelSku:
@@ -119,18 +150,25 @@ def _elementwise_entries() -> Iterator[RegistryEntry]:
                                     role[a], role[b], role[out], mode, ELEMENTWISE_POLICY)
 
 
+def _dynamic_entries() -> Iterator[DynamicRangeEntry]:
+    for f in FLOAT_ELEMENTS:
+        for i in INT_ELEMENTS:
+            yield DynamicRangeEntry(QuantizeKind.DYNAMIC_RANGE, f, i, _sku(QuantizeKind.DYNAMIC_RANGE, f, i),
+                                    ELEMENTWISE_POLICY)
+
+
 @functools.cache
-def _table() -> dict[tuple[QuantizeKind, ElementKind, ElementKind], RegistryEntry]:
-    return {entry.key: entry for entry in _elementwise_entries()}
+def _table() -> dict[tuple[QuantizeKind, ElementKind, ElementKind], RegistryEntry | DynamicRangeEntry]:
+    return {entry.key: entry for entry in (*_elementwise_entries(), *_dynamic_entries())}
 
 
-def entries() -> tuple[RegistryEntry, ...]:
+def entries() -> tuple[RegistryEntry | DynamicRangeEntry, ...]:
     """Every registered entry, in registration order."""
     return tuple(_table().values())
 
 
 def lookup(kind: QuantizeKind, input_element: ElementKind, output_element: ElementKind,
-           where: str | None = None) -> RegistryEntry:
+           where: str | None = None) -> RegistryEntry | DynamicRangeEntry:
     """The entry for this key, or :class:`Unsupported` listing what ``kind`` has.
 
     ``where`` names the caller (a plan) in the error message.

@@ -172,6 +172,45 @@ def per_segment(bench: Bench, family: str, n: int, dtypes: list[str]) -> None:
         torch.cuda.empty_cache()
 
 
+def dynamic(bench: Bench, n: int, host: dict[str, float]) -> None:
+    """Dynamic-range quantize against eager and compiled PyTorch compositions."""
+    cols = 4096
+    rows = n // cols
+    x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
+
+    def torch_token(x):
+        scale = x.float().abs().amax(dim=1, keepdim=True) / 127
+        return torch.clamp(torch.round(x.float() / scale), -127, 127).to(torch.int8), scale
+
+    def torch_tensor(x):
+        scale = x.float().abs().amax() / 127
+        return torch.clamp(torch.round(x.float() / scale), -127, 127).to(torch.int8), scale
+
+    compiled_token = torch.compile(torch_token)
+    compiled_tensor = torch.compile(torch_tensor)
+    nbytes = 3 * n  # bf16 in, int8 out
+    bench.add("dynamic", "token[symmetric]", "bf16", nbytes, lambda: bn.dynamic_range_quantize(x),
+              lambda: compiled_token(x), "torch.compile(amax/round/clamp)")
+    bench.add("dynamic", "token[symmetric]", "bf16", nbytes, lambda: bn.dynamic_range_quantize(x),
+              lambda: torch_token(x), "eager amax/round/clamp")
+    bench.add("dynamic", "token[asymmetric]", "bf16", nbytes,
+              lambda: bn.dynamic_range_quantize(x, mode="asymmetric"))
+    bench.add("dynamic", "group128[symmetric]", "bf16", nbytes,
+              lambda: bn.dynamic_range_quantize(x, scope="group", group_size=128))
+    bench.add("dynamic", "tensor[symmetric]", "bf16", nbytes, lambda: bn.dynamic_range_quantize(x, scope="tensor"),
+              lambda: compiled_tensor(x), "torch.compile(amax/round/clamp)")
+    bench.add("dynamic", "channel0[symmetric]", "bf16", nbytes,
+              lambda: bn.dynamic_range_quantize(x, scope="channel", axis=1))
+    x = None  # free the 512 MiB before the small problems
+    torch.cuda.empty_cache()
+    for tokens in (1, 16):
+        small = torch.randn(tokens, cols, device="cuda", dtype=torch.bfloat16)
+        host[f"dynamic_range_quantize() ({tokens}x4096 bf16)"] = host_us(lambda s=small: bn.dynamic_range_quantize(s),
+                                                                         500)
+        host[f"eager torch composition ({tokens}x4096 bf16)"] = host_us(lambda s=small: torch_token(s), 500)
+        host[f"torch.compile composition ({tokens}x4096 bf16)"] = host_us(lambda s=small: compiled_token(s), 500)
+
+
 def host_overhead() -> dict[str, float]:
     small = torch.randn(4096, device="cuda")
     small_q = torch.empty(4096, device="cuda", dtype=torch.int8)
@@ -212,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log2n", type=int, default=28)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--dtypes", nargs="+", default=["f32", "bf16", "f16", "f64"])
-    parser.add_argument("--only", nargs="+", default=["per_tensor", "per_channel", "per_token", "per_group", "host"])
+    parser.add_argument("--only", nargs="+",
+                        default=["per_tensor", "per_channel", "per_token", "per_group", "dynamic", "host"])
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -229,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         if family in args.only:
             per_segment(bench, family, n, [d for d in args.dtypes if d in ("f32", "bf16")])
     host = host_overhead() if "host" in args.only else {}
+    if "dynamic" in args.only:
+        dynamic(bench, n, host)
     text = markdown(bench, host, device, n)
     print("\n" + text)
     out = Path(args.out)

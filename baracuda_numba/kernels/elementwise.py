@@ -37,8 +37,8 @@ from ..vocabulary import ElementKind, MathPrecision
 from . import device
 from .codecs import codec, math_type
 
-__all__ = ["CHUNK_BYTES", "UNROLL", "chunk_elements", "ElementwiseOp", "ScaleMode", "ElementwiseKernel",
-           "elementwise_kernel"]
+__all__ = ["CHUNK_BYTES", "UNROLL", "chunk_elements", "chunk_io", "chunk_view_itemsize", "op_functions",
+           "uint_name", "ElementwiseOp", "ScaleMode", "ElementwiseKernel", "elementwise_kernel"]
 
 CHUNK_BYTES = 16  # bytes per chunk of the widest operand
 UNROLL = 2  # chunks each thread loads before computing
@@ -72,7 +72,7 @@ class ScaleMode(enum.Enum):
 
 
 @functools.cache
-def _op_functions(precision: MathPrecision) -> dict[ElementwiseOp, Any]:
+def op_functions(precision: MathPrecision) -> dict[ElementwiseOp, Any]:
     """The per-element math of every op, as device functions in one math precision."""
     M = math_type(precision)
     one, zero = M(1.0), M(0.0)
@@ -164,7 +164,8 @@ class ElementwiseKernel:
 _COMPILE_LOCK = threading.RLock()
 
 
-def _uint(itemsize: int) -> str:
+def uint_name(itemsize: int) -> str:
+    """The numba name of the unsigned integer of ``itemsize`` bytes."""
     return f"uint{8 * itemsize}"
 
 
@@ -174,7 +175,7 @@ def chunk_view_itemsize(chunk_bytes: int) -> int:
 
 
 @functools.cache
-def _chunk_io(chunk_bytes: int):
+def chunk_io(chunk_bytes: int):
     """``load(view, c) -> (lo, hi)`` and ``store(view, c, lo, hi)`` for one chunk width."""
     if chunk_bytes == 16:
         return device.load_u64x2, device.store_u64x2
@@ -208,15 +209,15 @@ def elementwise_kernel(
     are read once per chunk.
     """
     M = math_type(precision)
-    compute = _op_functions(precision)[op]
+    compute = op_functions(precision)[op]
     G = chunk_elements(a, b, out)
     a_codec, out_codec = codec(a, precision), codec(out, precision)
     b_codec = codec(b, precision) if b is not None else a_codec
     has_b = b is not None
     a_bits, b_bits, o_bits = 8 * a.itemsize, 8 * (b or a).itemsize, 8 * out.itemsize
-    a_load, _ = _chunk_io(G * a.itemsize)
-    b_load, _ = _chunk_io(G * (b or a).itemsize)
-    _, o_store = _chunk_io(G * out.itemsize)
+    a_load, _ = chunk_io(G * a.itemsize)
+    b_load, _ = chunk_io(G * (b or a).itemsize)
+    _, o_store = chunk_io(G * out.itemsize)
     a_decode, b_decode, o_encode = a_codec.decode, b_codec.decode, out_codec.encode
     scalar = mode is ScaleMode.SCALAR
     channels_mode = mode is ScaleMode.CHANNELS
@@ -332,7 +333,7 @@ def elementwise_kernel(
     b_elem = b or a
 
     def views(element: ElementKind) -> str:
-        return f"{_uint(chunk_view_itemsize(G * element.itemsize))}[::1], {_uint(element.itemsize)}[::1]"
+        return f"{uint_name(chunk_view_itemsize(G * element.itemsize))}[::1], {uint_name(element.itemsize)}[::1]"
 
     signature = (
         f"void({views(a)}, {views(b_elem)}, {views(out)}, {m}[::1], int32[::1], "

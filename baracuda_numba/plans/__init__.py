@@ -1,9 +1,11 @@
 """Plans: one class per baracuda-kernels plan, with its Descriptor and Args."""
 
 from .base import Plan, Verdict
+from .dynamic import *  # noqa: F403
+from .dynamic import __all__ as _dynamic
 from .per_axis import *  # noqa: F403
 from .per_axis import __all__ as _per_axis
 from .per_tensor import *  # noqa: F403
 from .per_tensor import __all__ as _per_tensor
 
-__all__ = ["Plan", "Verdict", *_per_tensor, *_per_axis]
+__all__ = ["Plan", "Verdict", *_per_tensor, *_per_axis, *_dynamic]

@@ -323,7 +323,8 @@ class ElementwisePlan(Plan):
         scale, zero_point = bound.scale_operands or (None, None)
         scales = (self._empty_scales if scale is None else ArrayArg(0, scale.size, scale.element.itemsize, scale.host),
                   self._empty_zero_points if zero_point is None else ArrayArg(0, zero_point.size, 4, zero_point.host))
-        arrays = (*_views(a, n, nchunks, G), *_views(b, n, nchunks, G), *_views(out, n, nchunks, G), *scales)
+        arrays = (*chunk_views(a, n, nchunks, G), *chunk_views(b, n, nchunks, G), *chunk_views(out, n, nchunks, G),
+                  *scales)
         blocks, step_q, step_r = self._geometry(nchunks, 0)
         self._launcher.launch(blocks, threads, 0, arrays, (n, nchunks, *self._segments(), step_q, step_r,
                                                            *bound.scalars))
@@ -360,13 +361,25 @@ class ArrayScalePlan(ElementwisePlan):
         return scale, zero_point
 
 
-def _views(op: Operand, n: int, nchunks: int, G: int) -> tuple[ArrayArg, ArrayArg]:
-    """Simulator views of a flat operand: its chunks (``nchunks`` of ``G`` elements) and its elements."""
+def chunk_views(op: Operand, n: int, nchunks: int, G: int) -> tuple[ArrayArg, ArrayArg]:
+    """A flat operand as kernel arguments: its chunks (``nchunks`` of ``G`` elements) and its elements."""
     itemsize = op.element.itemsize
     word = chunk_view_itemsize(G * itemsize)
+    words = nchunks * G * itemsize // word
+    if not SIMULATOR:
+        return ArrayArg(op.ptr, words, word), ArrayArg(op.ptr, n, itemsize)
     host = op.host
-    return (ArrayArg(0, nchunks * G * itemsize // word, word, host[: nchunks * G].view(f"u{word}")),
+    return (ArrayArg(0, words, word, host[: nchunks * G].view(f"u{word}")),
             ArrayArg(0, n, itemsize, host.view(f"u{itemsize}")))
+
+
+def typed_view(op: Operand, dtype: Any, count: int | None = None) -> ArrayArg:
+    """``op``'s memory as a flat array of ``dtype`` (``count`` items, default: all that fit)."""
+    dtype = np.dtype(dtype)
+    if count is None:
+        count = op.size * op.element.itemsize // dtype.itemsize
+    host = None if not SIMULATOR else op.host.view(np.uint8)[: count * dtype.itemsize].view(dtype)
+    return ArrayArg(op.ptr, count, dtype.itemsize, host)
 
 
 def checked_scale(plan: str, scale: Any, M: type) -> tuple[Any, Any]:

@@ -1,0 +1,282 @@
+"""Dynamic-range quantization: range reductions and the fused per-segment kernel.
+
+The range of a segment is ``hi = max(0, max x)`` and ``lo = min(0, min x)`` (asymmetric) or
+``hi = max |x|`` (symmetric), over the finite elements only (NaN and +-inf are left out of the
+range and then quantized by the usual rules). Min and max are exact, so every reduction order
+gives the same bits: the kernels are deterministic without atomics.
+
+Parameters from the range (math precision ``M``, ``tiny`` its smallest normal number):
+
+- symmetric: ``scale = hi / (q_max - zp)`` (1 when ``hi == 0``), ``zp = zp_sym`` (0 for a signed
+  range, the mid-range point for an unsigned one);
+- asymmetric (torchao ASYMMETRIC): ``scale = (hi - lo) / (q_max - q_min)`` (1 when 0),
+  ``zp = clamp(q_min - rint(lo / scale), q_min, q_max)``;
+
+then ``scale = max(scale, tiny)`` so that ``1 / scale`` stays finite. Quantization itself is the
+elementwise ``quantize`` of :mod:`.elementwise`, bit for bit.
+
+Kernels:
+
+- ``segment_kernel``: contiguous segments (per token, per group, per channel when the channel axis
+  is the first): a block takes ``TPB // tps`` segments at a time, ``tps`` threads each, reduces in
+  shared memory, writes the segment's scale / zero point, then quantizes the (cached) segment.
+Array parameters come first in every kernel (the launcher's convention).
+
+- ``partial_kernel`` + ``finalize_kernel``: the whole tensor (per-block partial ranges, then one block).
+- ``column_partial_kernel`` + ``channel_finalize_kernel``: channels of a ``[outer, C, inner]`` view.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from numba import cuda
+
+from ..platform import SIMULATOR
+from ..vocabulary import ElementKind, MathPrecision
+from . import device
+from .codecs import codec, math_type
+from .elementwise import (
+    ElementwiseKernel,
+    ElementwiseOp,
+    chunk_elements,
+    chunk_io,
+    chunk_view_itemsize,
+    op_functions,
+    uint_name,
+)
+
+__all__ = ["TPB", "DynamicKernels", "dynamic_kernels"]
+
+TPB = 32 if SIMULATOR else 256  # threads per block of the reduction kernels
+
+
+@dataclass(frozen=True)
+class DynamicKernels:
+    """The kernels of one (input, output, precision, mode) combination, compiled on first use."""
+
+    segment: ElementwiseKernel
+    partial: ElementwiseKernel
+    finalize: ElementwiseKernel
+    column_partial: ElementwiseKernel
+    channel_finalize: ElementwiseKernel
+    chunk: int
+
+
+def _kernel(py_func, name: str, signature: str, a: ElementKind, out: ElementKind, precision: MathPrecision,
+            chunk: int) -> ElementwiseKernel:
+    py_func.__name__ = py_func.__qualname__ = name
+    return ElementwiseKernel(py_func, signature, a, None, out, precision, chunk)
+
+
+@functools.cache
+def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, symmetric: bool) -> DynamicKernels:
+    M = math_type(precision)
+    G = chunk_elements(a, out)
+    zero, one = M(0.0), M(1.0)
+    inf = M(np.inf)
+    tiny = M(np.finfo(M).tiny)
+    u64 = np.uint64
+    word_zero = u64(0)
+    a_decode = codec(a, precision).decode
+    o_encode = codec(out, precision).encode
+    a_bits, o_bits = 8 * a.itemsize, 8 * out.itemsize
+    a_load, _ = chunk_io(G * a.itemsize)
+    _, o_store = chunk_io(G * out.itemsize)
+    quantize = op_functions(precision)[ElementwiseOp.QUANTIZE]
+    rint, reciprocal = device.rint, device.reciprocal
+    tpb = TPB
+
+    @cuda.jit(device=True, inline="always")
+    def accumulate(hi, lo, x):
+        if symmetric:
+            m = abs(x)
+            if m < inf and m > hi:
+                hi = m
+        elif x > -inf and x < inf:
+            if x > hi:
+                hi = x
+            if x < lo:
+                lo = x
+        return hi, lo
+
+    @cuda.jit(device=True, inline="always")
+    def combine(hi, lo, other_hi, other_lo):
+        return (other_hi if other_hi > hi else hi), (other_lo if other_lo < lo else lo)
+
+    @cuda.jit(device=True, inline="always")
+    def range_params(hi, lo, q_min, q_max, zp_sym):
+        """``(inv, scale, zero_point)`` of a segment whose range is ``[lo, hi]``."""
+        if symmetric:
+            scale = hi / (q_max - zp_sym) if hi > zero else one
+        else:
+            span = hi - lo
+            scale = span / (q_max - q_min) if span > zero else one
+        if scale < tiny:
+            scale = tiny
+        zp = zp_sym
+        if not symmetric:
+            zp = q_min - rint(lo / scale)
+            if zp < q_min:
+                zp = q_min
+            if zp > q_max:
+                zp = q_max
+        return reciprocal(scale), scale, zp
+
+    @cuda.jit(device=True, inline="always")
+    def lane(lo_word, hi_word, bit):
+        return (lo_word if bit < 64 else hi_word) >> u64(bit % 64)
+
+    @cuda.jit(device=True, inline="always")
+    def block_reduce(sh_hi, sh_lo, tid, lane_id, width_start):
+        """Tree reduction of ``sh_*[tid - lane_id : tid - lane_id + 2 * width_start]`` into its first slot."""
+        width = width_start
+        while width > 0:
+            if lane_id < width:
+                sh_hi[tid], sh_lo[tid] = combine(sh_hi[tid], sh_lo[tid], sh_hi[tid + width], sh_lo[tid + width])
+            cuda.syncthreads()
+            width //= 2
+
+    def segment_kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
+        tid = cuda.threadIdx.x
+        spb = tpb // tps
+        sub = tid // tps
+        lane_id = tid - sub * tps
+        sh_hi = cuda.shared.array(tpb, M)
+        sh_lo = cuda.shared.array(tpb, M)
+        sh_inv = cuda.shared.array(tpb, M)
+        sh_scale = cuda.shared.array(tpb, M)
+        sh_zp = cuda.shared.array(tpb, M)
+        for first in range(cuda.blockIdx.x * spb, nseg, cuda.gridDim.x * spb):
+            s = first + sub
+            hi, lo = zero, zero
+            if s < nseg:
+                # while loops: a range() with a run-time step costs a 64-bit division per loop
+                cc = lane_id
+                while cc < cps:
+                    w_lo, w_hi = a_load(xw, s * cps + cc)
+                    for j in range(G):
+                        hi, lo = accumulate(hi, lo, a_decode(lane(w_lo, w_hi, j * a_bits)))
+                    cc += tps
+                e = cps * G + lane_id
+                while e < seg_len:
+                    hi, lo = accumulate(hi, lo, a_decode(u64(xe[s * seg_len + e])))
+                    e += tps
+            sh_hi[tid] = hi
+            sh_lo[tid] = lo
+            cuda.syncthreads()
+            block_reduce(sh_hi, sh_lo, tid, lane_id, tps // 2)
+            if lane_id == 0 and s < nseg:
+                inv, sc, zp = range_params(sh_hi[tid], sh_lo[tid], q_min, q_max, zp_sym)
+                scales[s] = sc
+                zero_points[s] = np.int32(zp)
+                sh_inv[sub] = inv
+                sh_scale[sub] = sc
+                sh_zp[sub] = zp
+            cuda.syncthreads()
+            if s < nseg:
+                inv, sc, zp = sh_inv[sub], sh_scale[sub], sh_zp[sub]
+                cc = lane_id
+                while cc < cps:
+                    c = s * cps + cc
+                    w_lo, w_hi = a_load(xw, c)
+                    o_lo, o_hi = word_zero, word_zero
+                    for j in range(G):
+                        e = o_encode(quantize(a_decode(lane(w_lo, w_hi, j * a_bits)), zero, inv, sc, zp,
+                                              q_min, q_max))
+                        bit = j * o_bits
+                        if bit < 64:
+                            o_lo |= e << u64(bit)
+                        else:
+                            o_hi |= e << u64(bit - 64)
+                    o_store(qw, c, o_lo, o_hi)
+                    cc += tps
+                e = cps * G + lane_id
+                while e < seg_len:
+                    i = s * seg_len + e
+                    qe[i] = o_encode(quantize(a_decode(u64(xe[i])), zero, inv, sc, zp, q_min, q_max))
+                    e += tps
+            cuda.syncthreads()
+
+    def partial_kernel(xw, xe, partials, n, nchunks):
+        tid = cuda.threadIdx.x
+        sh_hi = cuda.shared.array(tpb, M)
+        sh_lo = cuda.shared.array(tpb, M)
+        start, stride = cuda.grid(1), cuda.gridsize(1)
+        hi, lo = zero, zero
+        for c in range(start, nchunks, stride):
+            w_lo, w_hi = a_load(xw, c)
+            for j in range(G):
+                hi, lo = accumulate(hi, lo, a_decode(lane(w_lo, w_hi, j * a_bits)))
+        for i in range(nchunks * G + start, n, stride):
+            hi, lo = accumulate(hi, lo, a_decode(u64(xe[i])))
+        sh_hi[tid] = hi
+        sh_lo[tid] = lo
+        cuda.syncthreads()
+        block_reduce(sh_hi, sh_lo, tid, tid, tpb // 2)
+        if tid == 0:
+            partials[2 * cuda.blockIdx.x] = sh_hi[0]
+            partials[2 * cuda.blockIdx.x + 1] = sh_lo[0]
+
+    def finalize_kernel(partials, scales, zero_points, nparts, q_min, q_max, zp_sym):
+        tid = cuda.threadIdx.x
+        sh_hi = cuda.shared.array(tpb, M)
+        sh_lo = cuda.shared.array(tpb, M)
+        hi, lo = zero, zero
+        for p in range(tid, nparts, tpb):
+            hi, lo = combine(hi, lo, partials[2 * p], partials[2 * p + 1])
+        sh_hi[tid] = hi
+        sh_lo[tid] = lo
+        cuda.syncthreads()
+        block_reduce(sh_hi, sh_lo, tid, tid, tpb // 2)
+        if tid == 0:
+            _, sc, zp = range_params(sh_hi[0], sh_lo[0], q_min, q_max, zp_sym)
+            scales[0] = sc
+            zero_points[0] = np.int32(zp)
+
+    def column_partial_kernel(xe, partials, outer, width, parts, rows_per_part):
+        for t in range(cuda.grid(1), parts * width, cuda.gridsize(1)):
+            part = t // width
+            col = t - part * width
+            hi, lo = zero, zero
+            end = min(outer, (part + 1) * rows_per_part)
+            for o in range(part * rows_per_part, end):
+                hi, lo = accumulate(hi, lo, a_decode(u64(xe[o * width + col])))
+            partials[2 * t] = hi
+            partials[2 * t + 1] = lo
+
+    def channel_finalize_kernel(partials, scales, zero_points, parts, channels, inner, q_min, q_max, zp_sym):
+        width = channels * inner
+        for c in range(cuda.grid(1), channels, cuda.gridsize(1)):
+            hi, lo = zero, zero
+            for part in range(parts):
+                for j in range(inner):
+                    t = part * width + c * inner + j
+                    hi, lo = combine(hi, lo, partials[2 * t], partials[2 * t + 1])
+            _, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
+            scales[c] = sc
+            zero_points[c] = np.int32(zp)
+
+    m = "float64" if precision is MathPrecision.F64 else "float32"
+    x_views = f"{uint_name(chunk_view_itemsize(G * a.itemsize))}[::1], {uint_name(a.itemsize)}[::1]"
+    q_views = f"{uint_name(chunk_view_itemsize(G * out.itemsize))}[::1], {uint_name(out.itemsize)}[::1]"
+    tag = f"{'sym' if symmetric else 'asym'}_{a.short}_{out.short}"
+    return DynamicKernels(
+        segment=_kernel(segment_kernel, f"dynamic_segment_{tag}",
+                        f"void({x_views}, {q_views}, {m}[::1], int32[::1], int64, int64, int64, int64, {m}, {m}, {m})",
+                        a, out, precision, G),
+        partial=_kernel(partial_kernel, f"dynamic_partial_{tag}", f"void({x_views}, {m}[::1], int64, int64)",
+                        a, out, precision, G),
+        finalize=_kernel(finalize_kernel, f"dynamic_finalize_{tag}",
+                         f"void({m}[::1], {m}[::1], int32[::1], int64, {m}, {m}, {m})", a, out, precision, G),
+        column_partial=_kernel(column_partial_kernel, f"dynamic_columns_{tag}",
+                               f"void({uint_name(a.itemsize)}[::1], {m}[::1], int64, int64, int64, int64)",
+                               a, out, precision, G),
+        channel_finalize=_kernel(channel_finalize_kernel, f"dynamic_channels_{tag}",
+                                 f"void({m}[::1], {m}[::1], int32[::1], int64, int64, int64, {m}, {m}, {m})",
+                                 a, out, precision, G),
+        chunk=G,
+    )
+

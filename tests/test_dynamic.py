@@ -1,0 +1,199 @@
+"""Dynamic-range quantize: every mode x scope x dtype pair against the NumPy reference, the identity
+with the static plans, special values, determinism, bad inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import SIMULATOR, requires_gpu
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_per_tensor import assert_same
+
+import baracuda_numba as bn
+from baracuda_numba import registry
+from baracuda_numba.reference import dynamic as ref_dynamic
+from baracuda_numba.vocabulary import QuantizeKind as K
+
+ENTRIES = [e for e in registry.entries() if e.kind is K.DYNAMIC_RANGE]
+SCOPES = ["tensor", "channel", "token", "group"]
+MODES = ["symmetric", "asymmetric"]
+
+
+def entry_id(entry) -> str:
+    return f"{entry.input_element.short}-{entry.output_element.short}"
+
+
+def test_every_dtype_pair_is_registered():
+    assert {(e.input_element, e.output_element) for e in ENTRIES} == {
+        (f, i) for f in registry.FLOAT_ELEMENTS for i in registry.INT_ELEMENTS}
+
+
+@st.composite
+def problems(draw, scope):
+    rank = draw(st.integers(1, 3))
+    shape = draw(st.lists(st.integers(1, 9), min_size=rank, max_size=rank))
+    axis = draw(st.integers(-rank, rank - 1)) if scope == "channel" else None
+    group_size = None
+    if scope == "group":
+        group_size = draw(st.sampled_from([1, 2, 4, 8, 16, 32]))
+        shape[-1] = group_size * draw(st.integers(1, 3))
+    return dict(shape=tuple(shape), axis=axis, group_size=group_size, seed=draw(st.integers(0, 2**32 - 1)),
+                zero_rows=draw(st.booleans()), specials=draw(st.booleans()), spread=draw(st.sampled_from(
+                    [1e-3, 1.0, 300.0])))
+
+
+def data(p, dtype):
+    rng = np.random.default_rng(p["seed"])
+    x = rng.standard_normal(p["shape"]) * p["spread"] + rng.uniform(-1, 1) * p["spread"]
+    flat = x.reshape(-1)
+    if p["zero_rows"]:
+        flat[: max(1, flat.size // 3)] = 0.0
+    if p["specials"]:
+        flat[rng.integers(0, flat.size, 3)] = [np.nan, np.inf, -np.inf]
+    return x.astype(np.float32).astype(dtype)
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("entry", ENTRIES, ids=entry_id)
+def test_matches_reference(entry, mode, scope):
+    f, i = entry.input_element, entry.output_element
+
+    @settings(max_examples=6 if SIMULATOR else 25)
+    @given(problems(scope))
+    def check(p):
+        x = data(p, f.numpy_dtype)
+        q_min, q_max = bn.plans.dynamic.default_dynamic_q_range(bn.plans.dynamic.DynamicRangeMode(mode), i)
+        result = bn.dynamic_range_quantize(x, mode=mode, scope=scope, dtype=i, axis=p["axis"],
+                                           group_size=p["group_size"])
+        axis = None if p["axis"] is None else p["axis"] % len(p["shape"])
+        q, scale, zero_point = ref_dynamic.dynamic_range_quantize(x, mode, scope, q_min, q_max, i.numpy_dtype,
+                                                                  axis, p["group_size"])
+        assert_same(result.scale, scale)
+        assert_same(result.q, q)
+        if mode == "asymmetric":
+            assert_same(result.zero_point, zero_point)
+        else:
+            assert result.zero_point == (None if i is bn.ElementKind.S8 else 128)
+
+    check()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_identity_with_the_static_plans(mode, dtype):
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((6, 32)) * 2 + 0.3).astype(bn.element_kind(dtype).numpy_dtype)
+    for out in ("int8", "uint8"):
+        token = bn.dynamic_range_quantize(x, mode=mode, dtype=out)
+        zp = token.zero_point if mode == "asymmetric" else np.full(6, token.zero_point or 0, np.int32)
+        assert_same(bn.quantize_per_token(x, token.scale, zp, dtype=out, q_min=_qmin(mode, out), q_max=255 if
+                                          out == "uint8" else 127), token.q)
+        group = bn.dynamic_range_quantize(x, mode=mode, scope="group", group_size=8, dtype=out)
+        zp = group.zero_point if mode == "asymmetric" else np.full((6, 4), group.zero_point or 0, np.int32)
+        assert_same(bn.quantize_per_group(x, group.scale, zp, 8, dtype=out, q_min=_qmin(mode, out),
+                                          q_max=255 if out == "uint8" else 127), group.q)
+        for axis in (0, 1):
+            channel = bn.dynamic_range_quantize(x, mode=mode, scope="channel", axis=axis, dtype=out)
+            count = x.shape[axis]
+            zp = channel.zero_point if mode == "asymmetric" else np.full(count, channel.zero_point or 0, np.int32)
+            assert_same(bn.quantize_per_channel(x, channel.scale, zp, axis, dtype=out, q_min=_qmin(mode, out),
+                                                q_max=255 if out == "uint8" else 127), channel.q)
+        tensor = bn.dynamic_range_quantize(x, mode=mode, scope="tensor", dtype=out)
+        zp = int(tensor.zero_point) if mode == "asymmetric" else (tensor.zero_point or 0)
+        assert_same(bn.quantize_per_tensor(x, float(tensor.scale), zp, dtype=out, q_min=_qmin(mode, out),
+                                           q_max=255 if out == "uint8" else 127), tensor.q)
+
+
+def _qmin(mode: str, out: str) -> int:
+    return 0 if out == "uint8" else (-127 if mode == "symmetric" else -128)
+
+
+def test_defaults_and_special_segments():
+    x = np.array([[0.0, 0.0, 0.0, 0.0], [1.0, -2.0, np.nan, np.inf], [127.0, -127.0, 63.5, 0.5]], np.float32)
+    r = bn.dynamic_range_quantize(x)
+    np.testing.assert_array_equal(r.scale, np.float32([1.0, 2.0 / 127, 1.0]))  # all-zero row: scale 1
+    np.testing.assert_array_equal(r.q[0], [0, 0, 0, 0])
+    np.testing.assert_array_equal(r.q[1], [64, -127, 0, 127])  # NaN -> zp, inf saturates; range ignores them
+    np.testing.assert_array_equal(r.q[2], [127, -127, 64, 0])  # 63.5 and 0.5 are ties: half to even
+    a = bn.dynamic_range_quantize(np.array([[1.0, 2.0, 3.0]], np.float32), mode="asymmetric", dtype="uint8")
+    assert a.zero_point[0] == 0 and a.scale[0] == np.float32(np.float32(3.0) / np.float32(255))
+    u = bn.dynamic_range_quantize(np.array([[-1.0, 1.0]], np.float32), dtype="uint8")
+    assert u.zero_point == 128
+    np.testing.assert_array_equal(u.q, [[1, 255]])
+
+
+def test_tiny_ranges_keep_a_finite_reciprocal():
+    x = np.array([[1e-44, -1e-45]], np.float32)  # subnormal: max / 127 underflows
+    r = bn.dynamic_range_quantize(x)
+    assert r.scale[0] == np.finfo(np.float32).tiny
+    assert np.isfinite(np.float32(1) / r.scale[0])
+
+
+def test_many_rows_small_simulated_grid():
+    x = np.random.default_rng(0).standard_normal((3000, 3)).astype(np.float32)
+    r = bn.dynamic_range_quantize(x)
+    q, scale, _ = ref_dynamic.dynamic_range_quantize(x, "symmetric", "token", -127, 127)
+    assert_same(r.scale, scale)
+    assert_same(r.q, q)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "needle"), [
+    (dict(mode="sym"), bn.InvalidProblem, "mode expected 'symmetric' or 'asymmetric', got 'sym'"),
+    (dict(scope="rows"), bn.InvalidProblem, "scope expected one of"),
+    (dict(scope="channel"), bn.InvalidProblem, "axis expected an integer for scope='channel'"),
+    (dict(scope="channel", axis=2), bn.InvalidProblem, "scope.axis expected in [-2, 2), got 2"),
+    (dict(scope="group"), bn.InvalidProblem, "group_size expected an integer"),
+    (dict(scope="group", group_size=5), bn.InvalidProblem, "a divisor of the last dimension (8)"),
+    (dict(scope="group", group_size=0), bn.InvalidProblem, "scope.group_size expected an integer > 0"),
+    (dict(q_min=0, q_max=0), bn.InvalidProblem, "room above the symmetric zero point"),
+    (dict(mode="asymmetric", q_min=3, q_max=3), bn.InvalidProblem, "q_max > q_min"),
+    (dict(q_min=-200), bn.InvalidProblem, "within [-128, 127]"),
+    (dict(dtype="float32"), bn.Unsupported, "DynamicRangeQuantizePlan: (input_element, output_element)"),
+])
+def test_bad_arguments(kwargs, error, needle):
+    with pytest.raises(error) as info:
+        bn.dynamic_range_quantize(np.zeros((4, 8), np.float32), **kwargs)
+    assert needle in str(info.value)
+
+
+def test_plan_surface_and_workspace():
+    desc = bn.DynamicRangeQuantizeDescriptor((4, 8), bn.DynamicRangeMode.ASYMMETRIC,
+                                             bn.DynamicRangeScope.channel(1), -128, 127, "f32", "s8")
+    plan = bn.DynamicRangeQuantizePlan.select(desc)
+    assert plan.scale_count() == 8 and plan.scale_shape() == (8,) and plan.workspace_size() > 0
+    x = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
+    q, scale, zp = np.empty((4, 8), np.int8), np.empty(8, np.float32), np.empty(8, np.int32)
+    args = bn.DynamicRangeQuantizeArgs(x, q, scale, zp)
+    assert plan.can_implement(args)
+    plan.run(args, workspace=np.zeros(plan.workspace_size(), np.uint8))
+    expected = ref_dynamic.dynamic_range_quantize(x, "asymmetric", "channel", -128, 127, axis=1)
+    assert_same(q, expected[0])
+    assert_same(scale, expected[1])
+    with pytest.raises(bn.WorkspaceTooSmall):
+        plan.run(args, workspace=np.zeros(4, np.uint8))
+    verdict = plan.can_implement(bn.DynamicRangeQuantizeArgs(x, q, scale, None))
+    assert not verdict and "zero_point expected an int32 array in asymmetric mode" in verdict.reason
+
+
+@requires_gpu
+def test_gpu_many_rows_deterministic_and_torch_composition():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(131_072, 64, device="cuda", dtype=torch.bfloat16)
+    first = bn.dynamic_range_quantize(x)
+    second = bn.dynamic_range_quantize(x)
+    assert torch.equal(first.q, second.q) and torch.equal(first.scale, second.scale)
+    scale = x.float().abs().amax(dim=1) / 127
+    assert torch.equal(first.scale, scale)
+    expected = torch.clamp(torch.round(x.float() * (1.0 / scale)[:, None]), -127, 127).to(torch.int8)
+    assert torch.equal(first.q, expected)
+    tensor = bn.dynamic_range_quantize(x, scope="tensor")
+    assert torch.equal(tensor.scale, x.float().abs().amax() / 127)
+    asym = bn.dynamic_range_quantize(x, mode="asymmetric", scope="group", group_size=32)
+    g = x.float().view(-1, 32)
+    lo, hi = g.amin(1).clamp(max=0), g.amax(1).clamp(min=0)
+    s = (hi - lo) / 255
+    assert torch.equal(asym.scale.view(-1), s)
+    zp = torch.clamp(-128 - torch.round(lo / s), -128, 127).to(torch.int32)
+    assert torch.equal(asym.zero_point.view(-1), zp)
