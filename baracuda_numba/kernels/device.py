@@ -15,6 +15,9 @@ unsigned integers (Numba types that mix as float64).
 - ``int_to_bits(q)``: an integral float to its two's-complement bits (uint64, not masked).
 - ``reciprocal(x)``: ``1 / x`` correctly rounded in the precision of ``x`` (``rcp.rn``: the same
   bits as an IEEE division, fewer instructions).
+- ``shuffle_xor(value, offset, scratch, tid)``: the value of lane ``lane ^ offset`` of the warp
+  (``shfl.sync.bfly``). Under the simulator, which has no warp intrinsics, it goes through the
+  block's shared ``scratch`` with two barriers, so every thread of the block must call it alike.
 - ``load_u64x2(words, c)`` / ``store_u64x2(words, c, lo, hi)``: words ``2c`` and ``2c + 1`` of a
   uint64 array as one 16-byte access (``ld/st.global.v2.u64``; numba never emits these itself).
 """
@@ -41,6 +44,7 @@ __all__ = [
     "load_u64x2",
     "store_u64x2",
     "reciprocal",
+    "shuffle_xor",
 ]
 
 if SIMULATOR:
@@ -88,6 +92,16 @@ if SIMULATOR:
 
     def reciprocal(x):
         return type(x)(1.0) / x
+
+    from numba import cuda
+
+    @cuda.jit(device=True)  # a simulated device function: its `cuda` is the simulator's
+    def shuffle_xor(value, offset, scratch, tid):
+        scratch[tid] = value
+        cuda.syncthreads()
+        other = scratch[tid ^ offset]
+        cuda.syncthreads()
+        return other
 
     def load_u64x2(words, c):
         return words[2 * c], words[2 * c + 1]
@@ -263,6 +277,12 @@ else:
             return builder.fptosi(args[0], _I64)
 
         return types.uint64(q), codegen
+
+    from numba import cuda as _cuda
+
+    @_cuda.jit(device=True, inline="always")
+    def shuffle_xor(value, offset, scratch, tid):
+        return _cuda.shfl_xor_sync(0xFFFFFFFF, value, offset)
 
     _U64x2 = ir.VectorType(_I64, 2)
 

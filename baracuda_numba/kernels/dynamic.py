@@ -18,11 +18,12 @@ elementwise ``quantize`` of :mod:`.elementwise`, bit for bit.
 Kernels:
 
 - ``segment_kernel``: contiguous segments (per token, per group, per channel when the channel axis
-  is the first): a block takes ``TPB // tps`` segments at a time, ``tps`` threads each, reduces in
-  shared memory, writes the segment's scale / zero point, then quantizes the (cached) segment.
+  is the first): ``tps`` lanes of a warp per segment (``tps`` a power of two <= 32), the segment's
+  first ``KEEP_CHUNKS * tps`` chunks kept in registers; a butterfly of warp shuffles gives every
+  lane the range, lane 0 writes the scale / zero point, and the lanes quantize what they hold.
 Array parameters come first in every kernel (the launcher's convention).
 
-- ``partial_kernel`` + ``finalize_kernel``: the whole tensor (per-block partial ranges, then one block).
+- ``partial_kernel`` + ``finalize_kernel``: the whole tensor (one partial range per warp, then one block).
 - ``column_partial_kernel`` + ``channel_finalize_kernel``: channels of a ``[outer, C, inner]`` view.
 """
 
@@ -48,9 +49,12 @@ from .elementwise import (
     uint_name,
 )
 
-__all__ = ["TPB", "DynamicKernels", "dynamic_kernels"]
+__all__ = ["TPB", "WARP", "KEEP_CHUNKS", "PARTIALS_PER_BLOCK", "DynamicKernels", "dynamic_kernels"]
 
-TPB = 32 if SIMULATOR else 256  # threads per block of the reduction kernels
+TPB = 32 if SIMULATOR else 128  # threads per block of the reduction kernels (153 registers each)
+WARP = 32
+KEEP_CHUNKS = 16  # chunks per lane a segment kernel keeps in registers between its two passes
+PARTIALS_PER_BLOCK = TPB // WARP
 
 
 @dataclass(frozen=True)
@@ -86,8 +90,9 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     a_load, _ = chunk_io(G * a.itemsize)
     _, o_store = chunk_io(G * out.itemsize)
     quantize = op_functions(precision)[ElementwiseOp.QUANTIZE]
-    rint, reciprocal = device.rint, device.reciprocal
+    rint, reciprocal, shuffle_xor = device.rint, device.reciprocal, device.shuffle_xor
     tpb = TPB
+    keep = KEEP_CHUNKS
 
     @cuda.jit(device=True, inline="always")
     def accumulate(hi, lo, x):
@@ -141,20 +146,26 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
 
     def segment_kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
         tid = cuda.threadIdx.x
+        scratch_hi = cuda.shared.array(tpb, M)  # used only by the simulator's shuffles
+        scratch_lo = cuda.shared.array(tpb, M)
+        keep_lo = cuda.local.array(keep, np.uint64)
+        keep_hi = cuda.local.array(keep, np.uint64)
         spb = tpb // tps
         sub = tid // tps
         lane_id = tid - sub * tps
-        sh_hi = cuda.shared.array(tpb, M)
-        sh_lo = cuda.shared.array(tpb, M)
-        sh_inv = cuda.shared.array(tpb, M)
-        sh_scale = cuda.shared.array(tpb, M)
-        sh_zp = cuda.shared.array(tpb, M)
         for first in range(cuda.blockIdx.x * spb, nseg, cuda.gridDim.x * spb):
             s = first + sub
+            live = s < nseg
             hi, lo = zero, zero
-            if s < nseg:
-                # while loops: a range() with a run-time step costs a 64-bit division per loop
-                cc = lane_id
+            # pass 1: the segment's first keep * tps chunks stay in registers, the rest is re-read
+            for k in range(keep):
+                cc = lane_id + k * tps
+                if live and cc < cps:
+                    keep_lo[k], keep_hi[k] = a_load(xw, s * cps + cc)
+                    for j in range(G):
+                        hi, lo = accumulate(hi, lo, a_decode(lane(keep_lo[k], keep_hi[k], j * a_bits)))
+            if live:
+                cc = lane_id + keep * tps
                 while cc < cps:
                     w_lo, w_hi = a_load(xw, s * cps + cc)
                     for j in range(G):
@@ -164,21 +175,33 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                 while e < seg_len:
                     hi, lo = accumulate(hi, lo, a_decode(u64(xe[s * seg_len + e])))
                     e += tps
-            sh_hi[tid] = hi
-            sh_lo[tid] = lo
-            cuda.syncthreads()
-            block_reduce(sh_hi, sh_lo, tid, lane_id, tps // 2)
-            if lane_id == 0 and s < nseg:
-                inv, sc, zp = range_params(sh_hi[tid], sh_lo[tid], q_min, q_max, zp_sym)
-                scales[s] = sc
-                zero_points[s] = np.int32(zp)
-                sh_inv[sub] = inv
-                sh_scale[sub] = sc
-                sh_zp[sub] = zp
-            cuda.syncthreads()
-            if s < nseg:
-                inv, sc, zp = sh_inv[sub], sh_scale[sub], sh_zp[sub]
-                cc = lane_id
+            # butterfly over the tps lanes of the segment: every lane ends with the segment's range
+            offset = tps // 2
+            while offset > 0:
+                other_hi = shuffle_xor(hi, offset, scratch_hi, tid)
+                other_lo = shuffle_xor(lo, offset, scratch_lo, tid)
+                hi, lo = combine(hi, lo, other_hi, other_lo)
+                offset //= 2
+            if live:
+                inv, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
+                if lane_id == 0:
+                    scales[s] = sc
+                    zero_points[s] = np.int32(zp)
+                # pass 2: quantize
+                for k in range(keep):
+                    cc = lane_id + k * tps
+                    if cc < cps:
+                        o_lo, o_hi = word_zero, word_zero
+                        for j in range(G):
+                            e = o_encode(quantize(a_decode(lane(keep_lo[k], keep_hi[k], j * a_bits)), zero, inv,
+                                                  sc, zp, q_min, q_max))
+                            bit = j * o_bits
+                            if bit < 64:
+                                o_lo |= e << u64(bit)
+                            else:
+                                o_hi |= e << u64(bit - 64)
+                        o_store(qw, s * cps + cc, o_lo, o_hi)
+                cc = lane_id + keep * tps
                 while cc < cps:
                     c = s * cps + cc
                     w_lo, w_hi = a_load(xw, c)
@@ -198,27 +221,33 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                     i = s * seg_len + e
                     qe[i] = o_encode(quantize(a_decode(u64(xe[i])), zero, inv, sc, zp, q_min, q_max))
                     e += tps
-            cuda.syncthreads()
 
     def partial_kernel(xw, xe, partials, n, nchunks):
         tid = cuda.threadIdx.x
-        sh_hi = cuda.shared.array(tpb, M)
-        sh_lo = cuda.shared.array(tpb, M)
+        scratch_hi = cuda.shared.array(tpb, M)
+        scratch_lo = cuda.shared.array(tpb, M)
         start, stride = cuda.grid(1), cuda.gridsize(1)
         hi, lo = zero, zero
-        for c in range(start, nchunks, stride):
+        c = start
+        while c < nchunks:
             w_lo, w_hi = a_load(xw, c)
             for j in range(G):
                 hi, lo = accumulate(hi, lo, a_decode(lane(w_lo, w_hi, j * a_bits)))
-        for i in range(nchunks * G + start, n, stride):
+            c += stride
+        i = nchunks * G + start
+        while i < n:
             hi, lo = accumulate(hi, lo, a_decode(u64(xe[i])))
-        sh_hi[tid] = hi
-        sh_lo[tid] = lo
-        cuda.syncthreads()
-        block_reduce(sh_hi, sh_lo, tid, tid, tpb // 2)
-        if tid == 0:
-            partials[2 * cuda.blockIdx.x] = sh_hi[0]
-            partials[2 * cuda.blockIdx.x + 1] = sh_lo[0]
+            i += stride
+        offset = 16
+        while offset > 0:
+            other_hi = shuffle_xor(hi, offset, scratch_hi, tid)
+            other_lo = shuffle_xor(lo, offset, scratch_lo, tid)
+            hi, lo = combine(hi, lo, other_hi, other_lo)
+            offset //= 2
+        if tid % 32 == 0:  # one partial per warp
+            p = cuda.blockIdx.x * (tpb // 32) + tid // 32
+            partials[2 * p] = hi
+            partials[2 * p + 1] = lo
 
     def finalize_kernel(partials, scales, zero_points, nparts, q_min, q_max, zp_sym):
         tid = cuda.threadIdx.x

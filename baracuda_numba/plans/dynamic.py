@@ -24,7 +24,7 @@ import numpy as np
 from ..arrays import Operand, adapt, finish, require_contiguous
 from ..errors import InvalidProblem, problem_message
 from ..kernels.codecs import math_type
-from ..kernels.dynamic import TPB
+from ..kernels.dynamic import KEEP_CHUNKS, PARTIALS_PER_BLOCK, TPB, WARP
 from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
@@ -182,7 +182,7 @@ class DynamicRangeQuantizePlan(Plan):
             self._strategy = "tensor"
             self._count = 1
             self._partial_blocks = max(1, min(-(-self._n // (TPB * kernels.chunk)), 8 * sms))
-            self._workspace = 2 * self._partial_blocks * np.dtype(M).itemsize
+            self._workspace = 2 * PARTIALS_PER_BLOCK * self._partial_blocks * np.dtype(M).itemsize
             self._quantizer = QuantizePerTokenPlan.select(QuantizePerTokenDescriptor(
                 1, self._n, desc.q_min, desc.q_max, desc.input_element, desc.output_element))
         elif scope.kind is ScopeKind.CHANNEL and math.prod(shape[:scope.axis]) > 1:
@@ -211,10 +211,10 @@ class DynamicRangeQuantizePlan(Plan):
             self._workspace = 0
             G = kernels.chunk
             units = seg_len // G if seg_len % G == 0 else seg_len
-            tps = 1
-            while tps < min(units, TPB):
+            tps = 1  # lanes per segment: enough to keep every chunk in registers, at most a warp
+            while (tps < WARP and tps * KEEP_CHUNKS < units) or tps < min(units, 4):
                 tps *= 2
-            self._tps = tps
+            self._tps = min(tps, WARP)
             self._segment_blocks = max(1, min(-(-nseg // (TPB // tps)), 16 * sms))
         self._launchers = {
             "segment": KernelLauncher(kernels.segment.compiled, 6, (np.int64,) * 4 + (M,) * 3),
@@ -337,7 +337,7 @@ class DynamicRangeQuantizePlan(Plan):
         self._launchers["partial"].launch(blocks, TPB, handle, (*chunk_views(x, self._n, nchunks, G), partials),
                                           (self._n, nchunks), device_id)
         self._launchers["finalize"].launch(1, TPB, handle, (partials, scale_view, zp_view),
-                                           (blocks, *self._q_scalars), device_id)
+                                           (blocks * PARTIALS_PER_BLOCK, *self._q_scalars), device_id)
 
     def _run_columns(self, x, partials, scale_view, zp_view, handle, device_id) -> None:
         outer, channels, inner, width, parts, rows_per_part = self._columns
