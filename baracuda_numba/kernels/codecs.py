@@ -49,15 +49,25 @@ def codec(element: ElementKind, precision: MathPrecision) -> Codec:
     elif element is ElementKind.BF16:
         decode_bits, encode_bits = device.bf16_bits_to_f32, device.f32_to_bf16_bits
     elif element in (ElementKind.S8, ElementKind.U8):
-        to_int = device.bits_to_s8 if element is ElementKind.S8 else device.bits_to_u8
+        # Integer <-> float through the float adder instead of the (quarter-rate) conversion unit:
+        # for an integral |q| < 2**22, the low mantissa bits of q + 1.5 * 2**23 are q's two's
+        # complement, and 2**23 + byte has the byte as its mantissa.
+        if precision is MathPrecision.F64:
+            magic, to_bits = np.float64(1.5 * 2.0**52), device.f64_to_bits
+        else:
+            magic, to_bits = np.float32(1.5 * 2.0**23), device.f32_to_bits
+        signed = element is ElementKind.S8
+        offset = np.float32(2.0**23 + (128 if signed else 0))
+        flip = np.uint64(0x80 if signed else 0)
+        exponent = np.uint64(0x4B000000)  # the float32 bits of 2**23
 
         @cuda.jit(device=True, inline="always")
         def decode_int(w):
-            return M(to_int(w))
+            return M(device.bits_to_f32(((w & _BYTE) ^ flip) | exponent) - offset)
 
         @cuda.jit(device=True, inline="always")
         def encode_int(q):
-            return device.int_to_bits(q) & _BYTE
+            return to_bits(q + magic) & _BYTE
 
         return Codec(element, decode_int, encode_int, 8)
     else:

@@ -51,9 +51,9 @@ from .elementwise import (
 
 __all__ = ["TPB", "WARP", "KEEP_CHUNKS", "PARTIALS_PER_BLOCK", "DynamicKernels", "dynamic_kernels"]
 
-TPB = 32 if SIMULATOR else 128  # threads per block of the reduction kernels (153 registers each)
+TPB = 32 if SIMULATOR else 256  # threads per block of the reduction kernels
 WARP = 32
-KEEP_CHUNKS = 16  # chunks per lane a segment kernel keeps in registers between its two passes
+KEEP_CHUNKS = 4  # chunks per lane kept in registers between the two passes (the rest is re-read, from L2)
 PARTIALS_PER_BLOCK = TPB // WARP
 
 
