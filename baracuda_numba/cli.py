@@ -1,6 +1,7 @@
-"""Command line: ``baracuda-numba demo | list | catalog | info``.
+"""Command line: ``baracuda-numba demo | run | list | catalog | info | bench``.
 
-Exit codes: 0 success, 1 a check failed (demo mismatches, stale catalogue), 2 bad arguments.
+Exit codes: 0 success, 1 a check failed (mismatches against the reference, stale catalogue),
+2 bad arguments or an unusable environment (printed as one line, no traceback).
 """
 
 from __future__ import annotations
@@ -120,6 +121,98 @@ def _demo(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+RUNNABLE = ("quantize_per_tensor", "dequantize_per_tensor", "fake_quantize", "quantize_per_tensor_backward",
+            "fake_quantize_backward", "dequantize_per_tensor_backward", "quantize_per_channel",
+            "dequantize_per_channel", "quantize_per_token", "dequantize_per_token", "quantize_per_group",
+            "dequantize_per_group", "dynamic_range_quantize")
+
+
+def _recipe(op: str, x, q, kind, out_kind, shape, group_size: int):
+    """``(call, reference)`` for ``op`` on the generated ``x`` (float) and ``q`` (int)."""
+    from . import ops, reference
+
+    scale, zp = 0.02, 3
+    q_min, q_max = out_kind.int_range
+    rows = int(np.prod(shape[:-1]))
+    channel_scales = np.linspace(0.01, 0.05, shape[0]).astype(np.float64 if kind.short == "f64" else np.float32)
+    token_scales = np.linspace(0.01, 0.05, rows).astype(channel_scales.dtype)
+    group_scales = np.linspace(0.01, 0.05, rows * (shape[-1] // group_size)).astype(channel_scales.dtype)
+    f = kind.numpy_dtype
+    expand = {"channel": reference.expand_channels(channel_scales, shape, 0),
+              "token": reference.expand_tokens(token_scales, shape),
+              "group": reference.expand_groups(group_scales, shape, group_size)}
+    table = {
+        "quantize_per_tensor": (lambda: ops.quantize_per_tensor(x, scale, zp, dtype=out_kind),
+                                lambda: reference.quantize(x, scale, zp, q_min, q_max, out_kind.numpy_dtype)),
+        "dequantize_per_tensor": (lambda: ops.dequantize_per_tensor(q, scale, zp, dtype=kind),
+                                  lambda: reference.dequantize(q, scale, zp, f)),
+        "fake_quantize": (lambda: ops.fake_quantize(x, scale, zp),
+                          lambda: reference.fake_quantize(x, scale, zp, -128, 127)),
+        "quantize_per_tensor_backward": (lambda: ops.quantize_per_tensor_backward(x, x, scale, zp, dtype=out_kind),
+                                         lambda: reference.quantize_backward(x, x, scale, zp, q_min, q_max)),
+        "fake_quantize_backward": (lambda: ops.fake_quantize_backward(x, x, scale, zp),
+                                   lambda: reference.fake_quantize_backward(x, x, scale, zp, -128, 127)),
+        "dequantize_per_tensor_backward": (lambda: ops.dequantize_per_tensor_backward(x, scale, dtype=out_kind),
+                                           lambda: reference.dequantize_backward(x, scale)),
+        "quantize_per_channel": (lambda: ops.quantize_per_channel(x, channel_scales, None, 0, dtype=out_kind),
+                                 lambda: reference.quantize(x, expand["channel"], 0, q_min, q_max,
+                                                            out_kind.numpy_dtype)),
+        "dequantize_per_channel": (lambda: ops.dequantize_per_channel(q, channel_scales, None, 0, dtype=kind),
+                                   lambda: reference.dequantize(q, expand["channel"], 0, f)),
+        "quantize_per_token": (lambda: ops.quantize_per_token(x, token_scales, dtype=out_kind),
+                               lambda: reference.quantize(x, expand["token"], 0, q_min, q_max, out_kind.numpy_dtype)),
+        "dequantize_per_token": (lambda: ops.dequantize_per_token(q, token_scales, dtype=kind),
+                                 lambda: reference.dequantize(q, expand["token"], 0, f)),
+        "quantize_per_group": (lambda: ops.quantize_per_group(x, group_scales, None, group_size, dtype=out_kind),
+                               lambda: reference.quantize(x, expand["group"], 0, q_min, q_max, out_kind.numpy_dtype)),
+        "dequantize_per_group": (lambda: ops.dequantize_per_group(q, group_scales, None, group_size, dtype=kind),
+                                 lambda: reference.dequantize(q, expand["group"], 0, f)),
+        "dynamic_range_quantize": (lambda: ops.dynamic_range_quantize(x, dtype=out_kind).q,
+                                   lambda: reference.dynamic.dynamic_range_quantize(
+                                       x, "symmetric", "token", -127 if q_min < 0 else 0, q_max,
+                                       out_kind.numpy_dtype)[0]),
+    }
+    return table[op]
+
+
+def _run(args: argparse.Namespace) -> int:
+    from . import platform
+    from .vocabulary import element_kind
+
+    kind, out_kind = element_kind(args.dtype), element_kind(args.out_dtype)
+    if not kind.is_float or not out_kind.is_integer:
+        print(f"baracuda-numba run: --dtype expected a float dtype and --out-dtype an integer one, got "
+              f"{kind.short} / {out_kind.short}", file=sys.stderr)
+        return 2
+    shape = tuple(args.shape) if args.shape else ((16, 128) if platform.SIMULATOR else (4096, 4096))
+    if shape[-1] % args.group_size:
+        print(f"baracuda-numba run: --group-size expected a divisor of {shape[-1]}, got {args.group_size}",
+              file=sys.stderr)
+        return 2
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(shape) * 1.5).astype(kind.numpy_dtype)
+    low, high = out_kind.int_range
+    q = rng.integers(low, high + 1, shape).astype(out_kind.numpy_dtype)
+    call, expected_of = _recipe(args.op, x, q, kind, out_kind, shape, args.group_size)
+    got = np.asarray(call())
+    expected = np.asarray(expected_of())
+    g, e = got.astype(np.float64), expected.astype(np.float64)
+    same = (g == e) | (np.isnan(g) & np.isnan(e))
+    mismatches = int(same.size - same.sum())
+    ms = _time_call(call, 1 if platform.SIMULATOR else args.repeats)
+    print(f"{args.op} {kind.short}->{out_kind.short} shape={shape} on the {_backend_line()}")
+    print(f"mismatches against the NumPy reference: {mismatches} of {same.size}; "
+          f"max |diff| {float(np.nanmax(np.abs(g - e))) if g.size else 0.0:.3e}")
+    print(f"time: {ms:.3f} ms (median, host arrays: includes transfers)")
+    return 1 if mismatches else 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    return bench.main(args.bench_args)
+
+
 def _list(args: argparse.Namespace) -> int:
     from . import registry
 
@@ -194,6 +287,18 @@ def _parser() -> argparse.ArgumentParser:
     cat.set_defaults(func=_catalog)
     info = sub.add_parser("info", help="backend, versions and registry size")
     info.set_defaults(func=_info)
+    run = sub.add_parser("run", help="run one op on generated data against the reference, and time it")
+    run.add_argument("op", choices=RUNNABLE)
+    run.add_argument("--dtype", default="float32", help="float dtype (default float32)")
+    run.add_argument("--out-dtype", default="int8", help="integer dtype (default int8)")
+    run.add_argument("--shape", type=int, nargs="+", default=None, help="default 4096 4096 (16 128 simulated)")
+    run.add_argument("--group-size", type=int, default=32)
+    run.add_argument("--repeats", type=int, default=20)
+    run.set_defaults(func=_run)
+    bench = sub.add_parser("bench", help="the GPU benchmark suite (needs PyTorch); options after --",
+                           add_help=False)
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
+    bench.set_defaults(func=_bench)
     return parser
 
 

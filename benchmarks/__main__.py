@@ -1,5 +1,5 @@
 import sys
 
-from .suite import main
+from baracuda_numba.bench import main
 
 sys.exit(main())

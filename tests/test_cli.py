@@ -39,3 +39,25 @@ def test_bad_dtype_is_one_line_exit_2(capsys):
     assert cli.main(["demo", "--size", "8", "--dtype", "int7"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "int7" in err
+
+
+def test_run_one_op_against_the_reference(capsys):
+    for op in ("quantize_per_group", "dynamic_range_quantize", "fake_quantize_backward", "dequantize_per_channel"):
+        assert cli.main(["run", op, "--dtype", "bfloat16", "--shape", "8", "64", "--repeats", "1"]) == 0
+        assert "mismatches against the NumPy reference: 0 of 512" in capsys.readouterr().out
+
+
+def test_run_rejects_bad_arguments_in_one_line(capsys):
+    assert cli.main(["run", "quantize_per_tensor", "--dtype", "int8"]) == 2
+    assert "--dtype expected a float dtype" in capsys.readouterr().err
+    assert cli.main(["run", "quantize_per_group", "--shape", "4", "30", "--group-size", "32"]) == 2
+
+
+def test_info_and_bench_without_a_gpu(capsys):
+    from baracuda_numba import platform
+
+    assert cli.main(["info"]) == 0
+    assert "registry:" in capsys.readouterr().out
+    if platform.SIMULATOR:
+        assert cli.main(["bench"]) == 2
+        assert "needs a CUDA GPU" in capsys.readouterr().err

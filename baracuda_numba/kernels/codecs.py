@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import cuda
 
 from ..vocabulary import ElementKind, MathPrecision
 from . import device
+from .device import device_function
 
 __all__ = ["Codec", "codec", "math_type"]
 
@@ -61,11 +61,11 @@ def codec(element: ElementKind, precision: MathPrecision) -> Codec:
         flip = np.uint64(0x80 if signed else 0)
         exponent = np.uint64(0x4B000000)  # the float32 bits of 2**23
 
-        @cuda.jit(device=True, inline="always")
+        @device_function
         def decode_int(w):
             return M(device.bits_to_f32(((w & _BYTE) ^ flip) | exponent) - offset)
 
-        @cuda.jit(device=True, inline="always")
+        @device_function
         def encode_int(q):
             return to_bits(q + magic) & _BYTE
 
@@ -76,11 +76,11 @@ def codec(element: ElementKind, precision: MathPrecision) -> Codec:
     # f16/bf16/f32 convert through float32 (rounding once to the element), f64 through float64.
     wide = np.float64 if element is ElementKind.F64 else np.float32
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def decode_float(w):
         return M(decode_bits(w))
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def encode_float(x):
         return encode_bits(wide(x))
 

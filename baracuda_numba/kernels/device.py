@@ -29,6 +29,7 @@ import numpy as np
 from ..platform import SIMULATOR
 
 __all__ = [
+    "device_function",
     "rint",
     "bits_to_f32",
     "f32_to_bits",
@@ -49,6 +50,11 @@ __all__ = [
 
 if SIMULATOR:
     _M32 = 0xFFFFFFFF
+
+    def device_function(fn):
+        """Simulator: a plain Python function. (Simulated device functions re-swap their module's
+        ``cuda`` under a lock on every call, which thirty-two contending threads make very slow.)"""
+        return fn
 
     def rint(x):
         return np.rint(x)
@@ -280,7 +286,11 @@ else:
 
     from numba import cuda as _cuda
 
-    @_cuda.jit(device=True, inline="always")
+    def device_function(fn):
+        """A device function inlined into its caller."""
+        return _cuda.jit(device=True, inline="always")(fn)
+
+    @device_function
     def shuffle_xor(value, offset, scratch, tid):
         return _cuda.shfl_xor_sync(0xFFFFFFFF, value, offset)
 

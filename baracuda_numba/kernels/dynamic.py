@@ -39,6 +39,7 @@ from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, MathPrecision
 from . import device
 from .codecs import codec, math_type
+from .device import device_function
 from .elementwise import (
     ElementwiseKernel,
     ElementwiseOp,
@@ -94,7 +95,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     tpb = TPB
     keep = KEEP_CHUNKS
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def accumulate(hi, lo, x):
         if symmetric:
             m = abs(x)
@@ -107,11 +108,11 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                 lo = x
         return hi, lo
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def combine(hi, lo, other_hi, other_lo):
         return (other_hi if other_hi > hi else hi), (other_lo if other_lo < lo else lo)
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def range_params(hi, lo, q_min, q_max, zp_sym):
         """``(inv, scale, zero_point)`` of a segment whose range is ``[lo, hi]``."""
         if symmetric:
@@ -130,11 +131,11 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                 zp = q_max
         return reciprocal(scale), scale, zp
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def lane(lo_word, hi_word, bit):
         return (lo_word if bit < 64 else hi_word) >> u64(bit % 64)
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def block_reduce(sh_hi, sh_lo, tid, lane_id, width_start):
         """Tree reduction of ``sh_*[tid - lane_id : tid - lane_id + 2 * width_start]`` into its first slot."""
         width = width_start

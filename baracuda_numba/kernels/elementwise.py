@@ -36,6 +36,7 @@ from numba import cuda
 from ..vocabulary import ElementKind, MathPrecision
 from . import device
 from .codecs import codec, math_type
+from .device import device_function
 
 __all__ = ["CHUNK_BYTES", "UNROLL", "chunk_elements", "chunk_io", "chunk_view_itemsize", "op_functions",
            "uint_name", "ElementwiseOp", "ScaleMode", "ElementwiseKernel", "elementwise_kernel"]
@@ -78,7 +79,7 @@ def op_functions(precision: MathPrecision) -> dict[ElementwiseOp, Any]:
     one, zero = M(1.0), M(0.0)
     rint = device.rint
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def quantize(x, _unused, inv, scale, zp, q_min, q_max):
         t = rint(x * inv) + zp
         if t != t:
@@ -89,11 +90,11 @@ def op_functions(precision: MathPrecision) -> dict[ElementwiseOp, Any]:
             t = q_max
         return t
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def dequantize(q, _unused, inv, scale, zp, q_min, q_max):
         return (q - zp) * scale
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def fake_quantize(x, _unused, inv, scale, zp, q_min, q_max):
         t = rint(x * inv) + zp
         if t < q_min:
@@ -102,20 +103,20 @@ def op_functions(precision: MathPrecision) -> dict[ElementwiseOp, Any]:
             t = q_max
         return (t - zp) * scale
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def mask(x, inv, zp, q_min, q_max):
         t = rint(x * inv) + zp
         return one if (q_min <= t and t <= q_max and inv != zero) else zero
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def quantize_backward(dy, x, inv, scale, zp, q_min, q_max):
         return dy * inv * mask(x, inv, zp, q_min, q_max)
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def fake_quantize_backward(dy, x, inv, scale, zp, q_min, q_max):
         return dy * mask(x, inv, zp, q_min, q_max)
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def dequantize_backward(dy, _unused, inv, scale, zp, q_min, q_max):
         return dy * scale
 
@@ -181,11 +182,11 @@ def chunk_io(chunk_bytes: int):
         return device.load_u64x2, device.store_u64x2
     word_zero, u64 = np.uint64(0), np.uint64
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def load(view, c):
         return u64(view[c]), word_zero
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def store(view, c, lo, hi):
         view[c] = lo
 
@@ -231,13 +232,13 @@ def elementwise_kernel(
 
     reciprocal = device.reciprocal
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def segment_params(scales, zero_points, s):
         sc = scales[s]
         inv = reciprocal(sc) if sc != zero else zero
         return inv, sc, (M(zero_points[s]) if reads_zero_points else zero)
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def segment_of(i, seg_len, channels):
         s = i // seg_len
         pos = i - s * seg_len
@@ -245,7 +246,7 @@ def elementwise_kernel(
             s = s % channels
         return s, pos
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def advance(s, pos, step_q, step_r, seg_len, channels):
         """Move ``(segment, position)`` forward by ``step_q * seg_len + step_r`` elements
         (``step_q`` already reduced modulo ``channels`` in channel mode): no division."""
@@ -258,7 +259,7 @@ def elementwise_kernel(
             s -= channels
         return s, pos
 
-    @cuda.jit(device=True, inline="always")
+    @device_function
     def lane(lo, hi, bit):
         return (lo if bit < 64 else hi) >> u64(bit % 64)
 

@@ -1,12 +1,15 @@
 """GPU benchmark of every memory-bound op: GB/s against the device-to-device copy measured in the
 same run and against the matching PyTorch op; host time per call of small problems.
 
-    python -m benchmarks [--log2n 28] [--only per_tensor per_channel ...] [--out DIR]
+    baracuda-numba bench [--log2n 28] [--only per_tensor per_channel ...] [--out DIR]
+    python -m benchmarks ...   (the same, from a checkout)
+
+Needs a CUDA GPU and PyTorch (the reference ops and the timers).
 
 Timing: CUDA events around each call after a warm-up, median of ``--repeats``; 2^28 elements
 (1 GiB of f32) dwarf the 50 MB L2, so no buffer rotation is needed. Bytes are the fewest the op
-must move (each input read once, each output written once). Writes ``bench.json`` and
-``bench.md`` into ``--out``.
+must move (each input read once, each output written once). Writes ``bench.json``, ``bench.md``
+and ``bench.png`` (percent of copy per op) into ``--out``.
 """
 
 from __future__ import annotations
@@ -19,11 +22,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
+try:
+    import torch
+except ImportError:  # the CLI reports it; the rest of the package never needs torch
+    torch = None
 
 import baracuda_numba as bn
 
-TORCH = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
+TORCH = {} if torch is None else {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
+                                   "f64": torch.float64}
 
 
 def device_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -57,10 +64,18 @@ def host_us(fn: Callable[[], object], calls: int = 2000) -> float:
 
 
 class Bench:
-    def __init__(self, repeats: int) -> None:
+    def __init__(self, repeats: int, total: int = 0) -> None:
         self.repeats = repeats
         self.rows: list[dict] = []
         self.copy_gbs = 0.0
+        self.total = total
+
+    def progress(self) -> str:
+        done = len(self.rows)
+        if not self.total:
+            return f"[{done}]"
+        filled = int(20 * min(done, self.total) / self.total)
+        return f"[{'#' * filled}{'.' * (20 - filled)}] {done}/{self.total}"
 
     def copy(self, n: int) -> None:
         src = torch.randn(n, device="cuda")
@@ -78,7 +93,7 @@ class Bench:
             row.update({"torch_op": torch_name, "torch_GB/s": (torch_bytes or nbytes) / torch_ms / 1e6})
             row["ratio"] = row["GB/s"] / row["torch_GB/s"]
         self.rows.append(row)
-        print(f"  {family:<11}{op:<22}{dtype:<6}{row['GB/s']:7.0f} GB/s {row['pct_copy']:5.1f}%"
+        print(f"{self.progress()} {family:<11}{op:<26}{dtype:<6}{row['GB/s']:7.0f} GB/s {row['pct_copy']:5.1f}%"
               + (f"   torch {row['torch_GB/s']:6.0f} GB/s  x{row['ratio']:.2f}" if theirs else ""), flush=True)
 
 
@@ -246,8 +261,33 @@ def markdown(bench: Bench, host: dict[str, float], device: str, n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def chart(bench: Bench, path: Path) -> bool:
+    """A bar chart of percent of copy bandwidth per op; False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    labels = [f"{r['family']} {r['op']} {r['dtype']}" for r in bench.rows]
+    fig, ax = plt.subplots(figsize=(8, max(3.0, 0.22 * len(labels))))
+    ax.barh(labels, [r["pct_copy"] for r in bench.rows], color="tab:blue")
+    ax.axvline(90, color="tab:red", ls="--", label="90% target")
+    ax.set_xlabel(f"% of device-to-device copy ({bench.copy_gbs:.0f} GB/s)")
+    ax.invert_yaxis()
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+EXPECTED_CASES = {"per_tensor": 6, "per_channel": 8, "per_token": 4, "per_group": 4, "dynamic": 6}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="baracuda-numba bench", description=__doc__.splitlines()[0])
     parser.add_argument("--log2n", type=int, default=28)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--dtypes", nargs="+", default=["f32", "bf16", "f16", "f64"])
@@ -255,11 +295,15 @@ def main(argv: list[str] | None = None) -> int:
                         default=["per_tensor", "per_channel", "per_token", "per_group", "dynamic", "host"])
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("python -m benchmarks: needs a CUDA GPU and PyTorch with CUDA", file=sys.stderr)
+    if torch is None or not torch.cuda.is_available():
+        print("baracuda-numba bench: needs a CUDA GPU and PyTorch with CUDA", file=sys.stderr)
         return 2
     n = 1 << args.log2n
-    bench = Bench(args.repeats)
+    per_dtype = {"per_tensor": len(args.dtypes)}
+    segment_dtypes = len([d for d in args.dtypes if d in ("f32", "bf16")])
+    total = sum(EXPECTED_CASES[k] * per_dtype.get(k, segment_dtypes if k != "dynamic" else 1)
+                for k in EXPECTED_CASES if k in args.only)
+    bench = Bench(args.repeats, total)
     bench.copy(n)
     device = torch.cuda.get_device_name()
     print(f"{device}: copy {bench.copy_gbs:.0f} GB/s (n = 2^{args.log2n})", flush=True)
@@ -278,4 +322,6 @@ def main(argv: list[str] | None = None) -> int:
     (out / "bench.md").write_text(text)
     (out / "bench.json").write_text(json.dumps({"device": device, "n": n, "copy_GB/s": bench.copy_gbs,
                                                 "rows": bench.rows, "host_us": host}, indent=1))
+    if not chart(bench, out / "bench.png"):
+        print("matplotlib not installed: no bench.png")
     return 0

@@ -1,0 +1,37 @@
+"""Every notebook runs top to bottom (small sizes under the simulator) and is committed without outputs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="notebook support is in the [test] extra")
+nbclient = pytest.importorskip("nbclient", reason="notebook support is in the [test] extra")
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+
+def test_there_are_notebooks():
+    assert len(NOTEBOOKS) >= 5
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_without_outputs(path):
+    notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, f"{path.name}: strip outputs before committing"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_runs_top_to_bottom(path, monkeypatch):
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("BARACUDA_NOTEBOOK_SMALL", os.environ.get("BARACUDA_NOTEBOOK_SMALL", "1"))
+    notebook = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(path.parent)}})
+    client.execute()
+    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
