@@ -61,9 +61,12 @@ class KernelLauncher:
     def _function(self, device_id: int) -> int:
         function = self._functions.get(device_id)
         if function is None:
-            dispatcher = self._compile()
-            overload = next(iter(dispatcher.overloads.values()))
-            function = self._functions[device_id] = int(overload._codelibrary.get_cufunc().handle)
+            from numba import cuda
+
+            with cuda.gpus[device_id]:
+                dispatcher = self._compile()
+                overload = next(iter(dispatcher.overloads.values()))
+                function = self._functions[device_id] = int(overload._codelibrary.get_cufunc().handle)
         return function
 
     def launch(self, blocks: int, threads: int, stream: int, arrays: Sequence[ArrayArg],
@@ -80,18 +83,24 @@ class KernelLauncher:
     def launch_values(self, blocks: int, threads: int, stream: int, values: Sequence[Any], device_id: int = 0) -> None:
         """Launch with the flat parameter values (see :func:`array_values`) already in order."""
         function = self._function(device_id)
-        _cu_launch_kernel = _driver().launch_kernel
+        driver = _driver()
+        current = driver.current_device()
+        if current != device_id:
+            from numba import cuda
+
+            if current == -1 and device_id == 0:
+                cuda.current_context()  # a thread with no context yet: make device 0's current for good
+            else:  # another device's context is current: switch for this launch only
+                with cuda.gpus[device_id]:
+                    self._launch_locked(driver, function, blocks, threads, stream, values)
+                return
+        self._launch_locked(driver, function, blocks, threads, stream, values)
+
+    def _launch_locked(self, driver, function, blocks, threads, stream, values) -> None:
+        _cu_launch_kernel = driver.launch_kernel
         with self._lock:
             self._packer.pack_into(self._buffer, 0, *values)
             error = _cu_launch_kernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, self._params_address, None)
-        if error == _CUDA_ERROR_INVALID_CONTEXT:
-            from numba import cuda
-
-            cuda.current_context()  # this thread had no current context: make numba's current
-            with self._lock:
-                self._packer.pack_into(self._buffer, 0, *values)
-                error = _cu_launch_kernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, self._params_address,
-                                          None)
         if error:
             raise BaracudaError(f"cuLaunchKernel failed with CUresult {error}")
 
@@ -109,9 +118,6 @@ def array_values(ptr: int, nitems: int, itemsize: int) -> tuple[int, ...]:
     return (0, 0, nitems, itemsize, ptr, nitems, itemsize)
 
 
-_CUDA_ERROR_INVALID_CONTEXT = 201
-
-
 class _Driver:
     """The two driver entry points of the hot path, through ctypes (about 1 us a call, against
     several for cuda.bindings' generic argument conversion); loaded on first use."""
@@ -124,6 +130,16 @@ class _Driver:
         self.stream_synchronize = libcuda.cuStreamSynchronize
         self.stream_synchronize.argtypes = [ctypes.c_void_p]
         self.stream_synchronize.restype = ctypes.c_int
+        self._ctx_get_device = libcuda.cuCtxGetDevice
+        self._ctx_get_device.argtypes = [ctypes.POINTER(ctypes.c_int)]
+        self._ctx_get_device.restype = ctypes.c_int
+        self._device = ctypes.c_int(0)
+
+    def current_device(self) -> int:
+        """Ordinal of the current context's device, or -1 when no context is current."""
+        if self._ctx_get_device(ctypes.byref(self._device)):
+            return -1
+        return self._device.value
 
 
 @functools.cache
