@@ -73,6 +73,7 @@ class Operand:
         "host",
         "keepalive",
         "obj",
+        "on_host",
         "origin",
         "ptr",
         "shape",
@@ -92,10 +93,7 @@ class Operand:
         self.device_copy = device_copy
         self.device_id = device_id
         self.keepalive = keepalive
-
-    @property
-    def on_host(self) -> bool:
-        return self.origin in ("numpy", "torch_cpu")
+        self.on_host = origin in ("numpy", "torch_cpu")  # bytes staged from the host: copied back after
 
     def __repr__(self) -> str:
         return f"Operand({self.origin}, {self.element.short}, shape={self.shape})"
@@ -238,6 +236,9 @@ def adapt(obj: Any, where: str, argument: str) -> Operand:
     """Resolve ``obj`` to an :class:`Operand`; ``where`` and ``argument`` name it in errors."""
     if isinstance(obj, Operand):
         return obj
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):  # first: the hot path of most callers
+        return _from_torch(obj, where, argument)
     if isinstance(obj, np.ndarray):
         return _from_host(obj, obj, "numpy", where, argument)
     if isinstance(obj, Bfloat16Array):
@@ -248,9 +249,6 @@ def adapt(obj: Any, where: str, argument: str) -> Operand:
                            storage._ary.flags.c_contiguous, host=host)
         op = _from_cai(obj, storage.__cuda_array_interface__, "numba", where, argument, ElementKind.BF16)
         return op
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(obj, torch.Tensor):
-        return _from_torch(obj, where, argument)
     if SIMULATOR and hasattr(obj, "_ary") and getattr(obj, "__cuda_ndarray__", False):
         array = obj._ary
         element = _element_from_numpy(array.dtype, where, argument)

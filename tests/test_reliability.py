@@ -149,7 +149,7 @@ def test_concurrent_first_calls_from_threads():
     def work(x, scale, i):
         try:
             results[i] = bn.quantize_per_tensor(x, scale, 1, dtype="uint8" if i % 2 else "int8")
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=job) for job in jobs]
