@@ -98,9 +98,9 @@ class DynamicRangeEntry:
     def key(self) -> tuple[QuantizeKind, ElementKind, ElementKind]:
         return (self.kind, self.input_element, self.output_element)
 
-    def kernels(self, symmetric: bool) -> DynamicKernels:
+    def kernels(self, symmetric: bool, keep: int | None = None, threads: int | None = None) -> DynamicKernels:
         return dynamic_kernels(self.input_element, self.output_element,
-                               self.sku.precision_guarantee.math_precision, symmetric)
+                               self.sku.precision_guarantee.math_precision, symmetric, keep, threads)
 
 
 def _sku(kind: QuantizeKind, element: ElementKind, aux: ElementKind | None) -> KernelSku:

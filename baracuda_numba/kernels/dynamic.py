@@ -68,6 +68,8 @@ class DynamicKernels:
     column_partial: ElementwiseKernel
     channel_finalize: ElementwiseKernel
     chunk: int
+    keep: int  # chunks per lane the segment kernel holds between its passes
+    threads: int  # threads per block of every kernel here
 
 
 def _kernel(py_func, name: str, signature: str, a: ElementKind, out: ElementKind, precision: MathPrecision,
@@ -77,7 +79,9 @@ def _kernel(py_func, name: str, signature: str, a: ElementKind, out: ElementKind
 
 
 @functools.cache
-def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, symmetric: bool) -> DynamicKernels:
+def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, symmetric: bool,
+                    keep: int | None = None, threads: int | None = None) -> DynamicKernels:
+    """The kernels for one combination; ``keep`` / ``threads`` default to ``KEEP_CHUNKS`` / ``TPB``."""
     M = math_type(precision)
     G = chunk_elements(a, out)
     zero, one = M(0.0), M(1.0)
@@ -92,8 +96,8 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     _, o_store = chunk_io(G * out.itemsize)
     quantize = op_functions(precision)[ElementwiseOp.QUANTIZE]
     rint, reciprocal, shuffle_xor = device.rint, device.reciprocal, device.shuffle_xor
-    tpb = TPB
-    keep = KEEP_CHUNKS
+    tpb = threads or TPB
+    keep = keep or KEEP_CHUNKS
 
     @device_function
     def accumulate(hi, lo, x):
@@ -151,6 +155,8 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         scratch_lo = cuda.shared.array(tpb, M)
         keep_lo = cuda.local.array(keep, np.uint64)
         keep_hi = cuda.local.array(keep, np.uint64)
+        buf_lo = cuda.local.array(keep, np.uint64)
+        buf_hi = cuda.local.array(keep, np.uint64)
         spb = tpb // tps
         sub = tid // tps
         lane_id = tid - sub * tps
@@ -158,20 +164,28 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
             s = first + sub
             live = s < nseg
             hi, lo = zero, zero
-            # pass 1: the segment's first keep * tps chunks stay in registers, the rest is re-read
+            # pass 1: the segment's first keep * tps chunks stay in registers; the rest streams in
+            # rounds of keep chunks per lane, all loads of a round issued before their first use
             for k in range(keep):
                 cc = lane_id + k * tps
                 if live and cc < cps:
                     keep_lo[k], keep_hi[k] = a_load(xw, s * cps + cc)
+            for k in range(keep):
+                if live and lane_id + k * tps < cps:
                     for j in range(G):
                         hi, lo = accumulate(hi, lo, a_decode(lane(keep_lo[k], keep_hi[k], j * a_bits)))
             if live:
-                cc = lane_id + keep * tps
-                while cc < cps:
-                    w_lo, w_hi = a_load(xw, s * cps + cc)
-                    for j in range(G):
-                        hi, lo = accumulate(hi, lo, a_decode(lane(w_lo, w_hi, j * a_bits)))
-                    cc += tps
+                round_start = keep * tps
+                while round_start < cps:
+                    for k in range(keep):
+                        cc = round_start + lane_id + k * tps
+                        if cc < cps:
+                            buf_lo[k], buf_hi[k] = a_load(xw, s * cps + cc)
+                    for k in range(keep):
+                        if round_start + lane_id + k * tps < cps:
+                            for j in range(G):
+                                hi, lo = accumulate(hi, lo, a_decode(lane(buf_lo[k], buf_hi[k], j * a_bits)))
+                    round_start += keep * tps
                 e = cps * G + lane_id
                 while e < seg_len:
                     hi, lo = accumulate(hi, lo, a_decode(u64(xe[s * seg_len + e])))
@@ -202,21 +216,26 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                             else:
                                 o_hi |= e << u64(bit - 64)
                         o_store(qw, s * cps + cc, o_lo, o_hi)
-                cc = lane_id + keep * tps
-                while cc < cps:
-                    c = s * cps + cc
-                    w_lo, w_hi = a_load(xw, c)
-                    o_lo, o_hi = word_zero, word_zero
-                    for j in range(G):
-                        e = o_encode(quantize(a_decode(lane(w_lo, w_hi, j * a_bits)), zero, inv, sc, zp,
-                                              q_min, q_max))
-                        bit = j * o_bits
-                        if bit < 64:
-                            o_lo |= e << u64(bit)
-                        else:
-                            o_hi |= e << u64(bit - 64)
-                    o_store(qw, c, o_lo, o_hi)
-                    cc += tps
+                round_start = keep * tps
+                while round_start < cps:
+                    for k in range(keep):
+                        cc = round_start + lane_id + k * tps
+                        if cc < cps:
+                            buf_lo[k], buf_hi[k] = a_load(xw, s * cps + cc)
+                    for k in range(keep):
+                        cc = round_start + lane_id + k * tps
+                        if cc < cps:
+                            o_lo, o_hi = word_zero, word_zero
+                            for j in range(G):
+                                e = o_encode(quantize(a_decode(lane(buf_lo[k], buf_hi[k], j * a_bits)), zero, inv,
+                                                      sc, zp, q_min, q_max))
+                                bit = j * o_bits
+                                if bit < 64:
+                                    o_lo |= e << u64(bit)
+                                else:
+                                    o_hi |= e << u64(bit - 64)
+                            o_store(qw, s * cps + cc, o_lo, o_hi)
+                    round_start += keep * tps
                 e = cps * G + lane_id
                 while e < seg_len:
                     i = s * seg_len + e
@@ -292,7 +311,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     m = "float64" if precision is MathPrecision.F64 else "float32"
     x_views = f"{uint_name(chunk_view_itemsize(G * a.itemsize))}[::1], {uint_name(a.itemsize)}[::1]"
     q_views = f"{uint_name(chunk_view_itemsize(G * out.itemsize))}[::1], {uint_name(out.itemsize)}[::1]"
-    tag = f"{'sym' if symmetric else 'asym'}_{a.short}_{out.short}"
+    tag = f"{'sym' if symmetric else 'asym'}_{a.short}_{out.short}_k{keep}_t{tpb}"
     return DynamicKernels(
         segment=_kernel(segment_kernel, f"dynamic_segment_{tag}",
                         f"void({x_views}, {q_views}, {m}[::1], int32[::1], int64, int64, int64, int64, {m}, {m}, {m})",
@@ -308,5 +327,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                                  f"void({m}[::1], {m}[::1], int32[::1], int64, int64, int64, {m}, {m}, {m})",
                                  a, out, precision, G),
         chunk=G,
+        keep=keep,
+        threads=tpb,
     )
 

@@ -24,7 +24,7 @@ import numpy as np
 from ..arrays import Operand, adapt, finish, require_contiguous
 from ..errors import InvalidProblem, problem_message
 from ..kernels.codecs import math_type
-from ..kernels.dynamic import KEEP_CHUNKS, PARTIALS_PER_BLOCK, TPB, WARP
+from ..kernels.dynamic import WARP
 from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
@@ -170,6 +170,7 @@ class DynamicRangeQuantizePlan(Plan):
         desc, entry = self.desc, self.entry
         self._symmetric = desc.mode is DynamicRangeMode.SYMMETRIC
         self._kernels = kernels = entry.kernels(self._symmetric)
+        self._threads = tpb = kernels.threads
         M = self._math = math_type(entry.sku.precision_guarantee.math_precision)
         self._scale_element = ElementKind.F64 if M is np.float64 else ElementKind.F32
         self._n = math.prod(desc.shape)
@@ -181,8 +182,8 @@ class DynamicRangeQuantizePlan(Plan):
         if scope.kind is ScopeKind.TENSOR:
             self._strategy = "tensor"
             self._count = 1
-            self._partial_blocks = max(1, min(-(-self._n // (TPB * kernels.chunk)), 8 * sms))
-            self._workspace = 2 * PARTIALS_PER_BLOCK * self._partial_blocks * np.dtype(M).itemsize
+            self._partial_blocks = max(1, min(-(-self._n // (tpb * kernels.chunk)), 8 * sms))
+            self._workspace = 2 * (tpb // WARP) * self._partial_blocks * np.dtype(M).itemsize
             self._quantizer = QuantizePerTokenPlan.select(QuantizePerTokenDescriptor(
                 1, self._n, desc.q_min, desc.q_max, desc.input_element, desc.output_element))
         elif scope.kind is ScopeKind.CHANNEL and math.prod(shape[:scope.axis]) > 1:
@@ -212,10 +213,10 @@ class DynamicRangeQuantizePlan(Plan):
             G = kernels.chunk
             units = seg_len // G if seg_len % G == 0 else seg_len
             tps = 1  # lanes per segment: enough to keep every chunk in registers, at most a warp
-            while (tps < WARP and tps * KEEP_CHUNKS < units) or tps < min(units, 4):
+            while (tps < WARP and tps * kernels.keep < units) or tps < min(units, 4):
                 tps *= 2
             self._tps = min(tps, WARP)
-            self._segment_blocks = max(1, min(-(-nseg // (TPB // tps)), 16 * sms))
+            self._segment_blocks = max(1, min(-(-nseg // (tpb // self._tps)), 16 * sms))
         self._launchers = {
             "segment": KernelLauncher(kernels.segment.compiled, 6, (np.int64,) * 4 + (M,) * 3),
             "partial": KernelLauncher(kernels.partial.compiled, 3, (np.int64,) * 2),
@@ -326,7 +327,7 @@ class DynamicRangeQuantizePlan(Plan):
         cps = seg_len // G if aligned else 0
         nchunks = nseg * cps
         arrays = (*chunk_views(x, self._n, nchunks, G), *chunk_views(q, self._n, nchunks, G), scale_view, zp_view)
-        self._launchers["segment"].launch(self._segment_blocks, TPB, handle, arrays,
+        self._launchers["segment"].launch(self._segment_blocks, self._threads, handle, arrays,
                                           (nseg, seg_len, cps, self._tps, *self._q_scalars), device_id)
 
     def _run_tensor(self, x, partials, scale_view, zp_view, handle, device_id) -> None:
@@ -334,18 +335,20 @@ class DynamicRangeQuantizePlan(Plan):
         aligned = _address(x) % min(G * x.element.itemsize, 16) == 0
         nchunks = self._n // G if aligned else 0
         blocks = self._partial_blocks
-        self._launchers["partial"].launch(blocks, TPB, handle, (*chunk_views(x, self._n, nchunks, G), partials),
-                                          (self._n, nchunks), device_id)
-        self._launchers["finalize"].launch(1, TPB, handle, (partials, scale_view, zp_view),
-                                           (blocks * PARTIALS_PER_BLOCK, *self._q_scalars), device_id)
+        self._launchers["partial"].launch(blocks, self._threads, handle,
+                                          (*chunk_views(x, self._n, nchunks, G), partials), (self._n, nchunks),
+                                          device_id)
+        self._launchers["finalize"].launch(1, self._threads, handle, (partials, scale_view, zp_view),
+                                           (blocks * (self._threads // WARP), *self._q_scalars), device_id)
 
     def _run_columns(self, x, partials, scale_view, zp_view, handle, device_id) -> None:
         outer, channels, inner, width, parts, rows_per_part = self._columns
         _, elements = chunk_views(x, self._n, 0, 1)
-        blocks = max(1, min(-(-(parts * width) // TPB), 32 * sm_count(device_id)))
-        self._launchers["column_partial"].launch(blocks, TPB, handle, (elements, partials),
+        tpb = self._threads
+        blocks = max(1, min(-(-(parts * width) // tpb), 32 * sm_count(device_id)))
+        self._launchers["column_partial"].launch(blocks, tpb, handle, (elements, partials),
                                                  (outer, width, parts, rows_per_part), device_id)
-        self._launchers["channel_finalize"].launch(max(1, min(-(-channels // TPB), 1024)), TPB, handle,
+        self._launchers["channel_finalize"].launch(max(1, min(-(-channels // tpb), 1024)), tpb, handle,
                                                    (partials, scale_view, zp_view),
                                                    (parts, channels, inner, *self._q_scalars), device_id)
 
