@@ -52,9 +52,9 @@ from .elementwise import (
 
 __all__ = ["TPB", "WARP", "KEEP_CHUNKS", "PARTIALS_PER_BLOCK", "DynamicKernels", "dynamic_kernels"]
 
-TPB = 32 if SIMULATOR else 256  # threads per block of the reduction kernels
+TPB = 32 if SIMULATOR else 128  # threads per block of the reduction kernels (tuned on an H100)
 WARP = 32
-KEEP_CHUNKS = 4  # chunks per lane kept in registers between the two passes (the rest is re-read, from L2)
+KEEP_CHUNKS = 4  # chunks per lane in registers: kept between the passes, and loads in flight per round
 PARTIALS_PER_BLOCK = TPB // WARP
 
 
@@ -247,13 +247,20 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         scratch_hi = cuda.shared.array(tpb, M)
         scratch_lo = cuda.shared.array(tpb, M)
         start, stride = cuda.grid(1), cuda.gridsize(1)
+        buf_lo = cuda.local.array(keep, np.uint64)
+        buf_hi = cuda.local.array(keep, np.uint64)
         hi, lo = zero, zero
-        c = start
-        while c < nchunks:
-            w_lo, w_hi = a_load(xw, c)
-            for j in range(G):
-                hi, lo = accumulate(hi, lo, a_decode(lane(w_lo, w_hi, j * a_bits)))
-            c += stride
+        base = start
+        while base < nchunks:  # rounds of keep loads in flight per thread
+            for k in range(keep):
+                c = base + k * stride
+                if c < nchunks:
+                    buf_lo[k], buf_hi[k] = a_load(xw, c)
+            for k in range(keep):
+                if base + k * stride < nchunks:
+                    for j in range(G):
+                        hi, lo = accumulate(hi, lo, a_decode(lane(buf_lo[k], buf_hi[k], j * a_bits)))
+            base += keep * stride
         i = nchunks * G + start
         while i < n:
             hi, lo = accumulate(hi, lo, a_decode(u64(xe[i])))
@@ -286,13 +293,21 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
             zero_points[0] = np.int32(zp)
 
     def column_partial_kernel(xe, partials, outer, width, parts, rows_per_part):
+        rows = cuda.local.array(keep, np.uint64)
         for t in range(cuda.grid(1), parts * width, cuda.gridsize(1)):
             part = t // width
             col = t - part * width
             hi, lo = zero, zero
             end = min(outer, (part + 1) * rows_per_part)
-            for o in range(part * rows_per_part, end):
-                hi, lo = accumulate(hi, lo, a_decode(u64(xe[o * width + col])))
+            o = part * rows_per_part
+            while o < end:  # keep rows' loads in flight before their first use
+                for k in range(keep):
+                    if o + k < end:
+                        rows[k] = u64(xe[(o + k) * width + col])
+                for k in range(keep):
+                    if o + k < end:
+                        hi, lo = accumulate(hi, lo, a_decode(rows[k]))
+                o += keep
             partials[2 * t] = hi
             partials[2 * t + 1] = lo
 
