@@ -156,12 +156,17 @@ def synchronize(stream: int) -> None:
         raise BaracudaError(f"cuStreamSynchronize failed with CUresult {error}")
 
 
-def _torch_current_stream(device_id: int) -> int:
+@functools.cache
+def _torch_stream_getter() -> Callable[[int], int]:
     torch = sys.modules["torch"]
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # one C call, no Stream object
     if raw is not None:
-        return raw(device_id)
-    return torch.cuda.current_stream(device_id).cuda_stream
+        return raw
+    return lambda device_id: torch.cuda.current_stream(device_id).cuda_stream
+
+
+def _torch_current_stream(device_id: int) -> int:
+    return _torch_stream_getter()(device_id)
 
 
 def stream_handle(stream: Any, operands: Sequence[Any], where: str) -> int:

@@ -161,7 +161,7 @@ class Plan:
         return f"{self.name}({self.desc}, sku={self.entry.sku})"
 
 
-@dataclass
+@dataclass(slots=True)
 class _Bound:
     a: Operand
     b: Operand | None
