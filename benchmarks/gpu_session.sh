@@ -8,7 +8,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import numpy, numba, numba_cuda, torch; print('numpy', numpy.__version__, 'numba', numba.__version__, 'torch', torch.__version__)"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  timeout 480 python3 -m pytest -q -x -p no:cacheprovider -n ${WORKERS:-8} "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
+  timeout 480 python3 -m pytest -q ${PYTEST_X:--x} -p no:cacheprovider -n ${WORKERS:-8} "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
 fi
 if [ "${SANITIZE:-0}" = 1 ]; then
   # memcheck over kernels of every family: sizes around chunk boundaries, unaligned views, group sizes,
