@@ -220,14 +220,7 @@ class ElementwisePlan(Plan):
         return self.desc.numel
 
     def _operand(self, args: Any, field: str, element: ElementKind, numel: int) -> Operand:
-        op = adapt(getattr(args, field), self.name, field)
-        if op.element is not element:
-            raise InvalidProblem(problem_message(self.name, field, f"elements of {element.short}", op.element.short))
-        if op.size != numel:
-            raise InvalidProblem(problem_message(self.name, field, f"{numel} elements",
-                                                 f"{op.size} (shape {op.shape})"))
-        require_contiguous(op, self.name, field)
-        return op
+        return checked_operand(self.name, getattr(args, field), field, element, numel)
 
     def _bind(self, args: Any) -> _Bound:
         if not isinstance(args, self.Args):
@@ -380,6 +373,17 @@ def typed_view(op: Operand, dtype: Any, count: int | None = None) -> ArrayArg:
         count = op.size * op.element.itemsize // dtype.itemsize
     host = None if not SIMULATOR else op.host.view(np.uint8)[: count * dtype.itemsize].view(dtype)
     return ArrayArg(op.ptr, count, dtype.itemsize, host)
+
+
+def checked_operand(plan: str, value: Any, field: str, element: ElementKind, count: int) -> Operand:
+    """``value`` adapted, with ``count`` elements of ``element``, C-contiguous; else the typed error."""
+    op = adapt(value, plan, field)
+    if op.element is not element:
+        raise InvalidProblem(problem_message(plan, field, f"elements of {element.short}", op.element.short))
+    if op.size != count:
+        raise InvalidProblem(problem_message(plan, field, f"{count} elements", f"{op.size} (shape {op.shape})"))
+    require_contiguous(op, plan, field)
+    return op
 
 
 def checked_scale(plan: str, scale: Any, M: type) -> tuple[Any, Any]:

@@ -21,14 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays import Operand, adapt, finish, require_contiguous
+from ..arrays import Operand, adapt, finish
 from ..errors import InvalidProblem, problem_message
 from ..kernels.codecs import math_type
 from ..kernels.dynamic import WARP
 from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
-from .base import Plan, chunk_views, sm_count, typed_view
+from .base import Plan, checked_operand, chunk_views, sm_count, typed_view
 from .per_axis import (
     QuantizePerChannelArgs,
     QuantizePerChannelDescriptor,
@@ -253,14 +253,7 @@ class DynamicRangeQuantizePlan(Plan):
     # -- running ---------------------------------------------------------------------------------
 
     def _operand(self, value: Any, field: str, element: ElementKind, count: int) -> Operand:
-        op = adapt(value, self.name, field)
-        if op.element is not element:
-            raise InvalidProblem(problem_message(self.name, field, f"elements of {element.short}", op.element.short))
-        if op.size != count:
-            raise InvalidProblem(problem_message(self.name, field, f"{count} elements",
-                                                 f"{op.size} (shape {op.shape})"))
-        require_contiguous(op, self.name, field)
-        return op
+        return checked_operand(self.name, value, field, element, count)
 
     def _bind(self, args: Any) -> tuple[Operand, ...]:
         if not isinstance(args, self.Args):
