@@ -140,19 +140,6 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         return (lo_word if bit < 64 else hi_word) >> u64(bit % 64)
 
     @device_function
-    def quantize_chunk(w_lo, w_hi, inv, sc, zp, q_min, q_max):
-        """The ``G`` elements of an input chunk, quantized and packed into an output chunk."""
-        o_lo, o_hi = word_zero, word_zero
-        for j in range(G):
-            e = o_encode(quantize(a_decode(lane(w_lo, w_hi, j * a_bits)), zero, inv, sc, zp, q_min, q_max))
-            bit = j * o_bits
-            if bit < 64:
-                o_lo |= e << u64(bit)
-            else:
-                o_hi |= e << u64(bit - 64)
-        return o_lo, o_hi
-
-    @device_function
     def block_reduce(sh_hi, sh_lo, tid, lane_id, width_start):
         """Tree reduction of ``sh_*[tid - lane_id : tid - lane_id + 2 * width_start]`` into its first slot."""
         width = width_start
@@ -219,7 +206,15 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                 for k in range(keep):
                     cc = lane_id + k * tps
                     if cc < cps:
-                        o_lo, o_hi = quantize_chunk(keep_lo[k], keep_hi[k], inv, sc, zp, q_min, q_max)
+                        o_lo, o_hi = word_zero, word_zero
+                        for j in range(G):
+                            e = o_encode(quantize(a_decode(lane(keep_lo[k], keep_hi[k], j * a_bits)), zero, inv,
+                                                  sc, zp, q_min, q_max))
+                            bit = j * o_bits
+                            if bit < 64:
+                                o_lo |= e << u64(bit)
+                            else:
+                                o_hi |= e << u64(bit - 64)
                         o_store(qw, s * cps + cc, o_lo, o_hi)
                 round_start = keep * tps
                 while round_start < cps:
@@ -230,7 +225,15 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                     for k in range(keep):
                         cc = round_start + lane_id + k * tps
                         if cc < cps:
-                            o_lo, o_hi = quantize_chunk(buf_lo[k], buf_hi[k], inv, sc, zp, q_min, q_max)
+                            o_lo, o_hi = word_zero, word_zero
+                            for j in range(G):
+                                e = o_encode(quantize(a_decode(lane(buf_lo[k], buf_hi[k], j * a_bits)), zero, inv,
+                                                      sc, zp, q_min, q_max))
+                                bit = j * o_bits
+                                if bit < 64:
+                                    o_lo |= e << u64(bit)
+                                else:
+                                    o_hi |= e << u64(bit - 64)
                             o_store(qw, s * cps + cc, o_lo, o_hi)
                     round_start += keep * tps
                 e = cps * G + lane_id
