@@ -112,10 +112,6 @@ def _c_contiguous(shape, strides, itemsize) -> bool:
     return True
 
 
-def _describe_layout(op: Operand) -> str:
-    return f"a non-contiguous array of shape {op.shape}"
-
-
 def _element_from_numpy(dtype: np.dtype, where: str, argument: str) -> ElementKind:
     try:
         return element_kind(dtype)
@@ -169,10 +165,6 @@ def _from_torch(tensor, where, argument) -> Operand:
         return _from_host(storage.numpy(), tensor, "torch_cpu", where, argument, element)
     return Operand(tensor, "torch", element, shape, tensor.data_ptr(), contiguous,
                    device_id=tensor.get_device())
-
-
-_TYPESTR = {"f2": "float16", "f4": "float32", "f8": "float64", "i1": "int8", "u1": "uint8",
-            "i4": "int32", "u2": "uint16"}
 
 
 def _from_cai(obj, cai, origin, where, argument, element=None) -> Operand:
@@ -268,7 +260,8 @@ def adapt(obj: Any, where: str, argument: str) -> Operand:
 
 def require_contiguous(op: Operand, where: str, argument: str) -> None:
     if not op.contiguous:
-        raise InvalidProblem(problem_message(where, argument, "a C-contiguous array", _describe_layout(op)))
+        raise InvalidProblem(problem_message(where, argument, "a C-contiguous array",
+                                             f"a non-contiguous array of shape {op.shape}"))
     if not SIMULATOR and op.ptr % op.element.itemsize:
         raise MisalignedOperand(problem_message(
             where, argument, f"an address aligned to {op.element.itemsize} bytes", hex(op.ptr)))

@@ -55,5 +55,5 @@ def backend_name() -> str:
         return "simulator"
     from numba import cuda
 
-    return cuda.get_current_device().name.decode() if isinstance(
-        cuda.get_current_device().name, bytes) else str(cuda.get_current_device().name)
+    name = cuda.get_current_device().name
+    return name.decode() if isinstance(name, bytes) else str(name)
