@@ -25,7 +25,7 @@ from .platform import SIMULATOR
 __all__ = ["ArrayArg", "KernelLauncher", "array_values", "stream_handle", "synchronize"]
 
 # One 8-byte parameter slot per kernel parameter; a float32 occupies the first 4 bytes of its slot.
-_SLOT_FORMAT = {np.int64: "q", np.int32: "ixxxx", np.float32: "fxxxx", np.float64: "d"}
+_SLOT_FORMAT = {np.int64: "q", np.int32: "ixxxx", np.float32: "fxxxx", np.float64: "d", np.bool_: "?xxxxxxx"}
 _ARRAY_FORMAT = "qqqqqqq"  # meminfo, parent, nitems, itemsize, data, shape[0], strides[0]
 
 

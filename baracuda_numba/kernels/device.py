@@ -18,6 +18,13 @@ unsigned integers (Numba types that mix as float64).
 - ``shuffle_xor(value, offset, scratch, tid)``: the value of lane ``lane ^ offset`` of the warp
   (``shfl.sync.bfly``). Under the simulator, which has no warp intrinsics, it goes through the
   block's shared ``scratch`` with two barriers, so every thread of the block must call it alike.
+- ``mma_s8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, scratch, tid)``: one warp-wide
+  ``mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32`` (int8 tensor cores, exact int32 accumulation);
+  fragments as the PTX ISA lays them out (lane = 4 * group + t: ``a0`` row ``group`` bytes
+  ``4t..4t+3``, ``a1`` row ``group + 8``, ``a2`` / ``a3`` the same rows at ``16 + 4t``; ``b0`` / ``b1``
+  column ``group`` at ``4t`` / ``16 + 4t``; ``c0, c1`` row ``group`` columns ``2t, 2t + 1``, ``c2, c3``
+  row ``group + 8``). The simulator computes it through the block's shared ``scratch``
+  (``[threads, 6]`` int32), so every thread of the block must call it alike.
 - ``load_u64x2(words, c)`` / ``store_u64x2(words, c, lo, hi)``: words ``2c`` and ``2c + 1`` of a
   uint64 array as one 16-byte access (``ld/st.global.v2.u64``; numba never emits these itself).
 """
@@ -46,6 +53,7 @@ __all__ = [
     "store_u64x2",
     "reciprocal",
     "shuffle_xor",
+    "mma_s8",
 ]
 
 if SIMULATOR:
@@ -108,6 +116,33 @@ if SIMULATOR:
         other = scratch[tid ^ offset]
         cuda.syncthreads()
         return other
+
+    def _byte(word, i):
+        b = (int(word) >> (8 * i)) & 0xFF
+        return b - 256 if b > 127 else b
+
+    @cuda.jit(device=True)  # simulated: all 32 lanes' fragments meet in shared memory
+    def mma_s8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, scratch, tid):
+        for i, value in enumerate((a0, a1, a2, a3, b0, b1)):
+            scratch[tid, i] = np.uint32(value).view(np.int32)
+        cuda.syncthreads()
+        warp = tid - tid % 32
+        lane = tid % 32
+        group, t = lane // 4, lane % 4
+        out = [c0, c1, c2, c3]
+        for slot in range(4):
+            row = group + (8 if slot >= 2 else 0)
+            col = 2 * t + slot % 2
+            total = 0
+            for k in range(32):
+                a_lane = warp + 4 * (row % 8) + (k % 16) // 4
+                a_reg = (0 if row < 8 else 1) + (2 if k >= 16 else 0)
+                b_lane = warp + 4 * col + (k % 16) // 4
+                b_reg = 4 + (1 if k >= 16 else 0)
+                total += _byte(scratch[a_lane, a_reg], k % 4) * _byte(scratch[b_lane, b_reg], k % 4)
+            out[slot] = np.int32(np.int64(out[slot]) + total)
+        cuda.syncthreads()
+        return out[0], out[1], out[2], out[3]
 
     def load_u64x2(words, c):
         return words[2 * c], words[2 * c + 1]
@@ -329,3 +364,26 @@ else:
             return context.get_dummy_value()
 
         return types.void(words, c, lo, hi), codegen
+
+    _MMA = (
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+        "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};"
+    )
+
+    @intrinsic
+    def mma_s8(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, scratch, tid):
+        operands = (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+        if not all(isinstance(op, types.Integer) for op in operands):
+            return None
+        result = types.UniTuple(types.int32, 4)
+
+        def codegen(context, builder, sig, args):
+            words = [builder.trunc(_to_i64(builder, value, ty), _I32)
+                     for value, ty in zip(args[:10], operands, strict=True)]
+            struct = ir.LiteralStructType([_I32] * 4)
+            asm = ir.InlineAsm(ir.FunctionType(struct, [_I32] * 10), _MMA, "=r,=r,=r,=r," + ",".join(["r"] * 10),
+                               side_effect=True)
+            out = builder.call(asm, words)
+            return context.make_tuple(builder, result, [builder.extract_value(out, i) for i in range(4)])
+
+        return result(*operands, scratch, tid), codegen
