@@ -326,3 +326,14 @@ def scalar_value(value: Any, where: str, argument: str) -> float:
             return value.copy_to_host().reshape(-1)[0].item()
     raise InvalidProblem(problem_message(where, argument, "a real number or a one-element array",
                                          type(value).__name__))
+
+
+def sub_operand(base: Operand, offset: int, element: ElementKind, shape: tuple[int, ...]) -> Operand:
+    """A C-contiguous view of ``base``'s bytes from ``offset`` (a slice of a plan's workspace)."""
+    nbytes = math.prod(shape) * element.itemsize
+    host = None
+    if base.host is not None:
+        host = base.host.view(np.uint8)[offset: offset + nbytes].view(element.storage_dtype)
+    origin = "numpy" if SIMULATOR else "cai"
+    return Operand(host, origin, element, shape, base.ptr + offset if base.ptr else 0, True, host=host,
+                   device_id=base.device_id)

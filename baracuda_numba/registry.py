@@ -15,18 +15,21 @@ from dataclasses import dataclass
 from .errors import Unsupported
 from .kernels.dynamic import DynamicKernels, dynamic_kernels
 from .kernels.elementwise import ElementwiseKernel, ElementwiseOp, ScaleMode, elementwise_kernel
+from .kernels.linear import THREADS, linear_kernel
 from .platform import SIMULATOR
 from .vocabulary import (
     ArchSku,
     BackendKind,
     ElementKind,
     KernelSku,
+    MathPrecision,
     OpCategory,
     PrecisionGuarantee,
     QuantizeKind,
 )
 
-__all__ = ["LaunchPolicy", "RegistryEntry", "DynamicRangeEntry", "lookup", "entries", "FLOAT_ELEMENTS", "INT_ELEMENTS"]
+__all__ = ["LaunchPolicy", "RegistryEntry", "DynamicRangeEntry", "LinearEntry", "lookup", "entries",
+           "FLOAT_ELEMENTS", "INT_ELEMENTS"]
 
 FLOAT_ELEMENTS = (ElementKind.F32, ElementKind.F64, ElementKind.F16, ElementKind.BF16)
 INT_ELEMENTS = (ElementKind.S8, ElementKind.U8)
@@ -46,6 +49,7 @@ class LaunchPolicy:
 
 # The simulator runs one Python thread per CUDA thread: keep grids tiny there.
 ELEMENTWISE_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(512, 32)
+LINEAR_POLICY = LaunchPolicy(THREADS, 0)  # one block per output tile: no grid-stride cap
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,42 @@ class DynamicRangeEntry:
     def kernels(self, symmetric: bool, keep: int | None = None, threads: int | None = None) -> DynamicKernels:
         return dynamic_kernels(self.input_element, self.output_element,
                                self.sku.precision_guarantee.math_precision, symmetric, keep, threads)
+
+
+@dataclass(frozen=True)
+class LinearEntry:
+    """W8A8 linear: the tensor-core int8 GEMM with its float32 epilogue (``kernels``). Keyed
+    ``(QUANTIZED_LINEAR, x element, output element)`` for the dynamic per-token form and
+    ``(QUANTIZED_LINEAR, s8, output element)`` for SmoothQuant's pre-quantized activations."""
+
+    kind: QuantizeKind
+    input_element: ElementKind
+    output_element: ElementKind
+    sku: KernelSku
+    policy: LaunchPolicy
+    kernel_name: str = "w8a8_gemm"
+    scales: str = "token x channel"
+
+    @property
+    def key(self) -> tuple[QuantizeKind, ElementKind, ElementKind]:
+        return (self.kind, self.input_element, self.output_element)
+
+    def kernel(self, has_bias: bool) -> ElementwiseKernel:
+        return linear_kernel(self.output_element, has_bias, self.input_element is ElementKind.S8)
+
+
+def _linear_sku(input_element: ElementKind, output_element: ElementKind) -> KernelSku:
+    guarantee = PrecisionGuarantee(MathPrecision.INT32, ElementKind.I32, True, True)
+    return KernelSku(OpCategory.QUANTIZATION, QuantizeKind.QUANTIZED_LINEAR, input_element, output_element,
+                     "row.col", "scale_bias_f32", ArchSku.SM80, BackendKind.BESPOKE, guarantee)
+
+
+def _linear_entries() -> Iterator[LinearEntry]:
+    for f in FLOAT_ELEMENTS:
+        yield LinearEntry(QuantizeKind.QUANTIZED_LINEAR, f, f, _linear_sku(f, f), LINEAR_POLICY)
+    for f in FLOAT_ELEMENTS:
+        yield LinearEntry(QuantizeKind.QUANTIZED_LINEAR, ElementKind.S8, f, _linear_sku(ElementKind.S8, f),
+                          LINEAR_POLICY, scales="tensor x channel")
 
 
 def _sku(kind: QuantizeKind, element: ElementKind, aux: ElementKind | None) -> KernelSku:
@@ -159,10 +199,10 @@ def _dynamic_entries() -> Iterator[DynamicRangeEntry]:
 
 @functools.cache
 def _table() -> dict[tuple[QuantizeKind, ElementKind, ElementKind], RegistryEntry | DynamicRangeEntry]:
-    return {entry.key: entry for entry in (*_elementwise_entries(), *_dynamic_entries())}
+    return {entry.key: entry for entry in (*_elementwise_entries(), *_dynamic_entries(), *_linear_entries())}
 
 
-def entries() -> tuple[RegistryEntry | DynamicRangeEntry, ...]:
+def entries() -> tuple[RegistryEntry | DynamicRangeEntry | LinearEntry, ...]:
     """Every registered entry, in registration order."""
     return tuple(_table().values())
 

@@ -4,8 +4,8 @@
 ``acc[m, n] = sum_k a[m, k] * w[n, k]`` accumulated exactly in int32 by
 ``mma.sync.m16n8k32.s8`` (:func:`baracuda_numba.kernels.device.mma_s8`), ``a`` ``[M, K]`` int8
 row-major (quantized activations), ``w`` ``[N, K]`` int8 row-major (``nn.Linear.weight``), the
-epilogue in float32 and the result stored in the output element. ``row_scale`` has ``M`` entries,
-or one (a per-tensor activation scale, SmoothQuant) when ``row_stride == 0``.
+epilogue in float32 and the result stored in the output element. The row scale is per token
+(``row_scale[m]``) or one static per-tensor value (SmoothQuant).
 
 Layout: a block of ``WARPS_M x WARPS_N`` warps computes a ``BLOCK_M x BLOCK_N`` tile; each warp
 ``MT x NT`` mma tiles (``16 MT x 8 NT`` outputs). Fragments are 4-byte words read straight from
@@ -38,8 +38,10 @@ MAX_EXACT_K = (2**31 - 1) // (127 * 128)
 
 
 @functools.cache
-def linear_kernel(out: ElementKind, has_bias: bool) -> ElementwiseKernel:
-    """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16)."""
+def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool) -> ElementwiseKernel:
+    """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16). With ``per_tensor_rows``
+    the row scale is the scalar ``tensor_scale`` (SmoothQuant's static activation scale), else
+    ``row_scale[m]`` (per-token activation scales)."""
     encode = codec(out, MathPrecision.F32).encode
     mma = device.mma_s8
     u32 = np.uint32
@@ -60,7 +62,7 @@ def linear_kernel(out: ElementKind, has_bias: bool) -> ElementwiseKernel:
         return value
 
     def kernel(a_bytes, a_words, w_bytes, w_words, row_scale, col_scale, bias, out_elems,
-               M, N, K, row_stride, tiles_m, aligned):
+               M, N, K, tiles_m, aligned, tensor_scale):
         tid = cuda.threadIdx.x
         scratch = cuda.shared.array((THREADS, 6), np.int32)  # used only by the simulator's mma
         acc = cuda.local.array(acc_len, np.int32)
@@ -101,13 +103,15 @@ def linear_kernel(out: ElementKind, has_bias: bool) -> ElementwiseKernel:
                     m = m0 + 16 * mi + group + (8 if slot >= 2 else 0)
                     n = n0 + 8 * ni + 2 * t + slot % 2
                     if m < M and n < N:
-                        value = f32(acc[base + slot]) * row_scale[m * row_stride] * col_scale[n]
+                        rs = tensor_scale if per_tensor_rows else row_scale[m]
+                        value = f32(acc[base + slot]) * rs * col_scale[n]
                         if has_bias:
                             value = value + bias[n]
                         out_elems[m * N + n] = encode(value)
 
     signature = (f"void(uint8[::1], uint32[::1], uint8[::1], uint32[::1], float32[::1], float32[::1], float32[::1], "
-                 f"{uint_name(out.itemsize)}[::1], int64, int64, int64, int64, int64, boolean)")
-    kernel.__name__ = kernel.__qualname__ = f"w8a8_gemm_{out.short}{'_bias' if has_bias else ''}"
+                 f"{uint_name(out.itemsize)}[::1], int64, int64, int64, int64, boolean, float32)")
+    kernel.__name__ = kernel.__qualname__ = (f"w8a8_gemm_{out.short}{'_bias' if has_bias else ''}"
+                                             f"{'_tensor' if per_tensor_rows else '_token'}")
     return ElementwiseKernel(kernel, signature, ElementKind.S8, ElementKind.S8, out, MathPrecision.F32, 32)
 

@@ -14,7 +14,7 @@ from ..errors import InvalidOperand, InvalidProblem, problem_message
 from ..plans.base import Plan
 from ..vocabulary import ElementKind, element_kind
 
-__all__ = ["operand", "scale_operands", "select_plan", "resolve_dtype", "default_q_range", "output_operand",
+__all__ = ["coerced", "operand", "scale_operands", "select_plan", "resolve_dtype", "default_q_range", "output_operand",
            "clear_plan_cache", "zeros_like_kind"]
 
 
@@ -74,7 +74,8 @@ def _converted(obj: Any, element: ElementKind) -> Any:
     return None
 
 
-def _coerced(obj: Any, element: ElementKind, count: int, where: str, argument: str) -> Operand:
+def coerced(obj: Any, element: ElementKind, count: int, where: str, argument: str) -> Operand:
+    """``obj`` as ``count`` contiguous elements of ``element``, converted by its framework if needed."""
     try:
         op = adapt(obj, where, argument)
     except InvalidOperand:
@@ -114,7 +115,7 @@ def scale_operands(scales: Any, zero_points: Any, count: int, float_element: Ele
     """``scales`` in the math precision of ``float_element`` and ``zero_points`` as int32, each of
     ``count`` elements; converted by their own framework when needed (``zero_points=None``: zeros)."""
     scale_element = ElementKind.F64 if float_element is ElementKind.F64 else ElementKind.F32
-    scale = _coerced(scales, scale_element, count, where, "scales")
+    scale = coerced(scales, scale_element, count, where, "scales")
     if zero_points is None:
         return scale, zeros_like_kind(like, count, ElementKind.I32)
-    return scale, _coerced(zero_points, ElementKind.I32, count, where, "zero_points")
+    return scale, coerced(zero_points, ElementKind.I32, count, where, "zero_points")

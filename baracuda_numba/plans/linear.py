@@ -1,0 +1,231 @@
+"""W8A8 linear layers on tensor cores: ``QuantizedLinearPlan`` (activations quantized per token in the
+same call) and ``SmoothQuantLinearPlan`` (pre-quantized activations with a static per-tensor scale).
+
+``y[m, n] = scale_x[m] * weight_scale[n] * sum_k xq[m, k] * wq[n, k] (+ bias[n])``: int8 operands,
+exact int32 accumulation (``k <= MAX_EXACT_K``), the epilogue in float32 as
+``(f32(acc) * scale_x[m]) * weight_scale[n] + bias[n]``, stored in the output element. The weight
+is ``[N, K]`` int8 row-major (``nn.Linear.weight``), ``weight_scale`` ``[N]`` float32, ``bias``
+``[N]`` float32. Activations are quantized symmetric int8 in [-127, 127] per row
+(:class:`~baracuda_numba.plans.dynamic.DynamicRangeQuantizePlan`) into the plan's workspace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..arrays import Operand, adapt, allocate_like, finish, sub_operand
+from ..errors import InvalidProblem, problem_message
+from ..kernels.linear import BLOCK_M, BLOCK_N, MAX_EXACT_K, THREADS
+from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
+from ..platform import SIMULATOR
+from ..vocabulary import ElementKind, QuantizeKind
+from .base import Plan, checked_operand, checked_scale
+from .dynamic import (
+    DynamicRangeMode,
+    DynamicRangeQuantizeArgs,
+    DynamicRangeQuantizeDescriptor,
+    DynamicRangeQuantizePlan,
+    DynamicRangeScope,
+)
+
+__all__ = ["QuantizedLinearDescriptor", "QuantizedLinearArgs", "QuantizedLinearPlan",
+           "SmoothQuantLinearDescriptor", "SmoothQuantLinearArgs", "SmoothQuantLinearPlan"]
+
+
+@dataclass(frozen=True)
+class QuantizedLinearDescriptor:
+    """``x [m, k]`` float, ``weight [n, k]`` int8; the output has ``x``'s element."""
+
+    m: int
+    n: int
+    k: int
+    input_element: ElementKind
+    output_element: ElementKind
+    has_bias: bool = False
+
+
+@dataclass
+class QuantizedLinearArgs:
+    input: Any  # [m, k] float
+    weight: Any  # [n, k] int8
+    weight_scale: Any  # [n] float32
+    output: Any  # [m, n]
+    bias: Any = None  # [n] float32
+
+
+@dataclass(frozen=True)
+class SmoothQuantLinearDescriptor:
+    """``act_q [m, k]`` int8 with one static scale, ``weight [n, k]`` int8."""
+
+    m: int
+    n: int
+    k: int
+    output_element: ElementKind
+    has_bias: bool = False
+
+
+@dataclass
+class SmoothQuantLinearArgs:
+    input: Any  # [m, k] int8 (already smoothed and quantized)
+    weight: Any  # [n, k] int8 (smoothed weight)
+    weight_scale: Any  # [n] float32
+    act_scale: float  # the static per-tensor activation scale
+    output: Any  # [m, n]
+    bias: Any = None  # [n] float32
+
+
+def _align(n: int) -> int:
+    return -(-n // 256) * 256
+
+
+class _LinearPlan(Plan):
+    KIND = QuantizeKind.QUANTIZED_LINEAR
+
+    @classmethod
+    def _validate(cls, desc: Any) -> None:
+        name = cls.__name__
+        for field in ("m", "n", "k"):
+            if getattr(desc, field) < 0:
+                raise InvalidProblem(problem_message(name, field, ">= 0", getattr(desc, field)))
+        if desc.k > MAX_EXACT_K:
+            raise InvalidProblem(problem_message(
+                name, "k", f"<= {MAX_EXACT_K} (|int8 x int8| sums stay exact in int32)", desc.k))
+        if not isinstance(desc.has_bias, bool):
+            raise InvalidProblem(problem_message(name, "has_bias", "a bool", repr(desc.has_bias)))
+
+    def _prepare(self) -> None:
+        desc = self.desc
+        kernel = self.entry.kernel(desc.has_bias)
+        self._launcher = KernelLauncher(kernel.compiled, 8, (np.int64,) * 4 + (np.bool_, np.float32))
+        self._tiles_m = -(-desc.m // BLOCK_M)
+        self._blocks = self._tiles_m * -(-desc.n // BLOCK_N)
+        if not SIMULATOR:
+            kernel.compiled()
+
+    def _common(self, args: Any) -> tuple[Operand, Operand, Operand | None, Operand]:
+        d, name = self.desc, self.name
+        weight = checked_operand(name, args.weight, "weight", ElementKind.S8, d.n * d.k)
+        weight_scale = checked_operand(name, args.weight_scale, "weight_scale", ElementKind.F32, d.n)
+        if d.has_bias:
+            if args.bias is None:
+                raise InvalidProblem(problem_message(name, "bias", "an [n] float32 array (has_bias=True)", None))
+            bias = checked_operand(name, args.bias, "bias", ElementKind.F32, d.n)
+        elif args.bias is not None:
+            raise InvalidProblem(problem_message(name, "bias", "None (has_bias=False)", type(args.bias).__name__))
+        else:
+            bias = None
+        output = checked_operand(name, args.output, "output", d.output_element, d.m * d.n)
+        return weight, weight_scale, bias, output
+
+    def _gemm(self, a: Operand, weight: Operand, row_scale: Operand | None, weight_scale: Operand,
+              bias: Operand | None, output: Operand, tensor_scale: float, handle: int) -> None:
+        d = self.desc
+        aligned = d.k % 4 == 0 and _address(a) % 4 == 0 and _address(weight) % 4 == 0
+        arrays = (*_byte_views(a, d.m * d.k), *_byte_views(weight, d.n * d.k),
+                  _f32(row_scale if row_scale is not None else weight_scale),
+                  _f32(weight_scale), _f32(bias if bias is not None else weight_scale),
+                  ArrayArg(output.ptr, d.m * d.n, output.element.itemsize,
+                           None if output.host is None else output.host.view(f"u{output.element.itemsize}")))
+        self._launcher.launch(self._blocks, THREADS, handle, arrays,
+                              (d.m, d.n, d.k, self._tiles_m, aligned, tensor_scale), a.device_id)
+
+
+def _address(op: Operand) -> int:
+    return op.host.ctypes.data if SIMULATOR else op.ptr
+
+
+def _byte_views(op: Operand, nbytes: int) -> tuple[ArrayArg, ArrayArg]:
+    if SIMULATOR:
+        raw = op.host.view(np.uint8)
+        return ArrayArg(0, nbytes, 1, raw), ArrayArg(0, nbytes // 4, 4, raw[: nbytes // 4 * 4].view(np.uint32))
+    return ArrayArg(op.ptr, nbytes, 1), ArrayArg(op.ptr, nbytes // 4, 4)
+
+
+def _f32(op: Operand) -> ArrayArg:
+    return ArrayArg(op.ptr, op.size, 4, op.host)
+
+
+class QuantizedLinearPlan(_LinearPlan):
+    """``y = (quantize_per_token(x) @ weight.T) * scale_x * weight_scale (+ bias)`` in ``x``'s dtype."""
+
+    Descriptor = QuantizedLinearDescriptor
+    Args = QuantizedLinearArgs
+
+    def _prepare(self) -> None:
+        super()._prepare()
+        d = self.desc
+        self._quantizer = DynamicRangeQuantizePlan.select(DynamicRangeQuantizeDescriptor(
+            (d.m, d.k), DynamicRangeMode.SYMMETRIC, DynamicRangeScope.token(), -127, 127, d.input_element,
+            ElementKind.S8))
+        self._scale_offset = _align(d.m * d.k)
+        self._quantizer_offset = self._scale_offset + _align(4 * d.m)
+
+    def workspace_size(self) -> int:
+        """Quantized activations ``[m, k]`` int8, their scales ``[m]``, the quantizer's scratch."""
+        return self._quantizer_offset + self._quantizer.workspace_size()
+
+    def _bind(self, args: Any) -> tuple:
+        if not isinstance(args, self.Args):
+            raise InvalidProblem(problem_message(self.name, "args", self.Args.__name__, type(args).__name__))
+        d = self.desc
+        x = checked_operand(self.name, args.input, "input", d.input_element, d.m * d.k)
+        return (x, *self._common(args))
+
+    def run(self, args: Any, workspace: Any = None, stream: Any = None) -> None:
+        """Quantize ``args.input`` per token into the workspace, then the int8 GEMM and epilogue.
+
+        ``workspace``: at least ``workspace_size()`` bytes, or None to let the plan allocate it.
+        """
+        x, weight, weight_scale, bias, output = self._bind(args)
+        d = self.desc
+        if d.m == 0 or d.n == 0:
+            return
+        if workspace is None:
+            workspace = allocate_like(x, (self.workspace_size(),), ElementKind.U8)
+        else:
+            self._check_workspace(workspace)
+        ws = adapt(workspace, self.name, "workspace")
+        handle = stream_handle(stream, (x, output), self.name)
+        xq = sub_operand(ws, 0, ElementKind.S8, (d.m, d.k))
+        scale_x = sub_operand(ws, self._scale_offset, ElementKind.F32, (d.m,))
+        scratch = sub_operand(ws, self._quantizer_offset, ElementKind.U8, (self._quantizer.workspace_size(),))
+        if d.k:
+            self._quantizer.run(DynamicRangeQuantizeArgs(x, xq, scale_x, None), workspace=scratch, stream=handle)
+        self._gemm(xq, weight, scale_x, weight_scale, bias, output, 0.0, handle)
+        if output.on_host or x.on_host:
+            synchronize(handle)
+            finish(output)
+
+
+class SmoothQuantLinearPlan(_LinearPlan):
+    """``y = (act_q @ weight.T) * act_scale * weight_scale (+ bias)`` with a static activation scale."""
+
+    Descriptor = SmoothQuantLinearDescriptor
+    Args = SmoothQuantLinearArgs
+
+    @classmethod
+    def _registry_elements(cls, desc: Any) -> tuple[ElementKind, ElementKind]:
+        return ElementKind.S8, desc.output_element
+
+    def _bind(self, args: Any) -> tuple:
+        if not isinstance(args, self.Args):
+            raise InvalidProblem(problem_message(self.name, "args", self.Args.__name__, type(args).__name__))
+        d = self.desc
+        act = checked_operand(self.name, args.input, "input", ElementKind.S8, d.m * d.k)
+        _, act_scale = checked_scale(self.name, args.act_scale, np.float32)
+        return (act, *self._common(args), act_scale)
+
+    def run(self, args: Any, workspace: Any = None, stream: Any = None) -> None:
+        """The int8 GEMM and epilogue on pre-quantized activations (no workspace)."""
+        act, weight, weight_scale, bias, output, act_scale = self._bind(args)
+        d = self.desc
+        if d.m == 0 or d.n == 0:
+            return
+        handle = stream_handle(stream, (act, output), self.name)
+        self._gemm(act, weight, None, weight_scale, bias, output, act_scale, handle)
+        if output.on_host or act.on_host:
+            synchronize(handle)
+            finish(output)
