@@ -103,13 +103,15 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool) -> El
                     m = m0 + 16 * mi + group + (8 if slot >= 2 else 0)
                     n = n0 + 8 * ni + 2 * t + slot % 2
                     if m < M and n < N:
-                        rs = tensor_scale if per_tensor_rows else row_scale[m]
+                        rs = tensor_scale if per_tensor_rows else f32(row_scale[m])
                         value = f32(acc[base + slot]) * rs * col_scale[n]
                         if has_bias:
                             value = value + bias[n]
                         out_elems[m * N + n] = encode(value)
 
-    signature = (f"void(uint8[::1], uint32[::1], uint8[::1], uint32[::1], float32[::1], float32[::1], float32[::1], "
+    # per-token scales come from the dynamic quantizer: float64 for float64 activations
+    row = "float64" if out is ElementKind.F64 and not per_tensor_rows else "float32"
+    signature = (f"void(uint8[::1], uint32[::1], uint8[::1], uint32[::1], {row}[::1], float32[::1], float32[::1], "
                  f"{uint_name(out.itemsize)}[::1], int64, int64, int64, int64, boolean, float32)")
     kernel.__name__ = kernel.__qualname__ = (f"w8a8_gemm_{out.short}{'_bias' if has_bias else ''}"
                                              f"{'_tensor' if per_tensor_rows else '_token'}")

@@ -386,9 +386,9 @@ def checked_operand(plan: str, value: Any, field: str, element: ElementKind, cou
     return op
 
 
-def checked_scale(plan: str, scale: Any, M: type) -> tuple[Any, Any]:
+def checked_scale(plan: str, scale: Any, M: type, argument: str = "scale") -> tuple[Any, Any]:
     """``(inv, scale)`` in the math type; :class:`InvalidProblem` unless finite, > 0 and invertible."""
-    value = scalar_value(scale, plan, "scale")
+    value = scalar_value(scale, plan, argument)
     try:
         s = M(value)
     except (TypeError, ValueError, OverflowError):
@@ -398,7 +398,7 @@ def checked_scale(plan: str, scale: Any, M: type) -> tuple[Any, Any]:
     if not (np.isfinite(s) and s > 0 and np.isfinite(inv)):
         precision = np.dtype(M).name
         raise InvalidProblem(problem_message(
-            plan, "scale", f"a finite value > 0 with a finite reciprocal in {precision}", value))
+            plan, argument, f"a finite value > 0 with a finite reciprocal in {precision}", value))
     return inv, s
 
 

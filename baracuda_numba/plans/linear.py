@@ -125,8 +125,8 @@ class _LinearPlan(Plan):
         d = self.desc
         aligned = d.k % 4 == 0 and _address(a) % 4 == 0 and _address(weight) % 4 == 0
         arrays = (*_byte_views(a, d.m * d.k), *_byte_views(weight, d.n * d.k),
-                  _f32(row_scale if row_scale is not None else weight_scale),
-                  _f32(weight_scale), _f32(bias if bias is not None else weight_scale),
+                  _vector(row_scale if row_scale is not None else weight_scale),
+                  _vector(weight_scale), _vector(bias if bias is not None else weight_scale),
                   ArrayArg(output.ptr, d.m * d.n, output.element.itemsize,
                            None if output.host is None else output.host.view(f"u{output.element.itemsize}")))
         self._launcher.launch(self._blocks, THREADS, handle, arrays,
@@ -144,8 +144,8 @@ def _byte_views(op: Operand, nbytes: int) -> tuple[ArrayArg, ArrayArg]:
     return ArrayArg(op.ptr, nbytes, 1), ArrayArg(op.ptr, nbytes // 4, 4)
 
 
-def _f32(op: Operand) -> ArrayArg:
-    return ArrayArg(op.ptr, op.size, 4, op.host)
+def _vector(op: Operand) -> ArrayArg:
+    return ArrayArg(op.ptr, op.size, op.element.itemsize, op.host)
 
 
 class QuantizedLinearPlan(_LinearPlan):
@@ -160,11 +160,13 @@ class QuantizedLinearPlan(_LinearPlan):
         self._quantizer = DynamicRangeQuantizePlan.select(DynamicRangeQuantizeDescriptor(
             (d.m, d.k), DynamicRangeMode.SYMMETRIC, DynamicRangeScope.token(), -127, 127, d.input_element,
             ElementKind.S8))
+        self._scale_element = ElementKind.F64 if d.input_element is ElementKind.F64 else ElementKind.F32
         self._scale_offset = _align(d.m * d.k)
-        self._quantizer_offset = self._scale_offset + _align(4 * d.m)
+        self._quantizer_offset = self._scale_offset + _align(self._scale_element.itemsize * d.m)
 
     def workspace_size(self) -> int:
-        """Quantized activations ``[m, k]`` int8, their scales ``[m]``, the quantizer's scratch."""
+        """Quantized activations ``[m, k]`` int8, their scales ``[m]`` (float32; float64 for f64 input),
+        the quantizer's scratch."""
         return self._quantizer_offset + self._quantizer.workspace_size()
 
     def _bind(self, args: Any) -> tuple:
@@ -190,7 +192,7 @@ class QuantizedLinearPlan(_LinearPlan):
         ws = adapt(workspace, self.name, "workspace")
         handle = stream_handle(stream, (x, output), self.name)
         xq = sub_operand(ws, 0, ElementKind.S8, (d.m, d.k))
-        scale_x = sub_operand(ws, self._scale_offset, ElementKind.F32, (d.m,))
+        scale_x = sub_operand(ws, self._scale_offset, self._scale_element, (d.m,))
         scratch = sub_operand(ws, self._quantizer_offset, ElementKind.U8, (self._quantizer.workspace_size(),))
         if d.k:
             self._quantizer.run(DynamicRangeQuantizeArgs(x, xq, scale_x, None), workspace=scratch, stream=handle)
@@ -215,7 +217,7 @@ class SmoothQuantLinearPlan(_LinearPlan):
             raise InvalidProblem(problem_message(self.name, "args", self.Args.__name__, type(args).__name__))
         d = self.desc
         act = checked_operand(self.name, args.input, "input", ElementKind.S8, d.m * d.k)
-        _, act_scale = checked_scale(self.name, args.act_scale, np.float32)
+        _, act_scale = checked_scale(self.name, args.act_scale, np.float32, "act_scale")
         return (act, *self._common(args), act_scale)
 
     def run(self, args: Any, workspace: Any = None, stream: Any = None) -> None:

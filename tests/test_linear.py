@@ -1,0 +1,147 @@
+"""W8A8 and SmoothQuant linear: exact int32 accumulation and the float32 epilogue against the NumPy
+reference (simulated tensor-core mma), error paths, calibration helpers; on the GPU against
+``torch._int_mm``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import requires_gpu
+
+import baracuda_numba as bn
+from baracuda_numba import reference as ref
+from baracuda_numba import registry
+from baracuda_numba.vocabulary import QuantizeKind as K
+
+BF16 = bn.ElementKind.BF16.numpy_dtype
+
+
+def weights(rng, n, k):
+    return rng.integers(-128, 128, (n, k)).astype(np.int8), rng.uniform(0.005, 0.02, n).astype(np.float32)
+
+
+def test_registered_for_every_float_output():
+    keys = {e.key for e in registry.entries() if e.kind is K.QUANTIZED_LINEAR}
+    for f in registry.FLOAT_ELEMENTS:
+        assert (K.QUANTIZED_LINEAR, f, f) in keys and (K.QUANTIZED_LINEAR, bn.ElementKind.S8, f) in keys
+
+
+# Ragged shapes (not multiples of the 64 x 64 block, of 32 in K, of 4 in K), one row, bias or not,
+# every float dtype. The simulator runs the mma through shared memory: small shapes only.
+CASES = [((5, 40), 12, "float32", True), ((1, 37), 9, "float64", False), ((3, 2, 64), 70, "bfloat16", True),
+         ((66, 33), 8, "float16", False)]
+
+
+@pytest.mark.parametrize(("x_shape", "n", "dtype", "with_bias"), CASES)
+def test_quantized_linear_matches_reference(x_shape, n, dtype, with_bias):
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(x_shape) * 2).astype(bn.element_kind(dtype).numpy_dtype)
+    w, ws = weights(rng, n, x_shape[-1])
+    bias = rng.standard_normal(n).astype(np.float32) if with_bias else None
+    y = bn.quantized_linear(x, w, ws, bias=bias)
+    expected = ref.linear.quantized_linear(x, w, ws, bias)
+    assert y.shape == (*x_shape[:-1], n) and y.dtype == x.dtype
+    np.testing.assert_array_equal(y.astype(np.float64), expected.astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_smoothquant_linear_matches_reference(dtype):
+    rng = np.random.default_rng(3)
+    act = rng.integers(-127, 128, (7, 50)).astype(np.int8)
+    w, ws = weights(rng, 11, 50)
+    bias = rng.standard_normal(11).astype(np.float32)
+    y = bn.smoothquant_linear(act, w, ws, 0.037, bias=bias, dtype=dtype)
+    expected = ref.linear.smoothquant_linear(act, w, ws, 0.037, bias, bn.element_kind(dtype).numpy_dtype)
+    np.testing.assert_array_equal(y.astype(np.float64), expected.astype(np.float64))
+
+
+def test_plan_surface_and_workspace():
+    desc = bn.QuantizedLinearDescriptor(m=4, n=8, k=32, input_element="f32", output_element="f32")
+    plan = bn.QuantizedLinearPlan.select(desc)
+    assert plan.sku().precision_guarantee.math_precision is bn.MathPrecision.INT32
+    assert plan.workspace_size() >= 4 * 32 + 4 * 4
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 32)).astype(np.float32)
+    w, ws = weights(rng, 8, 32)
+    out = np.zeros((4, 8), np.float32)
+    args = bn.QuantizedLinearArgs(x, w, ws, out)
+    assert plan.can_implement(args)
+    plan.run(args, workspace=np.zeros(plan.workspace_size(), np.uint8))
+    np.testing.assert_array_equal(out, ref.linear.quantized_linear(x, w, ws))
+    with pytest.raises(bn.WorkspaceTooSmall):
+        plan.run(args, workspace=np.zeros(8, np.uint8))
+
+
+@pytest.mark.parametrize(("call", "error", "needle"), [
+    (lambda x, w, s: bn.quantized_linear(x, np.ascontiguousarray(w[:, :20]), s), bn.InvalidProblem,
+     "weight_q expected [N, 32] (K of x)"),
+    (lambda x, w, s: bn.quantized_linear(x, w.astype(np.float32), s), bn.InvalidProblem,
+     "weight_q expected int8 elements, got f32"),
+    (lambda x, w, s: bn.quantized_linear(x, w, s[:5]), bn.InvalidProblem, "weight_scale expected 8 elements, got 5"),
+    (lambda x, w, s: bn.quantized_linear(x, w, s, bias=np.zeros(3, np.float32)), bn.InvalidProblem,
+     "bias expected 8 elements, got 3"),
+    (lambda x, w, s: bn.quantized_linear(x, w[None], s), bn.InvalidProblem, "weight_q expected an [N, K] array"),
+    (lambda x, w, s: bn.quantized_linear(x.astype(np.int8), w, s), bn.Unsupported, "QuantizedLinearPlan"),
+    (lambda x, w, s: bn.smoothquant_linear(x, w, s, 0.1), bn.InvalidProblem, "act_q expected int8 elements"),
+    (lambda x, w, s: bn.smoothquant_linear(x.astype(np.int8), w, s, 0.0), bn.InvalidProblem,
+     "act_scale expected a finite value > 0"),
+    (lambda x, w, s: bn.smoothquant_linear(x.astype(np.int8), w, s, 0.1, dtype="int8"), bn.Unsupported,
+     "SmoothQuantLinearPlan"),
+])
+def test_bad_inputs(call, error, needle):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 32)).astype(np.float32)
+    w, ws = weights(rng, 8, 32)
+    with pytest.raises(error) as info:
+        call(x, w, ws)
+    assert needle in str(info.value)
+
+
+def test_k_bound_keeps_int32_exact():
+    assert 132104 * 127 * 128 < 2**31 <= 132105 * 127 * 128
+    with pytest.raises(bn.InvalidProblem, match="k expected <= 132104"):
+        bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(1, 1, 132105, "f32", "f32"))
+
+
+def test_smoothquant_calibration_helpers():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 4, 16)).astype(np.float32)
+    x[..., 5] *= 50
+    w = rng.standard_normal((8, 16)).astype(np.float32)
+    act = bn.activation_absmax(x)
+    np.testing.assert_array_equal(act, np.abs(x).reshape(-1, 16).max(axis=0))
+    running = bn.activation_absmax(x * 2, act)
+    np.testing.assert_array_equal(running, 2 * act)
+    s = bn.smoothing_scales(act, bn.weight_absmax(w), alpha=0.5)
+    expected = np.sqrt(np.maximum(act, 1e-5)) / np.sqrt(np.maximum(np.abs(w).max(axis=0), 1e-5))
+    np.testing.assert_allclose(s, expected, rtol=1e-6)
+    # smoothing moves the outlier from the activations to the weights, the product is unchanged
+    np.testing.assert_allclose(bn.smooth_activation(x, s) @ bn.smooth_weight(w, s).T, x @ w.T, rtol=1e-4, atol=1e-4)
+    assert np.abs(bn.smooth_activation(x, s)).max() < np.abs(x).max()
+    with pytest.raises(bn.InvalidProblem, match="alpha expected a value in"):
+        bn.smoothing_scales(act, act, alpha=1.5)
+
+
+@requires_gpu
+@pytest.mark.parametrize("m", [1, 17, 333, 70_000])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_gpu_against_torch_int_mm(m, dtype):
+    torch = pytest.importorskip("torch")
+    tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+              "float64": torch.float64}[dtype]
+    n, k = 264, 520
+    g = torch.Generator(device="cuda").manual_seed(m)
+    x = torch.randn(m, k, device="cuda", generator=g).to(tdtype)
+    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
+    bias = torch.randn(n, device="cuda", generator=g)
+    y = bn.quantized_linear(x, w, ws, bias=bias)
+    r = bn.dynamic_range_quantize(x)
+    xq = r.q
+    if m > 16:
+        acc = torch._int_mm(xq, w.t())
+    else:
+        acc = (xq.double() @ w.double().t()).to(torch.int32)
+    expected = (acc.float() * r.scale[:, None]) * ws[None, :] + bias[None, :]
+    error = ((y.double() - expected.double()).norm() / expected.double().norm()).item()
+    assert y.dtype == tdtype and error <= (1e-6 if dtype in ("float32", "float64") else 1e-2), error
