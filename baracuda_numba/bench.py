@@ -226,6 +226,36 @@ def dynamic(bench: Bench, n: int, host: dict[str, float]) -> None:
         host[f"torch.compile composition ({tokens}x4096 bf16)"] = host_us(lambda s=small: compiled_token(s), 500)
 
 
+def linear(bench: Bench, host: dict[str, float]) -> None:
+    """W8A8 linear: TOPS at 4096^3 next to torch._int_mm (weight column-major) plus its dequant
+    epilogue; decode shapes as GB/s on the weight bytes (torch._int_mm refuses M <= 16)."""
+    for m, n, k in ((4096, 4096, 4096),):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randint(-128, 128, (n, k), device="cuda", dtype=torch.int8)
+        ws = torch.rand(n, device="cuda") * 0.01
+        r = bn.dynamic_range_quantize(x)
+        ms = device_ms(lambda x=x, w=w, ws=ws: bn.quantized_linear(x, w, ws), bench.repeats)
+        torch_ms = device_ms(lambda r=r, w=w, ws=ws: (torch._int_mm(r.q, w.t()).float() * r.scale[:, None]
+                                                      * ws[None, :]).to(torch.bfloat16), bench.repeats)
+        tops, torch_tops = 2 * m * n * k / ms / 1e9, 2 * m * n * k / torch_ms / 1e9
+        bench.rows.append({"family": "linear", "op": f"quantized_linear {m}x{n}x{k}", "dtype": "bf16",
+                           "ms": ms, "TOPS": tops, "torch_op": "torch._int_mm + dequant", "torch_TOPS": torch_tops,
+                           "ratio": tops / torch_tops, "GB/s": 0.0, "pct_copy": 0.0})
+        print(f"{bench.progress()} linear {m}x{n}x{k}: {tops:.0f} TOPS, torch._int_mm + dequant {torch_tops:.0f} "
+              f"TOPS, x{tops / torch_tops:.2f}", flush=True)
+    for m in (1, 16):
+        for nk in (4096, 8192):
+            x = torch.randn(m, nk, device="cuda", dtype=torch.bfloat16)
+            w = torch.randint(-128, 128, (nk, nk), device="cuda", dtype=torch.int8)
+            ws = torch.rand(nk, device="cuda") * 0.01
+            bench.add("linear", f"decode M={m} N=K={nk}", "bf16", nk * nk,
+                      lambda x=x, w=w, ws=ws: bn.quantized_linear(x, w, ws))
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randint(-128, 128, (4096, 4096), device="cuda", dtype=torch.int8)
+    ws = torch.rand(4096, device="cuda") * 0.01
+    host["quantized_linear() (16x4096 @ 4096x4096)"] = host_us(lambda: bn.quantized_linear(x, w, ws), 200)
+
+
 def host_overhead() -> dict[str, float]:
     small = torch.randn(4096, device="cuda")
     small_q = torch.empty(4096, device="cuda", dtype=torch.int8)
@@ -254,6 +284,10 @@ def markdown(bench: Bench, host: dict[str, float], device: str, n: int) -> str:
              "| family | op | dtype | GB/s | % of copy | PyTorch op | PyTorch GB/s | ratio |",
              "|---|---|---|---:|---:|---|---:|---:|"]
     for r in bench.rows:
+        if "TOPS" in r:
+            lines.append(f"| {r['family']} | {r['op']} | {r['dtype']} | {r['TOPS']:.0f} TOPS | | {r['torch_op']} | "
+                         f"{r['torch_TOPS']:.0f} TOPS | {r['ratio']:.2f}x |")
+            continue
         torch_cols = (f"{r['torch_op']} | {r['torch_GB/s']:.0f} | {r['ratio']:.2f}x" if "torch_op" in r else " | | ")
         lines.append(f"| {r['family']} | {r['op']} | {r['dtype']} | {r['GB/s']:.0f} | {r['pct_copy']:.1f}% | "
                      f"{torch_cols} |")
@@ -270,9 +304,10 @@ def chart(bench: Bench, path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    labels = [f"{r['family']} {r['op']} {r['dtype']}" for r in bench.rows]
+    rows = [r for r in bench.rows if "TOPS" not in r]
+    labels = [f"{r['family']} {r['op']} {r['dtype']}" for r in rows]
     fig, ax = plt.subplots(figsize=(8, max(3.0, 0.22 * len(labels))))
-    ax.barh(labels, [r["pct_copy"] for r in bench.rows], color="tab:blue")
+    ax.barh(labels, [r["pct_copy"] for r in rows], color="tab:blue")
     ax.axvline(90, color="tab:red", ls="--", label="90% target")
     ax.set_xlabel(f"% of device-to-device copy ({bench.copy_gbs:.0f} GB/s)")
     ax.invert_yaxis()
@@ -283,7 +318,7 @@ def chart(bench: Bench, path: Path) -> bool:
     return True
 
 
-EXPECTED_CASES = {"per_tensor": 6, "per_channel": 8, "per_token": 4, "per_group": 4, "dynamic": 6}
+EXPECTED_CASES = {"per_tensor": 6, "per_channel": 8, "per_token": 4, "per_group": 4, "dynamic": 6, "linear": 5}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--dtypes", nargs="+", default=["f32", "bf16", "f16", "f64"])
     parser.add_argument("--only", nargs="+",
-                        default=["per_tensor", "per_channel", "per_token", "per_group", "dynamic", "host"])
+                        default=["per_tensor", "per_channel", "per_token", "per_group", "dynamic", "linear", "host"])
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
     if torch is None or not torch.cuda.is_available():
@@ -301,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     n = 1 << args.log2n
     per_dtype = {"per_tensor": len(args.dtypes)}
     segment_dtypes = len([d for d in args.dtypes if d in ("f32", "bf16")])
-    total = sum(EXPECTED_CASES[k] * per_dtype.get(k, segment_dtypes if k != "dynamic" else 1)
+    total = sum(EXPECTED_CASES[k] * per_dtype.get(k, segment_dtypes if k not in ("dynamic", "linear") else 1)
                 for k in EXPECTED_CASES if k in args.only)
     bench = Bench(args.repeats, total)
     bench.copy(n)
@@ -315,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     host = host_overhead() if "host" in args.only else {}
     if "dynamic" in args.only:
         dynamic(bench, n, host)
+    if "linear" in args.only:
+        linear(bench, host)
     text = markdown(bench, host, device, n)
     print("\n" + text)
     out = Path(args.out)

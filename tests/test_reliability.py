@@ -18,6 +18,7 @@ X = np.linspace(-2, 2, 48, dtype=F32).reshape(6, 8)
 Q = np.arange(48, dtype=I8).reshape(6, 8)
 S6, S8 = np.full(6, 0.02, F32), np.full(8, 0.02, F32)
 S_GROUPS = np.full((6, 2), 0.02, F32)
+W8 = (np.arange(64, dtype=np.int64) % 17 - 8).astype(I8).reshape(8, 8)
 
 
 def per_function_calls():
@@ -52,6 +53,8 @@ def per_function_calls():
         ("dequantize_per_group_backward", lambda **k: bn.dequantize_per_group_backward(X, S_GROUPS, 4, **k),
          np.zeros((6, 8), F32)),
         ("dynamic_range_quantize", lambda **k: bn.dynamic_range_quantize(X, **k).q, np.zeros((6, 8), I8)),
+        ("quantized_linear", lambda **k: bn.quantized_linear(X, W8, S8, **k), np.zeros((6, 8), F32)),
+        ("smoothquant_linear", lambda **k: bn.smoothquant_linear(Q, W8, S8, 0.05, **k), np.zeros((6, 8), F32)),
     ]
 
 
