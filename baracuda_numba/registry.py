@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .errors import Unsupported
 from .kernels.dynamic import DynamicKernels, dynamic_kernels
 from .kernels.elementwise import ElementwiseKernel, ElementwiseOp, ScaleMode, elementwise_kernel
-from .kernels.linear import THREADS, linear_kernel
+from .kernels.linear import TILE_THREADS, linear_kernel
 from .platform import SIMULATOR
 from .vocabulary import (
     ArchSku,
@@ -49,7 +49,7 @@ class LaunchPolicy:
 
 # The simulator runs one Python thread per CUDA thread: keep grids tiny there.
 ELEMENTWISE_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(512, 32)
-LINEAR_POLICY = LaunchPolicy(THREADS, 0)  # one block per output tile: no grid-stride cap
+LINEAR_POLICY = LaunchPolicy(TILE_THREADS, 0)  # one block per output tile (tiled and skinny alike): no grid-stride cap
 
 
 @dataclass(frozen=True)
@@ -125,8 +125,9 @@ class LinearEntry:
     def key(self) -> tuple[QuantizeKind, ElementKind, ElementKind]:
         return (self.kind, self.input_element, self.output_element)
 
-    def kernel(self, has_bias: bool) -> ElementwiseKernel:
-        return linear_kernel(self.output_element, has_bias, self.input_element is ElementKind.S8)
+    def kernel(self, has_bias: bool, skinny: bool = False) -> ElementwiseKernel:
+        """The tiled GEMM, or the skinny one for decode-like ``M``."""
+        return linear_kernel(self.output_element, has_bias, self.input_element is ElementKind.S8, skinny)
 
 
 def _linear_sku(input_element: ElementKind, output_element: ElementKind) -> KernelSku:

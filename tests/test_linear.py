@@ -26,10 +26,13 @@ def test_registered_for_every_float_output():
         assert (K.QUANTIZED_LINEAR, f, f) in keys and (K.QUANTIZED_LINEAR, bn.ElementKind.S8, f) in keys
 
 
-# Ragged shapes (not multiples of the 64 x 64 block, of 32 in K, of 4 in K), one row, bias or not,
-# every float dtype. The simulator runs the mma through shared memory: small shapes only.
+# Both kernels (skinny for M <= 64, tiled above) on ragged shapes: M, N not multiples of their tiles,
+# K not a multiple of the 64-byte chunk, K % 16 != 0 (byte-assembled chunks) and == 0 (16-byte loads),
+# several row / column tiles and several K steps, one row, bias or not, every float dtype. The
+# simulator runs the mma through shared memory: small shapes only.
 CASES = [((5, 40), 12, "float32", True), ((1, 37), 9, "float64", False), ((3, 2, 64), 70, "bfloat16", True),
-         ((66, 33), 8, "float16", False)]
+         ((40, 208), 17, "float16", True), ((66, 33), 8, "float16", False), ((65, 80), 9, "float32", True),
+         ((129, 16), 130, "bfloat16", False)]
 
 
 @pytest.mark.parametrize(("x_shape", "n", "dtype", "with_bias"), CASES)
@@ -123,13 +126,14 @@ def test_smoothquant_calibration_helpers():
 
 
 @requires_gpu
-@pytest.mark.parametrize("m", [1, 17, 333, 70_000])
+@pytest.mark.parametrize("k", [520, 512])  # byte-assembled and 16-byte chunks
+@pytest.mark.parametrize("m", [1, 17, 64, 65, 333, 70_000])  # skinny up to 64 rows, tiled above
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
-def test_gpu_against_torch_int_mm(m, dtype):
+def test_gpu_against_torch_int_mm(m, k, dtype):
     torch = pytest.importorskip("torch")
     tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
               "float64": torch.float64}[dtype]
-    n, k = 264, 520
+    n = 264
     g = torch.Generator(device="cuda").manual_seed(m)
     x = torch.randn(m, k, device="cuda", generator=g).to(tdtype)
     w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)

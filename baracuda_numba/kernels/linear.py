@@ -7,11 +7,21 @@ row-major (quantized activations), ``w`` ``[N, K]`` int8 row-major (``nn.Linear.
 epilogue in float32 and the result stored in the output element. The row scale is per token
 (``row_scale[m]``) or one static per-tensor value (SmoothQuant).
 
-Layout: a block of ``WARPS_M x WARPS_N`` warps computes a ``BLOCK_M x BLOCK_N`` tile; each warp
-``MT x NT`` mma tiles (``16 MT x 8 NT`` outputs). Fragments are 4-byte words read straight from
-global memory (each is four consecutive ``k`` of one row, which is how the mma lays its operands
-out); rows and ``k`` past the edges read as zero. With ``K % 4 != 0`` the words are assembled from
-bytes. Tiles are numbered along ``M`` fastest on a 1-D grid, so ``M`` has no 65535-row limit.
+Both kernels walk ``K`` in 64-byte chunks. Each lane brings 16 contiguous bytes of a row
+(``k = 16 t .. 16 t + 15`` for lane ``4 g + t``) and feeds them to two mmas: words 0, 1 to the first,
+words 2, 3 to the second. That permutes ``k`` inside the chunk relative to the mma's own operand
+layout, identically for ``a`` and ``w``, so the dot products are unchanged while every access is a
+16-byte vector. Rows and ``k`` past the edges read as zero; when ``K % 16 != 0`` or an operand is not
+16-byte aligned the chunks are assembled from bytes.
+
+- ``tiled``: a ``128 x 128`` output tile per block of 8 warps (``2 x 4``, each ``64 x 32``), ``a`` and
+  ``w`` chunks staged through double-buffered shared memory (one barrier per 64 ``k``), the next
+  chunk's global loads issued before the current chunk's mmas. Tiles are numbered along ``M``
+  fastest on a 1-D grid, so ``M`` has no 65535-row limit.
+- ``skinny`` (``M <= 64``, decode): bandwidth-bound on the weight. A block owns 16 rows x 8 output
+  columns; its 8 warps split ``K`` and reduce through shared memory, so even ``N = 4096`` gives 4096
+  warps of independent 16-byte weight loads. The row tiles of one column slice are neighbouring
+  blocks: the weight comes from HBM once and from L2 for the other (at most three) row tiles.
 """
 
 from __future__ import annotations
@@ -21,99 +31,212 @@ import functools
 import numpy as np
 from numba import cuda
 
+from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, MathPrecision
 from . import device
 from .codecs import codec
 from .device import device_function
 from .elementwise import ElementwiseKernel, uint_name
 
-__all__ = ["MT", "NT", "WARPS_M", "WARPS_N", "BLOCK_M", "BLOCK_N", "THREADS", "MAX_EXACT_K", "linear_kernel"]
+__all__ = ["TILE_M", "TILE_N", "TILE_THREADS", "SKINNY_MAX_M", "SKINNY_N", "SKINNY_THREADS", "MAX_EXACT_K",
+           "CHUNK_K", "linear_kernel"]
 
-MT, NT = 2, 4  # mma tiles per warp along M (16 rows each) and N (8 columns each)
-WARPS_M, WARPS_N = 2, 2
-BLOCK_M, BLOCK_N = 16 * MT * WARPS_M, 8 * NT * WARPS_N
-THREADS = 32 * WARPS_M * WARPS_N
+CHUNK_K = 64  # k per step: 16 bytes per lane, 4 lanes per row
+# tiled: warps arranged WARPS_M x WARPS_N, each MT x NT mma tiles (16 rows x 8 columns each)
+WARPS_M, WARPS_N, MT, NT = 2, 4, 4, 4
+TILE_M, TILE_N = 16 * MT * WARPS_M, 8 * NT * WARPS_N
+TILE_THREADS = 32 * WARPS_M * WARPS_N
+STAGE_WORDS_A, STAGE_WORDS_W = 2 * TILE_M * CHUNK_K // 8, 2 * TILE_N * CHUNK_K // 8  # two stages, as uint64
+assert TILE_M == TILE_N == 2 * (TILE_THREADS // 4), "each thread stages two rows of each tile"
+# skinny: one 8-column mma tile per block, SKINNY_WARPS warps splitting K
+SKINNY_MAX_M, SKINNY_N, SKINNY_WARPS = 64, 8, 8
+SKINNY_THREADS = 32 * SKINNY_WARPS
 # |acc| <= K * 127 * 128 (activations in [-127, 127], weights in [-128, 127]) must stay below 2**31.
 MAX_EXACT_K = (2**31 - 1) // (127 * 128)
 
+# 16-byte vector accesses need 16-byte aligned staging (the simulator takes no alignment argument)
+STAGE_ALIGNMENT = None if SIMULATOR else 16
+_U64 = np.uint64
+_LOW32 = _U64(0xFFFFFFFF)
 
-@functools.cache
-def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool) -> ElementwiseKernel:
-    """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16). With ``per_tensor_rows``
-    the row scale is the scalar ``tensor_scale`` (SmoothQuant's static activation scale), else
-    ``row_scale[m]`` (per-token activation scales)."""
+
+@device_function
+def load_chunk(bytes_view, pairs_view, row, rows, k, K, aligned):
+    """Bytes ``k .. k + 15`` of row ``row`` of a ``[rows, K]`` int8 matrix as two little-endian
+    uint64; zeros past the edges."""
+    lo = _U64(0)
+    hi = _U64(0)
+    if row < rows and k < K:
+        start = row * K + k
+        if aligned and k + 16 <= K:
+            lo, hi = device.load_u64x2(pairs_view, start // 16)
+        else:
+            # a runtime-length loop keeps this rare path small where it is inlined
+            for i in range(min(K - k, 16)):
+                byte = _U64(bytes_view[start + i])
+                if i < 8:
+                    lo |= byte << _U64(8 * i)
+                else:
+                    hi |= byte << _U64(8 * i - 64)
+    return lo, hi
+
+
+@device_function
+def mma_chunk(acc, base, x0, x1, y0, y1, w0, w1, scratch, tid):
+    """``acc[base .. base + 3] +=`` one 16 x 8 tile over a 64-k chunk: rows ``g`` / ``g + 8`` of ``a`` as
+    ``(x0, x1)`` / ``(y0, y1)``, column ``g`` of ``w`` as ``(w0, w1)`` (two mmas, see the module doc)."""
+    c0, c1, c2, c3 = device.mma_s8(x0 & _LOW32, y0 & _LOW32, x0 >> _U64(32), y0 >> _U64(32),
+                                   w0 & _LOW32, w0 >> _U64(32),
+                                   acc[base], acc[base + 1], acc[base + 2], acc[base + 3], scratch, tid)
+    c0, c1, c2, c3 = device.mma_s8(x1 & _LOW32, y1 & _LOW32, x1 >> _U64(32), y1 >> _U64(32),
+                                   w1 & _LOW32, w1 >> _U64(32), c0, c1, c2, c3, scratch, tid)
+    acc[base] = c0
+    acc[base + 1] = c1
+    acc[base + 2] = c2
+    acc[base + 3] = c3
+
+
+def _epilogue(out: ElementKind, has_bias: bool, per_tensor_rows: bool):
     encode = codec(out, MathPrecision.F32).encode
-    mma = device.mma_s8
-    u32 = np.uint32
     f32 = np.float32
-    acc_len, a_len, b_len = 4 * MT * NT, 4 * MT, 2 * NT  # constants for the local arrays
 
     @device_function
-    def word(bytes_view, words_view, row, rows, k, K, aligned):
-        """Bytes ``k .. k + 3`` of row ``row`` as a little-endian word; zeros past the edges."""
-        if row >= rows or k >= K:
-            return u32(0)
-        if aligned and k + 4 <= K:
-            return u32(words_view[(row * K + k) // 4])
-        value = u32(0)
-        for i in range(4):
-            if k + i < K:
-                value |= u32(bytes_view[row * K + k + i]) << u32(8 * i)
-        return value
+    def store(acc_value, m, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale):
+        """``out[m, n] = (f32(acc) * row scale) * col_scale[n] (+ bias[n])`` inside the matrix."""
+        if m < M and n < N:
+            rs = tensor_scale if per_tensor_rows else f32(row_scale[m])
+            value = f32(acc_value) * rs * col_scale[n]
+            if has_bias:
+                value = value + bias[n]
+            out_elems[m * N + n] = encode(value)
 
-    def kernel(a_bytes, a_words, w_bytes, w_words, row_scale, col_scale, bias, out_elems,
+    return store
+
+
+def _tiled(store):
+    slots, w_words = 4 * MT * NT, 2 * NT  # local array lengths must be compile-time constants
+
+    def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
         tid = cuda.threadIdx.x
-        scratch = cuda.shared.array((THREADS, 6), np.int32)  # used only by the simulator's mma
-        acc = cuda.local.array(acc_len, np.int32)
-        a_frag = cuda.local.array(a_len, np.uint32)
-        b_frag = cuda.local.array(b_len, np.uint32)
+        scratch = cuda.shared.array((TILE_THREADS, 6), np.int32)  # used only by the simulator's mma
+        a_stage = cuda.shared.array(STAGE_WORDS_A, np.uint64, alignment=STAGE_ALIGNMENT)  # [stage, row, 64 bytes]
+        w_stage = cuda.shared.array(STAGE_WORDS_W, np.uint64, alignment=STAGE_ALIGNMENT)
+        acc = cuda.local.array(slots, np.int32)
+        w_frag = cuda.local.array(w_words, np.uint64)
         warp, lane = tid // 32, tid % 32
         group, t = lane // 4, lane % 4
-        tile = cuda.blockIdx.x
-        tile_n = tile // tiles_m
-        tile_m = tile - tile_n * tiles_m
-        m0 = tile_m * BLOCK_M + (warp % WARPS_M) * (16 * MT)
-        n0 = tile_n * BLOCK_N + (warp // WARPS_M) * (8 * NT)
-        for i in range(acc_len):
+        tile_n = cuda.blockIdx.x // tiles_m
+        tile_m = cuda.blockIdx.x - tile_n * tiles_m
+        m_block, n_block = tile_m * TILE_M, tile_n * TILE_N
+        m_warp = (warp % WARPS_M) * (16 * MT)
+        n_warp = (warp // WARPS_M) * (8 * NT)
+        for i in range(slots):
             acc[i] = 0
-        for k0 in range(0, K, 32):
-            k_lo = k0 + 4 * t
-            for mi in range(MT):
-                row = m0 + 16 * mi + group
-                a_frag[4 * mi] = word(a_bytes, a_words, row, M, k_lo, K, aligned)
-                a_frag[4 * mi + 1] = word(a_bytes, a_words, row + 8, M, k_lo, K, aligned)
-                a_frag[4 * mi + 2] = word(a_bytes, a_words, row, M, k_lo + 16, K, aligned)
-                a_frag[4 * mi + 3] = word(a_bytes, a_words, row + 8, M, k_lo + 16, K, aligned)
+        # this thread stages rows `row` and `row + TILE_THREADS // 4` of both tiles, 16 bytes each
+        row, part = tid // 4, tid % 4
+        far = row + TILE_THREADS // 4
+        a0, a1 = load_chunk(a_bytes, a_pairs, m_block + row, M, 16 * part, K, aligned)
+        a2, a3 = load_chunk(a_bytes, a_pairs, m_block + far, M, 16 * part, K, aligned)
+        w0, w1 = load_chunk(w_bytes, w_pairs, n_block + row, N, 16 * part, K, aligned)
+        w2, w3 = load_chunk(w_bytes, w_pairs, n_block + far, N, 16 * part, K, aligned)
+        device.store_u64x2(a_stage, 4 * row + part, a0, a1)
+        device.store_u64x2(a_stage, 4 * far + part, a2, a3)
+        device.store_u64x2(w_stage, 4 * row + part, w0, w1)
+        device.store_u64x2(w_stage, 4 * far + part, w2, w3)
+        cuda.syncthreads()
+        steps = (K + CHUNK_K - 1) // CHUNK_K
+        for step in range(steps):
+            # the next chunk's global loads go out before this chunk's mmas (zeros past K)
+            k_next = CHUNK_K * (step + 1) + 16 * part
+            a0, a1 = load_chunk(a_bytes, a_pairs, m_block + row, M, k_next, K, aligned)
+            a2, a3 = load_chunk(a_bytes, a_pairs, m_block + far, M, k_next, K, aligned)
+            w0, w1 = load_chunk(w_bytes, w_pairs, n_block + row, N, k_next, K, aligned)
+            w2, w3 = load_chunk(w_bytes, w_pairs, n_block + far, N, k_next, K, aligned)
+            a_base = (step % 2) * TILE_M + m_warp + group
+            w_base = (step % 2) * TILE_N + n_warp + group
             for ni in range(NT):
-                col = n0 + 8 * ni + group
-                b_frag[2 * ni] = word(w_bytes, w_words, col, N, k_lo, K, aligned)
-                b_frag[2 * ni + 1] = word(w_bytes, w_words, col, N, k_lo + 16, K, aligned)
+                w_frag[2 * ni], w_frag[2 * ni + 1] = device.load_u64x2(w_stage, 4 * (w_base + 8 * ni) + t)
             for mi in range(MT):
+                x0, x1 = device.load_u64x2(a_stage, 4 * (a_base + 16 * mi) + t)
+                y0, y1 = device.load_u64x2(a_stage, 4 * (a_base + 16 * mi + 8) + t)
                 for ni in range(NT):
-                    base = 4 * (mi * NT + ni)
-                    acc[base], acc[base + 1], acc[base + 2], acc[base + 3] = mma(
-                        a_frag[4 * mi], a_frag[4 * mi + 1], a_frag[4 * mi + 2], a_frag[4 * mi + 3],
-                        b_frag[2 * ni], b_frag[2 * ni + 1],
-                        acc[base], acc[base + 1], acc[base + 2], acc[base + 3], scratch, tid)
+                    mma_chunk(acc, 4 * (mi * NT + ni), x0, x1, y0, y1, w_frag[2 * ni], w_frag[2 * ni + 1],
+                              scratch, tid)
+            # the other stage was last read before the previous barrier
+            other = (step + 1) % 2
+            device.store_u64x2(a_stage, 4 * (other * TILE_M + row) + part, a0, a1)
+            device.store_u64x2(a_stage, 4 * (other * TILE_M + far) + part, a2, a3)
+            device.store_u64x2(w_stage, 4 * (other * TILE_N + row) + part, w0, w1)
+            device.store_u64x2(w_stage, 4 * (other * TILE_N + far) + part, w2, w3)
+            cuda.syncthreads()
         for mi in range(MT):
             for ni in range(NT):
-                base = 4 * (mi * NT + ni)
                 for slot in range(4):
-                    m = m0 + 16 * mi + group + (8 if slot >= 2 else 0)
-                    n = n0 + 8 * ni + 2 * t + slot % 2
-                    if m < M and n < N:
-                        rs = tensor_scale if per_tensor_rows else f32(row_scale[m])
-                        value = f32(acc[base + slot]) * rs * col_scale[n]
-                        if has_bias:
-                            value = value + bias[n]
-                        out_elems[m * N + n] = encode(value)
+                    m = m_block + m_warp + 16 * mi + group + (8 if slot >= 2 else 0)
+                    n = n_block + n_warp + 8 * ni + 2 * t + slot % 2
+                    store(acc[4 * (mi * NT + ni) + slot], m, n, M, N, row_scale, col_scale, bias, out_elems,
+                          tensor_scale)
 
+    return kernel
+
+
+def _skinny(store):
+    def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
+               M, N, K, tiles_m, aligned, tensor_scale):
+        tid = cuda.threadIdx.x
+        scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
+        partial = cuda.shared.array((SKINNY_WARPS, 32, 4), np.int32)
+        acc = cuda.local.array(4, np.int32)
+        warp, lane = tid // 32, tid % 32
+        group, t = lane // 4, lane % 4
+        # row tiles fastest: the blocks sharing a weight slice run together and share it through L2
+        n_tile = cuda.blockIdx.x // tiles_m
+        m_block = (cuda.blockIdx.x - n_tile * tiles_m) * 16
+        n_block = n_tile * SKINNY_N
+        for i in range(4):
+            acc[i] = 0
+        chunks = (K + CHUNK_K - 1) // CHUNK_K
+        # warps take chunks round robin, two per iteration; every warp runs the same number of
+        # iterations (chunks past K read as zeros) because the simulated mma synchronises the block
+        for first in range(0, chunks, 2 * SKINNY_WARPS):
+            k = CHUNK_K * (first + warp) + 16 * t
+            k_far = k + CHUNK_K * SKINNY_WARPS
+            w0, w1 = load_chunk(w_bytes, w_pairs, n_block + group, N, k, K, aligned)
+            w2, w3 = load_chunk(w_bytes, w_pairs, n_block + group, N, k_far, K, aligned)
+            x0, x1 = load_chunk(a_bytes, a_pairs, m_block + group, M, k, K, aligned)
+            y0, y1 = load_chunk(a_bytes, a_pairs, m_block + group + 8, M, k, K, aligned)
+            mma_chunk(acc, 0, x0, x1, y0, y1, w0, w1, scratch, tid)
+            x0, x1 = load_chunk(a_bytes, a_pairs, m_block + group, M, k_far, K, aligned)
+            y0, y1 = load_chunk(a_bytes, a_pairs, m_block + group + 8, M, k_far, K, aligned)
+            mma_chunk(acc, 0, x0, x1, y0, y1, w2, w3, scratch, tid)
+        for i in range(4):
+            partial[warp, lane, i] = acc[i]
+        cuda.syncthreads()
+        # warps 0 .. 3 finish fragment slot `warp` of every lane
+        if warp < 4:
+            total = 0
+            for other in range(SKINNY_WARPS):
+                total += partial[other, lane, warp]
+            m = m_block + group + (8 if warp >= 2 else 0)
+            n = n_block + 2 * t + warp % 2
+            store(total, m, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale)
+
+    return kernel
+
+
+@functools.cache
+def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinny: bool = False) -> ElementwiseKernel:
+    """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16), ``tiled`` or ``skinny``.
+    With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
+    activation scale), else ``row_scale[m]`` (per-token activation scales)."""
+    store = _epilogue(out, has_bias, per_tensor_rows)
+    kernel = _skinny(store) if skinny else _tiled(store)
     # per-token scales come from the dynamic quantizer: float64 for float64 activations
     row = "float64" if out is ElementKind.F64 and not per_tensor_rows else "float32"
-    signature = (f"void(uint8[::1], uint32[::1], uint8[::1], uint32[::1], {row}[::1], float32[::1], float32[::1], "
+    signature = (f"void(uint8[::1], uint64[::1], uint8[::1], uint64[::1], {row}[::1], float32[::1], float32[::1], "
                  f"{uint_name(out.itemsize)}[::1], int64, int64, int64, int64, boolean, float32)")
-    kernel.__name__ = kernel.__qualname__ = (f"w8a8_gemm_{out.short}{'_bias' if has_bias else ''}"
+    shape = "skinny" if skinny else "tiled"
+    kernel.__name__ = kernel.__qualname__ = (f"w8a8_gemm_{shape}_{out.short}{'_bias' if has_bias else ''}"
                                              f"{'_tensor' if per_tensor_rows else '_token'}")
-    return ElementwiseKernel(kernel, signature, ElementKind.S8, ElementKind.S8, out, MathPrecision.F32, 32)
-
+    return ElementwiseKernel(kernel, signature, ElementKind.S8, ElementKind.S8, out, MathPrecision.F32, CHUNK_K)

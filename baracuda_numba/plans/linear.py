@@ -18,7 +18,15 @@ import numpy as np
 
 from ..arrays import Operand, adapt, allocate_like, finish, sub_operand
 from ..errors import InvalidProblem, problem_message
-from ..kernels.linear import BLOCK_M, BLOCK_N, MAX_EXACT_K, THREADS
+from ..kernels.linear import (
+    MAX_EXACT_K,
+    SKINNY_MAX_M,
+    SKINNY_N,
+    SKINNY_THREADS,
+    TILE_M,
+    TILE_N,
+    TILE_THREADS,
+)
 from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
@@ -98,10 +106,16 @@ class _LinearPlan(Plan):
 
     def _prepare(self) -> None:
         desc = self.desc
-        kernel = self.entry.kernel(desc.has_bias)
+        # decode-like shapes stream the weight once through the skinny kernel; others tile
+        skinny = desc.m <= SKINNY_MAX_M
+        kernel = self.entry.kernel(desc.has_bias, skinny)
         self._launcher = KernelLauncher(kernel.compiled, 8, (np.int64,) * 4 + (np.bool_, np.float32))
-        self._tiles_m = -(-desc.m // BLOCK_M)
-        self._blocks = self._tiles_m * -(-desc.n // BLOCK_N)
+        if skinny:
+            self._tiles_m = -(-desc.m // 16)
+            self._blocks, self._threads = self._tiles_m * -(-desc.n // SKINNY_N), SKINNY_THREADS
+        else:
+            self._tiles_m = -(-desc.m // TILE_M)
+            self._blocks, self._threads = self._tiles_m * -(-desc.n // TILE_N), TILE_THREADS
         if not SIMULATOR:
             kernel.compiled()
 
@@ -123,13 +137,13 @@ class _LinearPlan(Plan):
     def _gemm(self, a: Operand, weight: Operand, row_scale: Operand | None, weight_scale: Operand,
               bias: Operand | None, output: Operand, tensor_scale: float, handle: int) -> None:
         d = self.desc
-        aligned = d.k % 4 == 0 and _address(a) % 4 == 0 and _address(weight) % 4 == 0
+        aligned = d.k % 16 == 0 and _address(a) % 16 == 0 and _address(weight) % 16 == 0
         arrays = (*_byte_views(a, d.m * d.k), *_byte_views(weight, d.n * d.k),
                   _vector(row_scale if row_scale is not None else weight_scale),
                   _vector(weight_scale), _vector(bias if bias is not None else weight_scale),
                   ArrayArg(output.ptr, d.m * d.n, output.element.itemsize,
                            None if output.host is None else output.host.view(f"u{output.element.itemsize}")))
-        self._launcher.launch(self._blocks, THREADS, handle, arrays,
+        self._launcher.launch(self._blocks, self._threads, handle, arrays,
                               (d.m, d.n, d.k, self._tiles_m, aligned, tensor_scale), a.device_id)
 
 
@@ -140,8 +154,8 @@ def _address(op: Operand) -> int:
 def _byte_views(op: Operand, nbytes: int) -> tuple[ArrayArg, ArrayArg]:
     if SIMULATOR:
         raw = op.host.view(np.uint8)
-        return ArrayArg(0, nbytes, 1, raw), ArrayArg(0, nbytes // 4, 4, raw[: nbytes // 4 * 4].view(np.uint32))
-    return ArrayArg(op.ptr, nbytes, 1), ArrayArg(op.ptr, nbytes // 4, 4)
+        return ArrayArg(0, nbytes, 1, raw), ArrayArg(0, nbytes // 8, 8, raw[: nbytes // 8 * 8].view(np.uint64))
+    return ArrayArg(op.ptr, nbytes, 1), ArrayArg(op.ptr, nbytes // 8, 8)
 
 
 def _vector(op: Operand) -> ArrayArg:
