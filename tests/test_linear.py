@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import requires_gpu
+from conftest import FLOAT_DTYPES, SIMULATOR, requires_gpu
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import baracuda_numba as bn
 from baracuda_numba import reference as ref
@@ -44,6 +46,37 @@ def test_quantized_linear_matches_reference(x_shape, n, dtype, with_bias):
     y = bn.quantized_linear(x, w, ws, bias=bias)
     expected = ref.linear.quantized_linear(x, w, ws, bias)
     assert y.shape == (*x_shape[:-1], n) and y.dtype == x.dtype
+    np.testing.assert_array_equal(y.astype(np.float64), expected.astype(np.float64))
+
+
+# The simulator emulates every mma in Python: a handful of skinny shapes there, both kernels on the GPU.
+_MAX_M, _MAX_N, _MAX_K = (20, 20, 140) if SIMULATOR else (300, 300, 700)
+
+
+@st.composite
+def linear_problems(draw):
+    m, n, k = (draw(st.integers(1, _MAX_M)), draw(st.integers(1, _MAX_N)), draw(st.integers(1, _MAX_K)))
+    dtype = draw(st.sampled_from(sorted(FLOAT_DTYPES)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    magnitude = 10.0 ** draw(st.integers(-6, 4))
+    x = rng.standard_normal((m, k)) * magnitude
+    x[rng.random((m, k)) < draw(st.sampled_from([0.0, 0.5]))] = 0.0  # sparse rows, now and then all zero
+    w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+    ws = (rng.uniform(0.5, 2.0, n) * 10.0 ** draw(st.integers(-6, 1))).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32) if draw(st.booleans()) else None
+    return x.astype(FLOAT_DTYPES[dtype]), w, ws, bias, float(draw(st.floats(1e-6, 1e3)))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # f16 outputs saturate to inf
+@settings(max_examples=6 if SIMULATOR else 150)
+@given(linear_problems())
+def test_linear_ops_match_reference_on_random_problems(problem):
+    x, w, ws, bias, act_scale = problem
+    y = bn.quantized_linear(x, w, ws, bias=bias)
+    np.testing.assert_array_equal(y.astype(np.float64), ref.linear.quantized_linear(x, w, ws, bias).astype(np.float64))
+    act = np.clip(np.rint(x.astype(np.float64) * 50), -127, 127).astype(np.int8)
+    y = bn.smoothquant_linear(act, w, ws, act_scale, bias=bias, dtype=x.dtype)
+    expected = ref.linear.smoothquant_linear(act, w, ws, act_scale, bias, x.dtype)
     np.testing.assert_array_equal(y.astype(np.float64), expected.astype(np.float64))
 
 
