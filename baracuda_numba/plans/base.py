@@ -388,18 +388,8 @@ def checked_operand(plan: str, value: Any, field: str, element: ElementKind, cou
     return op
 
 
-# (math type, scale) -> (inv, scale) for scales seen recently: a training or serving loop passes the
-# same few scales every step, and NumPy scalar arithmetic and errstate cost ~3 us a call.
-_VALID_SCALES: dict[tuple[type, Any], tuple[Any, Any]] = {}
-_VALID_SCALES_LIMIT = 1024
-
-
 def checked_scale(plan: str, scale: Any, M: type, argument: str = "scale") -> tuple[Any, Any]:
     """``(inv, scale)`` in the math type; :class:`InvalidProblem` unless finite, > 0 and invertible."""
-    if type(scale) is float:
-        known = _VALID_SCALES.get((M, scale))
-        if known is not None:
-            return known
     value = scalar_value(scale, plan, argument)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # overflow is reported below
         try:
@@ -411,10 +401,6 @@ def checked_scale(plan: str, scale: Any, M: type, argument: str = "scale") -> tu
         precision = np.dtype(M).name
         raise InvalidProblem(problem_message(
             plan, argument, f"a finite value > 0 with a finite reciprocal in {precision}", value))
-    if type(scale) is float:
-        if len(_VALID_SCALES) >= _VALID_SCALES_LIMIT:
-            _VALID_SCALES.clear()
-        _VALID_SCALES[(M, scale)] = (inv, s)
     return inv, s
 
 
