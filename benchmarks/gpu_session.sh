@@ -12,11 +12,12 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 if [ "${SANITIZE:-0}" = 1 ]; then
   # memcheck over kernels of every family: sizes around chunk boundaries, unaligned views, group sizes,
-  # the dynamic strategies. Reports go to $OUT/sanitizer.log.
+  # the dynamic strategies, both GEMM kernels on ragged shapes. Reports go to $OUT/sanitizer.log.
   BARACUDA_HYPOTHESIS_PROFILE=simulator timeout 300 compute-sanitizer --tool memcheck --error-exitcode 99 \
     python3 -m pytest -q -x -p no:cacheprovider tests/test_per_tensor.py::test_sizes_around_pack_and_block_boundaries \
     tests/test_per_tensor.py::test_unaligned_views_use_the_element_path tests/test_per_axis.py::test_llm_group_sizes \
-    "tests/test_dynamic.py::test_identity_with_the_static_plans" > "$OUT/sanitizer.log" 2>&1
+    "tests/test_dynamic.py::test_identity_with_the_static_plans" tests/test_linear.py::test_gpu_against_torch_int_mm \
+    > "$OUT/sanitizer.log" 2>&1
   echo "compute-sanitizer exit: $?"; grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer.log" | tail -3
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then

@@ -227,3 +227,22 @@ def test_second_gpu_results_stay_there():
     q = bn.quantize_per_tensor(x, 0.02)
     assert q.device == torch.device("cuda:1")
     assert torch.equal(q, torch.quantize_per_tensor(x, 0.02, 0, torch.qint8).int_repr())
+    # every family, on GPU 1 while GPU 0 stays current, equal to the same call on GPU 0
+    torch.cuda.set_device(0)
+    rows = torch.randn(300, 512, device="cuda:1", dtype=torch.bfloat16)
+    w = torch.randint(-128, 128, (264, 512), device="cuda:1", dtype=torch.int8)
+    ws = torch.rand(264, device="cuda:1") * 0.01 + 0.001
+    calls = {
+        "quantize_per_token": lambda r, w, ws: bn.quantize_per_token(r, r.float().abs().amax(1) / 127),
+        "quantize_per_group": lambda r, w, ws: bn.quantize_per_group(r, torch.full((300, 4), 0.02, device=r.device),
+                                                                     None, 128),
+        "dynamic_range_quantize": lambda r, w, ws: bn.dynamic_range_quantize(r).q,
+        "quantized_linear": lambda r, w, ws: bn.quantized_linear(r, w, ws),
+        "quantized_linear (skinny)": lambda r, w, ws: bn.quantized_linear(r[:5], w, ws),
+    }
+    for name, call in calls.items():
+        on_1 = call(rows, w, ws)
+        torch.cuda.synchronize(1)
+        assert on_1.device == torch.device("cuda:1"), name
+        on_0 = call(rows.to("cuda:0"), w.to("cuda:0"), ws.to("cuda:0"))
+        assert torch.equal(on_1.cpu(), on_0.cpu()), name
