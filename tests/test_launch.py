@@ -1,10 +1,10 @@
-"""The host side of a launch: the kernel parameter block (template + patched slots must be the
-bytes a full pack writes), the driver call, scalar scale checks. Pure host code: the same on the
-simulator and on a GPU."""
+"""The host side of a launch, which the simulator never runs: the parameter block a GPU launch
+hands ``cuLaunchKernel`` (checked with a recording stand-in for libcuda), and scalar scale checks."""
 
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
 import pytest
@@ -12,88 +12,66 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import baracuda_numba as bn
-from baracuda_numba.launch import ParameterBlock
-from baracuda_numba.plans.base import _PATCHED_INT_SLOTS, checked_scale
-
-POINTERS = st.integers(0, 2**63 - 1)
-
-
-def _plans():
-    yield bn.QuantizePerTensorPlan.select(bn.QuantizePerTensorDescriptor(1000, -128, 127, "f32", "s8"))
-    yield bn.FakeQuantizePlan.select(bn.FakeQuantizeDescriptor(77, -128, 127, "f64"))
-    yield bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(8, 96, -128, 127, "bf16", "s8"))
-
-
-@pytest.mark.parametrize("plan", list(_plans()), ids=lambda p: p.name)
-def test_patched_template_is_the_full_pack(plan):
-    math_type = plan._math
-    types = (np.int64,) * 6 + (math_type,) * 5
-    template = plan._values((0, 0, 0, 0, 0), plan._n // plan._chunk, (0, 0), (math_type(0),) * 5)
-
-    @given(st.tuples(*[POINTERS] * 5), st.integers(0, 2**40), st.integers(0, 2**40),
-           st.tuples(*[st.floats(width=32, allow_nan=False)] * 5), st.booleans())
-    def check(pointers, step_q, step_r, scalars, dirty):
-        scalars = tuple(math_type(v) for v in scalars)
-        block, full = ParameterBlock(8, types), ParameterBlock(8, types)
-        block.set_template(template, _PATCHED_INT_SLOTS, range(62, 67), math_type)
-        if dirty:  # a full pack in between (the misaligned path) must not leak into the next patch
-            block.pack(plan._values(pointers, 0, (1, 2), scalars))
-        a, b, out, s, z = pointers
-        block.patch((a, a, b, b, out, out, s, z, step_q, step_r), scalars)
-        full.pack(plan._values(pointers, plan._n // plan._chunk, (step_q, step_r), scalars))
-        assert block.raw() == full.raw()
-
-    check()
-
-
-def test_parameter_block_rejects_a_patch_of_the_wrong_length():
-    block = ParameterBlock(1, (np.int64, np.float32))
-    block.set_template((0,) * 7 + (0, np.float32(0)), (4, 7), (8,), np.float32)
-    with pytest.raises(ValueError):
-        block.patch((1,), (np.float32(1),))
-
-
-@pytest.mark.parametrize("bad", [0.0, -0.0, -1.0, math.nan, math.inf, 1e-45, 1e300])
-@pytest.mark.filterwarnings("error")  # an overflowing scale is reported as the error, not as a warning
-def test_checked_scale_rejects_what_has_no_finite_float32_reciprocal(bad):
-    with pytest.raises(bn.InvalidProblem, match="scale expected a finite value > 0"):
-        checked_scale("P", bad, np.float32)
+from baracuda_numba import launch
+from baracuda_numba.plans.base import checked_scale
 
 
 class _RecordingDriver:
-    """Stands in for libcuda: records what cuLaunchKernel was given (the parameter bytes it points at)."""
+    """Stands in for libcuda: records each cuLaunchKernel call and the parameter bytes it points at."""
 
-    def __init__(self, params: ParameterBlock) -> None:
-        self.params, self.calls = params, []
+    def __init__(self, launcher: launch.KernelLauncher) -> None:
+        self.launcher, self.calls = launcher, []
 
     def current_device(self) -> int:
         return 0
 
     def launch_kernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params_address, extra):
-        assert params_address == self.params.params_address and extra is None
-        self.calls.append(((function, gx, gy, gz, bx, by, bz, shared, stream), self.params.raw()))
+        assert params_address == self.launcher._params_address and extra is None
+        self.calls.append(((function, gx, gy, gz, bx, by, bz, shared, stream), self.launcher._buffer.raw))
         return 0
 
 
-def test_gpu_launch_path_hands_the_driver_the_packed_block(monkeypatch):
-    from baracuda_numba import launch
-
+def _gpu_launcher(monkeypatch, n_arrays, scalar_types):
     monkeypatch.setattr(launch, "SIMULATOR", False)
-    types = (np.int64, np.float32)
-    launcher = launch.KernelLauncher(lambda: None, 1, types)
-    driver = _RecordingDriver(launcher.params)
+    launcher = launch.KernelLauncher(lambda: None, n_arrays, scalar_types)
+    driver = _RecordingDriver(launcher)
     monkeypatch.setattr(launch, "_driver", lambda: driver)
     monkeypatch.setattr(launcher, "_function", lambda device_id: 0xF00)
-    launcher.params.set_template((0, 0, 16, 1, 0, 16, 1, 7, np.float32(0)), (4,), (8,), np.float32)
-    launcher.launch_patched(3, 128, 0x5, (0xABC,), (np.float32(2.5),))
-    launcher.launch_values(4, 64, 0, (0, 0, 16, 1, 0xDEF, 16, 1, 9, np.float32(-1)))
-    launcher.launch_patched(3, 128, 0x5, (0x123,), (np.float32(0.5),))
-    expected = ParameterBlock(1, types)
-    raws = []
-    for values in ((0, 0, 16, 1, 0xABC, 16, 1, 7, np.float32(2.5)), (0, 0, 16, 1, 0xDEF, 16, 1, 9, np.float32(-1)),
-                   (0, 0, 16, 1, 0x123, 16, 1, 7, np.float32(0.5))):
-        expected.pack(values)
-        raws.append(expected.raw())
-    assert [call[0] for call in driver.calls] == [(0xF00, 3, 1, 1, 128, 1, 1, 0, 0x5), (0xF00, 4, 1, 1, 64, 1, 1, 0, 0),
-                                                  (0xF00, 3, 1, 1, 128, 1, 1, 0, 0x5)]
-    assert [call[1] for call in driver.calls] == raws
+    return launcher, driver
+
+
+@given(st.integers(0, 2**63 - 1), st.integers(0, 2**40), st.integers(-(2**62), 2**62),
+       st.floats(width=32, allow_nan=False), st.floats(allow_nan=False), st.booleans())
+def test_gpu_launch_hands_the_driver_numbas_array_abi_and_scalar_slots(ptr, nitems, count, f32, f64, flag):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        launcher, driver = _gpu_launcher(monkeypatch, 2, (np.int64, np.float32, np.float64, np.bool_))
+        arrays = (launch.ArrayArg(ptr, nitems, 4), launch.ArrayArg(ptr + 16, 3, 1))
+        launcher.launch(7, 256, 0x5, arrays, (count, np.float32(f32), f64, flag))
+    (config, raw), = driver.calls
+    assert config == (0xF00, 7, 1, 1, 256, 1, 1, 0, 0x5)
+    # numba's 1-D array: meminfo, parent, nitems, itemsize, data, shape[0], strides[0]; one 8-byte slot
+    # per scalar, a float32 in the first four bytes of its slot
+    slots = [raw[8 * i: 8 * i + 8] for i in range(len(raw) // 8)]
+    assert struct.unpack("<7q", b"".join(slots[:7])) == (0, 0, nitems, 4, ptr, nitems, 4)
+    assert struct.unpack("<7q", b"".join(slots[7:14])) == (0, 0, 3, 1, ptr + 16, 3, 1)
+    assert struct.unpack("<q", slots[14])[0] == count
+    assert struct.unpack("<f", slots[15][:4])[0] == np.float32(f32)
+    assert struct.unpack("<d", slots[16])[0] == f64
+    assert slots[17][0] == int(flag)
+
+
+def test_plan_template_puts_pointers_where_the_kernel_reads_them():
+    # the slots ElementwisePlan._launch rewrites in its packed template: each array struct's data
+    # pointer (slot 4 of 7) for the chunk and element views of a, b, out, then scales, zero points
+    plan = bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(8, 96, -128, 127, "bf16", "s8"))
+    values = plan._values((101, 202, 303, 404, 505), plan._n // plan._chunk, (6, 7), (8, 9, 10, 11, 12))
+    assert [values[i] for i in (4, 11, 18, 25, 32, 39, 46, 53, 60, 61)] == [101, 101, 202, 202, 303, 303, 404, 505,
+                                                                             6, 7]
+    assert values[62:67] == [8, 9, 10, 11, 12] and len(values) == 67
+
+
+@pytest.mark.filterwarnings("error")  # an overflowing scale is reported as the error, not as a warning
+@pytest.mark.parametrize("bad", [0.0, -0.0, -1.0, math.nan, math.inf, 1e-45, 1e300])
+def test_checked_scale_rejects_what_has_no_finite_float32_reciprocal(bad):
+    with pytest.raises(bn.InvalidProblem, match="scale expected a finite value > 0"):
+        checked_scale("P", bad, np.float32)

@@ -170,11 +170,6 @@ class _Bound:
     scale_operands: tuple[Operand, Operand | None] | None
 
 
-# The parameter slots an elementwise launch rewrites: the data pointers of the chunk and element views
-# of a, b and out (slot 4 of each 7-slot array struct), of scales and zero points, then step_q, step_r.
-_PATCHED_INT_SLOTS = (4, 11, 18, 25, 32, 39, 46, 53, 60, 61)
-
-
 class ElementwisePlan(Plan):
     """Plans whose kernel is :mod:`baracuda_numba.kernels.elementwise`.
 
@@ -216,10 +211,7 @@ class ElementwisePlan(Plan):
         self._empty_zero_points = ArrayArg(0, 0, 4, np.zeros(0, np.int32))
         if not SIMULATOR:
             kernel.compiled()
-            # every call patches the operand pointers (slots 4, 11, ... of the array structs), the
-            # grid steps and the scalars into this block
-            self._launcher.params.set_template(self._values((0, 0, 0, 0, 0), self._n // G, (0, 0), (0,) * 5),
-                                               _PATCHED_INT_SLOTS, range(62, 67), M)
+            self._template = self._values((0, 0, 0, 0, 0), self._n // G, (0, 0), (0,) * 5)
 
     def _uniform_chunk(self) -> bool:
         return True
@@ -301,12 +293,18 @@ class ElementwisePlan(Plan):
             if a.ptr % al_a == 0 and b.ptr % al_b == 0 and out.ptr % al_o == 0:
                 nchunks = self._n // self._chunk
                 blocks, step_q, step_r = self._geometry(nchunks, a.device_id)
-                self._launcher.launch_patched(blocks, threads, handle, (a.ptr, a.ptr, b.ptr, b.ptr, out.ptr, out.ptr,
-                                              s_ptr, z_ptr, step_q, step_r), bound.scalars, a.device_id)
+                values = self._template.copy()
+                values[4] = values[11] = a.ptr
+                values[18] = values[25] = b.ptr
+                values[32] = values[39] = out.ptr
+                values[46], values[53] = s_ptr, z_ptr
+                values[60], values[61] = step_q, step_r
+                values[62:67] = bound.scalars
             else:  # an operand off its chunk alignment: every element through the element path
-                blocks, step_q, step_r = self._geometry(0, a.device_id)
+                nchunks = 0
+                blocks, step_q, step_r = self._geometry(nchunks, a.device_id)
                 values = self._values((a.ptr, b.ptr, out.ptr, s_ptr, z_ptr), 0, (step_q, step_r), bound.scalars)
-                self._launcher.launch_values(blocks, threads, handle, values, a.device_id)
+            self._launcher.launch_values(blocks, threads, handle, values, a.device_id)
         if a.on_host or b.on_host or out.on_host:
             synchronize(handle)
             finish(out)
