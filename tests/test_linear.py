@@ -182,3 +182,15 @@ def test_gpu_against_torch_int_mm(m, k, dtype):
     expected = (acc.float() * r.scale[:, None]) * ws[None, :] + bias[None, :]
     error = ((y.double() - expected.double()).norm() / expected.double().norm()).item()
     assert y.dtype == tdtype and error <= (1e-6 if dtype in ("float32", "float64") else 1e-2), error
+
+
+def test_empty_problems():
+    ws, bias = np.full(5, 0.5, np.float32), np.arange(5, dtype=np.float32)
+    # K = 0: every dot product is empty, the output is the bias (or zero)
+    y = bn.quantized_linear(np.zeros((3, 0), np.float32), np.zeros((5, 0), np.int8), ws, bias=bias)
+    np.testing.assert_array_equal(y, np.broadcast_to(bias, (3, 5)))
+    y = bn.smoothquant_linear(np.zeros((2, 0), np.int8), np.zeros((5, 0), np.int8), ws, 0.1)
+    np.testing.assert_array_equal(y, np.zeros((2, 5), np.float32))
+    # M = 0 or N = 0: nothing to compute, shapes still right
+    assert bn.quantized_linear(np.zeros((0, 4), np.float32), np.zeros((5, 4), np.int8), ws).shape == (0, 5)
+    assert bn.quantized_linear(np.ones((2, 4), np.float32), np.zeros((0, 4), np.int8), ws[:0]).shape == (2, 0)
