@@ -28,7 +28,7 @@ from .vocabulary import (
     QuantizeKind,
 )
 
-__all__ = ["LaunchPolicy", "RegistryEntry", "DynamicRangeEntry", "LinearEntry", "lookup", "entries",
+__all__ = ["LaunchPolicy", "Entry", "RegistryEntry", "DynamicRangeEntry", "LinearEntry", "lookup", "entries",
            "FLOAT_ELEMENTS", "INT_ELEMENTS"]
 
 FLOAT_ELEMENTS = (ElementKind.F32, ElementKind.F64, ElementKind.F16, ElementKind.BF16)
@@ -53,23 +53,29 @@ LINEAR_POLICY = LaunchPolicy(TILE_THREADS, 0)  # one block per output tile (tile
 
 
 @dataclass(frozen=True)
-class RegistryEntry:
-    """One registered kernel family member: its key, its SKU and how to build and launch it."""
+class Entry:
+    """What every registered entry has: its key ``(kind, input element, output element)`` and SKU."""
 
     kind: QuantizeKind
     input_element: ElementKind
     output_element: ElementKind
     sku: KernelSku
+
+    @property
+    def key(self) -> tuple[QuantizeKind, ElementKind, ElementKind]:
+        return (self.kind, self.input_element, self.output_element)
+
+
+@dataclass(frozen=True)
+class RegistryEntry(Entry):
+    """One registered kernel family member: its key, its SKU and how to build and launch it."""
+
     op: ElementwiseOp
     a: ElementKind
     b: ElementKind | None
     out: ElementKind
     mode: ScaleMode
     policy: LaunchPolicy
-
-    @property
-    def key(self) -> tuple[QuantizeKind, ElementKind, ElementKind]:
-        return (self.kind, self.input_element, self.output_element)
 
     @property
     def kernel_name(self) -> str:
@@ -86,21 +92,13 @@ class RegistryEntry:
 
 
 @dataclass(frozen=True)
-class DynamicRangeEntry:
+class DynamicRangeEntry(Entry):
     """Dynamic-range quantize: range reductions (``kernels``) then the elementwise ``quantize``
     kernel of the matching granularity (``quantizer``)."""
 
-    kind: QuantizeKind
-    input_element: ElementKind
-    output_element: ElementKind
-    sku: KernelSku
     policy: LaunchPolicy
     kernel_name: str = "dynamic_range"
     scales: str = "runtime"
-
-    @property
-    def key(self) -> tuple[QuantizeKind, ElementKind, ElementKind]:
-        return (self.kind, self.input_element, self.output_element)
 
     def kernels(self, symmetric: bool, keep: int | None = None, threads: int | None = None) -> DynamicKernels:
         return dynamic_kernels(self.input_element, self.output_element,
@@ -108,22 +106,14 @@ class DynamicRangeEntry:
 
 
 @dataclass(frozen=True)
-class LinearEntry:
+class LinearEntry(Entry):
     """W8A8 linear: the tensor-core int8 GEMM with its float32 epilogue (``kernels``). Keyed
     ``(QUANTIZED_LINEAR, x element, output element)`` for the dynamic per-token form and
     ``(QUANTIZED_LINEAR, s8, output element)`` for SmoothQuant's pre-quantized activations."""
 
-    kind: QuantizeKind
-    input_element: ElementKind
-    output_element: ElementKind
-    sku: KernelSku
     policy: LaunchPolicy
     kernel_name: str = "w8a8_gemm"
     scales: str = "token x channel"
-
-    @property
-    def key(self) -> tuple[QuantizeKind, ElementKind, ElementKind]:
-        return (self.kind, self.input_element, self.output_element)
 
     def kernel(self, has_bias: bool, skinny: bool = False) -> ElementwiseKernel:
         """The tiled GEMM, or the skinny one for decode-like ``M``."""
@@ -199,17 +189,17 @@ def _dynamic_entries() -> Iterator[DynamicRangeEntry]:
 
 
 @functools.cache
-def _table() -> dict[tuple[QuantizeKind, ElementKind, ElementKind], RegistryEntry | DynamicRangeEntry]:
+def _table() -> dict[tuple[QuantizeKind, ElementKind, ElementKind], Entry]:
     return {entry.key: entry for entry in (*_elementwise_entries(), *_dynamic_entries(), *_linear_entries())}
 
 
-def entries() -> tuple[RegistryEntry | DynamicRangeEntry | LinearEntry, ...]:
+def entries() -> tuple[Entry, ...]:
     """Every registered entry, in registration order."""
     return tuple(_table().values())
 
 
 def lookup(kind: QuantizeKind, input_element: ElementKind, output_element: ElementKind,
-           where: str | None = None) -> RegistryEntry | DynamicRangeEntry:
+           where: str | None = None) -> Entry:
     """The entry for this key, or :class:`Unsupported` listing what ``kind`` has.
 
     ``where`` names the caller (a plan) in the error message.
