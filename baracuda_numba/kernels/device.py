@@ -15,6 +15,8 @@ unsigned integers (Numba types that mix as float64).
 - ``int_to_bits(q)``: an integral float to its two's-complement bits (uint64, not masked).
 - ``reciprocal(x)``: ``1 / x`` correctly rounded in the precision of ``x`` (``rcp.rn``: the same
   bits as an IEEE division, fewer instructions).
+- ``add_rn(x, y)``: ``x + y`` rounded on its own (``add.rn``), never fused with the multiply that
+  produced ``x`` into an FMA as NVVM otherwise does: the sum a NumPy reference computes.
 - ``shuffle_xor(value, offset, scratch, tid)``: the value of lane ``lane ^ offset`` of the warp
   (``shfl.sync.bfly``). Under the simulator, which has no warp intrinsics, it goes through the
   block's shared ``scratch`` with two barriers, so every thread of the block must call it alike.
@@ -52,6 +54,7 @@ __all__ = [
     "load_u64x2",
     "store_u64x2",
     "reciprocal",
+    "add_rn",
     "shuffle_xor",
     "mma_s8",
 ]
@@ -106,6 +109,9 @@ if SIMULATOR:
 
     def reciprocal(x):
         return type(x)(1.0) / x
+
+    def add_rn(x, y):
+        return x + y
 
     from numba import cuda
 
@@ -191,6 +197,19 @@ else:
             return builder.call(fn, [args[0]])
 
         return x(x), codegen
+
+    @intrinsic
+    def add_rn(typingctx, x, y):
+        if not (isinstance(x, types.Float) and x == y):
+            return None
+        name = "__nv_dadd_rn" if x == types.float64 else "__nv_fadd_rn"
+
+        def codegen(context, builder, sig, args):
+            llty = args[0].type
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(llty, [llty, llty]), name)
+            return builder.call(fn, list(args))
+
+        return x(x, y), codegen
 
     @intrinsic
     def bits_to_f32(typingctx, w):

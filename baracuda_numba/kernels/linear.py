@@ -107,7 +107,7 @@ def _epilogue(out: ElementKind, has_bias: bool, per_tensor_rows: bool):
             rs = tensor_scale if per_tensor_rows else f32(row_scale[m])
             value = f32(acc_value) * rs * col_scale[n]
             if has_bias:
-                value = value + bias[n]
+                value = device.add_rn(value, bias[n])
             out_elems[m * N + n] = encode(value)
 
     return store
