@@ -123,8 +123,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 RUNNABLE = ("quantize_per_tensor", "dequantize_per_tensor", "fake_quantize", "quantize_per_tensor_backward",
             "fake_quantize_backward", "dequantize_per_tensor_backward", "quantize_per_channel",
-            "dequantize_per_channel", "quantize_per_token", "dequantize_per_token", "quantize_per_group",
-            "dequantize_per_group", "dynamic_range_quantize")
+            "dequantize_per_channel", "quantize_per_channel_backward", "dequantize_per_channel_backward",
+            "quantize_per_token", "dequantize_per_token", "quantize_per_token_backward",
+            "dequantize_per_token_backward", "quantize_per_group", "dequantize_per_group",
+            "quantize_per_group_backward", "dequantize_per_group_backward", "dynamic_range_quantize",
+            "quantized_linear", "smoothquant_linear")
 
 
 def _recipe(op: str, x, q, kind, out_kind, shape, group_size: int):
@@ -141,6 +144,11 @@ def _recipe(op: str, x, q, kind, out_kind, shape, group_size: int):
     expand = {"channel": reference.expand_channels(channel_scales, shape, 0),
               "token": reference.expand_tokens(token_scales, shape),
               "group": reference.expand_groups(group_scales, shape, group_size)}
+    # the linear ops: x [..., K] against a [K, K] int8 weight with per-output-channel scales
+    k = shape[-1]
+    weight = np.random.default_rng(1).integers(-128, 128, (k, k)).astype(np.int8)
+    weight_scale = np.linspace(0.001, 0.01, k).astype(np.float32)
+    act = q.astype(np.int8) if out_kind.short == "s8" else (q.astype(np.int16) - 128).astype(np.int8)
     table = {
         "quantize_per_tensor": (lambda: ops.quantize_per_tensor(x, scale, zp, dtype=out_kind),
                                 lambda: reference.quantize(x, scale, zp, q_min, q_max, out_kind.numpy_dtype)),
@@ -167,6 +175,26 @@ def _recipe(op: str, x, q, kind, out_kind, shape, group_size: int):
                                lambda: reference.quantize(x, expand["group"], 0, q_min, q_max, out_kind.numpy_dtype)),
         "dequantize_per_group": (lambda: ops.dequantize_per_group(q, group_scales, None, group_size, dtype=kind),
                                  lambda: reference.dequantize(q, expand["group"], 0, f)),
+        "quantize_per_channel_backward": (
+            lambda: ops.quantize_per_channel_backward(x, x, channel_scales, None, 0, dtype=out_kind),
+            lambda: reference.quantize_backward(x, x, expand["channel"], 0, q_min, q_max)),
+        "dequantize_per_channel_backward": (
+            lambda: ops.dequantize_per_channel_backward(x, channel_scales, 0, dtype=out_kind),
+            lambda: reference.dequantize_backward(x, expand["channel"])),
+        "quantize_per_token_backward": (lambda: ops.quantize_per_token_backward(x, x, token_scales, dtype=out_kind),
+                                        lambda: reference.quantize_backward(x, x, expand["token"], 0, q_min, q_max)),
+        "dequantize_per_token_backward": (lambda: ops.dequantize_per_token_backward(x, token_scales, dtype=out_kind),
+                                          lambda: reference.dequantize_backward(x, expand["token"])),
+        "quantize_per_group_backward": (
+            lambda: ops.quantize_per_group_backward(x, x, group_scales, None, group_size, dtype=out_kind),
+            lambda: reference.quantize_backward(x, x, expand["group"], 0, q_min, q_max)),
+        "dequantize_per_group_backward": (
+            lambda: ops.dequantize_per_group_backward(x, group_scales, group_size, dtype=out_kind),
+            lambda: reference.dequantize_backward(x, expand["group"])),
+        "quantized_linear": (lambda: ops.quantized_linear(x, weight, weight_scale),
+                             lambda: reference.linear.quantized_linear(x, weight, weight_scale)),
+        "smoothquant_linear": (lambda: ops.smoothquant_linear(act, weight, weight_scale, scale, dtype=kind),
+                               lambda: reference.linear.smoothquant_linear(act, weight, weight_scale, scale, None, f)),
         "dynamic_range_quantize": (lambda: ops.dynamic_range_quantize(x, dtype=out_kind).q,
                                    lambda: reference.dynamic.dynamic_range_quantize(
                                        x, "symmetric", "token", -127 if q_min < 0 else 0, q_max,
@@ -200,7 +228,8 @@ def _run(args: argparse.Namespace) -> int:
     same = (g == e) | (np.isnan(g) & np.isnan(e))
     mismatches = int(same.size - same.sum())
     ms = _time_call(call, 1 if platform.SIMULATOR else args.repeats)
-    print(f"{args.op} {kind.short}->{out_kind.short} shape={shape} on the {_backend_line()}")
+    produced = kind if args.op.endswith("linear") else out_kind  # the linear ops return x's dtype
+    print(f"{args.op} {kind.short}->{produced.short} shape={shape} on the {_backend_line()}")
     print(f"mismatches against the NumPy reference: {mismatches} of {same.size}; "
           f"max |diff| {float(np.nanmax(np.abs(g - e))) if g.size else 0.0:.3e}")
     print(f"time: {ms:.3f} ms (median, host arrays: includes transfers)")

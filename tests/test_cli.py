@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from baracuda_numba import cli
 
 
@@ -41,10 +43,12 @@ def test_bad_dtype_is_one_line_exit_2(capsys):
     assert err.count("\n") == 1 and "int7" in err
 
 
-def test_run_one_op_against_the_reference(capsys):
-    for op in ("quantize_per_group", "dynamic_range_quantize", "fake_quantize_backward", "dequantize_per_channel"):
-        assert cli.main(["run", op, "--dtype", "bfloat16", "--shape", "8", "64", "--repeats", "1"]) == 0
-        assert "mismatches against the NumPy reference: 0 of 512" in capsys.readouterr().out
+@pytest.mark.parametrize("op", cli.RUNNABLE)
+def test_run_every_op_against_the_reference(op, capsys):
+    rows, cols = (4, 32) if op.endswith("linear") else (8, 64)  # the simulated mma is slow
+    assert cli.main(["run", op, "--dtype", "bfloat16", "--shape", str(rows), str(cols), "--group-size", "32",
+                     "--repeats", "1"]) == 0
+    assert f"mismatches against the NumPy reference: 0 of {rows * cols}" in capsys.readouterr().out
 
 
 def test_run_rejects_bad_arguments_in_one_line(capsys):
