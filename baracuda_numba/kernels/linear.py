@@ -16,8 +16,10 @@ layout, identically for ``a`` and ``w``, so the dot products are unchanged while
 
 - ``tiled``: a ``128 x 128`` output tile per block of 8 warps (``2 x 4``, each ``64 x 32``), ``a`` and
   ``w`` chunks staged through double-buffered shared memory (one barrier per 64 ``k``), the next
-  chunk's global loads issued before the current chunk's mmas. Tiles are numbered along ``M``
-  fastest on a 1-D grid, so ``M`` has no 65535-row limit.
+  chunk's global loads issued before the current chunk's mmas. The epilogue parks the accumulators
+  in the staging buffer one 64-row band at a time and stores consecutive columns per thread
+  (coalesced; ``acc`` is indexed only by constants, so it never leaves registers). Tiles are
+  numbered along ``M`` fastest on a 1-D grid, so ``M`` has no 65535-row limit.
 - ``skinny`` (``M <= 64``, decode): bandwidth-bound on the weight. A block owns 16 rows x 8 output
   columns; its 8 warps split ``K`` and reduce through shared memory, so even ``N = 4096`` gives 4096
   warps of independent 16-byte weight loads. The row tiles of one column slice are neighbouring
@@ -46,7 +48,8 @@ CHUNK_K = 64  # k per step: 16 bytes per lane, 4 lanes per row
 WARPS_M, WARPS_N, MT, NT = 2, 4, 4, 4
 TILE_M, TILE_N = 16 * MT * WARPS_M, 8 * NT * WARPS_N
 TILE_THREADS = 32 * WARPS_M * WARPS_N
-STAGE_WORDS_A, STAGE_WORDS_W = 2 * TILE_M * CHUNK_K // 8, 2 * TILE_N * CHUNK_K // 8  # two stages, as uint64
+STAGE_WORDS_A = 2 * TILE_M * CHUNK_K // 8  # two stages of activation rows, as uint64
+STAGE_WORDS = STAGE_WORDS_A + 2 * TILE_N * CHUNK_K // 8  # and two of weight rows
 assert TILE_M == TILE_N == 2 * (TILE_THREADS // 4), "each thread stages two rows of each tile"
 # skinny: one 8-column mma tile per block, SKINNY_WARPS warps splitting K
 SKINNY_MAX_M, SKINNY_N, SKINNY_WARPS = 64, 8, 8
@@ -115,13 +118,17 @@ def _epilogue(out: ElementKind, has_bias: bool, per_tensor_rows: bool):
 
 def _tiled(store):
     slots, w_words = 4 * MT * NT, 2 * NT  # local array lengths must be compile-time constants
+    w_offset = STAGE_WORDS_A // 2  # the weight stages follow the activation stages (in 16-byte pairs)
+    half_rows = TILE_M // WARPS_M  # the epilogue stages the output tile in WARPS_M horizontal bands
+    band_words = half_rows * TILE_N // 2  # int32 accumulators, two per uint64
+    assert band_words <= STAGE_WORDS, "an output band must fit in the staging buffer"
 
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
         tid = cuda.threadIdx.x
         scratch = cuda.shared.array((TILE_THREADS, 6), np.int32)  # used only by the simulator's mma
-        a_stage = cuda.shared.array(STAGE_WORDS_A, np.uint64, alignment=STAGE_ALIGNMENT)  # [stage, row, 64 bytes]
-        w_stage = cuda.shared.array(STAGE_WORDS_W, np.uint64, alignment=STAGE_ALIGNMENT)
+        # [activation stage 0, 1 | weight stage 0, 1], each [rows, 64 bytes]; then the output bands
+        stage = cuda.shared.array(STAGE_WORDS, np.uint64, alignment=STAGE_ALIGNMENT)
         acc = cuda.local.array(slots, np.int32)
         w_frag = cuda.local.array(w_words, np.uint64)
         warp, lane = tid // 32, tid % 32
@@ -129,7 +136,8 @@ def _tiled(store):
         tile_n = cuda.blockIdx.x // tiles_m
         tile_m = cuda.blockIdx.x - tile_n * tiles_m
         m_block, n_block = tile_m * TILE_M, tile_n * TILE_N
-        m_warp = (warp % WARPS_M) * (16 * MT)
+        band = warp % WARPS_M
+        m_warp = band * (16 * MT)
         n_warp = (warp // WARPS_M) * (8 * NT)
         for i in range(slots):
             acc[i] = 0
@@ -140,10 +148,10 @@ def _tiled(store):
         a2, a3 = load_chunk(a_bytes, a_pairs, m_block + far, M, 16 * part, K, aligned)
         w0, w1 = load_chunk(w_bytes, w_pairs, n_block + row, N, 16 * part, K, aligned)
         w2, w3 = load_chunk(w_bytes, w_pairs, n_block + far, N, 16 * part, K, aligned)
-        device.store_u64x2(a_stage, 4 * row + part, a0, a1)
-        device.store_u64x2(a_stage, 4 * far + part, a2, a3)
-        device.store_u64x2(w_stage, 4 * row + part, w0, w1)
-        device.store_u64x2(w_stage, 4 * far + part, w2, w3)
+        device.store_u64x2(stage, 4 * row + part, a0, a1)
+        device.store_u64x2(stage, 4 * far + part, a2, a3)
+        device.store_u64x2(stage, w_offset + 4 * row + part, w0, w1)
+        device.store_u64x2(stage, w_offset + 4 * far + part, w2, w3)
         cuda.syncthreads()
         steps = (K + CHUNK_K - 1) // CHUNK_K
         for step in range(steps):
@@ -153,30 +161,44 @@ def _tiled(store):
             a2, a3 = load_chunk(a_bytes, a_pairs, m_block + far, M, k_next, K, aligned)
             w0, w1 = load_chunk(w_bytes, w_pairs, n_block + row, N, k_next, K, aligned)
             w2, w3 = load_chunk(w_bytes, w_pairs, n_block + far, N, k_next, K, aligned)
-            a_base = (step % 2) * TILE_M + m_warp + group
-            w_base = (step % 2) * TILE_N + n_warp + group
+            a_base = 4 * ((step % 2) * TILE_M + m_warp + group) + t
+            w_base = w_offset + 4 * ((step % 2) * TILE_N + n_warp + group) + t
             for ni in range(NT):
-                w_frag[2 * ni], w_frag[2 * ni + 1] = device.load_u64x2(w_stage, 4 * (w_base + 8 * ni) + t)
+                w_frag[2 * ni], w_frag[2 * ni + 1] = device.load_u64x2(stage, w_base + 32 * ni)
             for mi in range(MT):
-                x0, x1 = device.load_u64x2(a_stage, 4 * (a_base + 16 * mi) + t)
-                y0, y1 = device.load_u64x2(a_stage, 4 * (a_base + 16 * mi + 8) + t)
+                x0, x1 = device.load_u64x2(stage, a_base + 64 * mi)
+                y0, y1 = device.load_u64x2(stage, a_base + 64 * mi + 32)
                 for ni in range(NT):
                     mma_chunk(acc, 4 * (mi * NT + ni), x0, x1, y0, y1, w_frag[2 * ni], w_frag[2 * ni + 1],
                               scratch, tid)
             # the other stage was last read before the previous barrier
             other = (step + 1) % 2
-            device.store_u64x2(a_stage, 4 * (other * TILE_M + row) + part, a0, a1)
-            device.store_u64x2(a_stage, 4 * (other * TILE_M + far) + part, a2, a3)
-            device.store_u64x2(w_stage, 4 * (other * TILE_N + row) + part, w0, w1)
-            device.store_u64x2(w_stage, 4 * (other * TILE_N + far) + part, w2, w3)
+            device.store_u64x2(stage, 4 * (other * TILE_M + row) + part, a0, a1)
+            device.store_u64x2(stage, 4 * (other * TILE_M + far) + part, a2, a3)
+            device.store_u64x2(stage, w_offset + 4 * (other * TILE_N + row) + part, w0, w1)
+            device.store_u64x2(stage, w_offset + 4 * (other * TILE_N + far) + part, w2, w3)
             cuda.syncthreads()
-        for mi in range(MT):
-            for ni in range(NT):
-                for slot in range(4):
-                    m = m_block + m_warp + 16 * mi + group + (8 if slot >= 2 else 0)
-                    n = n_block + n_warp + 8 * ni + 2 * t + slot % 2
-                    store(acc[4 * (mi * NT + ni) + slot], m, n, M, N, row_scale, col_scale, bias, out_elems,
-                          tensor_scale)
+        # Epilogue, one band of rows at a time: the band's warps park their accumulators in shared
+        # memory (constant indices into `acc`, so it stays in registers), then every thread stores
+        # consecutive columns (coalesced) through the epilogue.
+        for current in range(WARPS_M):
+            if band == current:
+                for mi in range(MT):
+                    for ni in range(NT):
+                        base = 4 * (mi * NT + ni)
+                        word = (16 * mi + group) * (TILE_N // 2) + (n_warp + 8 * ni) // 2 + t
+                        stage[word] = (_U64(acc[base]) & _LOW32) | (_U64(acc[base + 1]) << _U64(32))
+                        stage[word + 4 * TILE_N] = (_U64(acc[base + 2]) & _LOW32) | (_U64(acc[base + 3]) << _U64(32))
+            cuda.syncthreads()
+            for index in range(tid, 2 * band_words, TILE_THREADS):
+                r, c = index // TILE_N, index % TILE_N
+                word = stage[r * (TILE_N // 2) + c // 2]
+                value = np.int64((word >> _U64(32 * (c % 2))) & _LOW32)
+                if value >= 2**31:  # back to the signed accumulator
+                    value -= 2**32
+                store(value, m_block + current * half_rows + r, n_block + c, M, N, row_scale, col_scale, bias,
+                      out_elems, tensor_scale)
+            cuda.syncthreads()
 
     return kernel
 
