@@ -170,46 +170,35 @@ else:
             return value
         return builder.sext(value, _I64) if ty.signed else builder.zext(value, _I64)
 
+    def _libdevice(name):
+        """Codegen calling the libdevice function ``name`` whose arguments and result share one float type."""
+
+        def codegen(context, builder, sig, args):
+            llty = args[0].type
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(llty, [llty] * len(args)), name)
+            return builder.call(fn, list(args))
+
+        return codegen
+
     @intrinsic
     def rint(typingctx, x):
         if not isinstance(x, types.Float):
             return None
 
         # libdevice's rint (cvt.rni): NVVM rejects llvm.rint / llvm.nearbyint.
-        name = "__nv_rint" if x == types.float64 else "__nv_rintf"
-
-        def codegen(context, builder, sig, args):
-            llty = args[0].type
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(llty, [llty]), name)
-            return builder.call(fn, [args[0]])
-
-        return x(x), codegen
+        return x(x), _libdevice("__nv_rint" if x == types.float64 else "__nv_rintf")
 
     @intrinsic
     def reciprocal(typingctx, x):
         if not isinstance(x, types.Float):
             return None
-        name = "__nv_drcp_rn" if x == types.float64 else "__nv_frcp_rn"
-
-        def codegen(context, builder, sig, args):
-            llty = args[0].type
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(llty, [llty]), name)
-            return builder.call(fn, [args[0]])
-
-        return x(x), codegen
+        return x(x), _libdevice("__nv_drcp_rn" if x == types.float64 else "__nv_frcp_rn")
 
     @intrinsic
     def add_rn(typingctx, x, y):
         if not (isinstance(x, types.Float) and x == y):
             return None
-        name = "__nv_dadd_rn" if x == types.float64 else "__nv_fadd_rn"
-
-        def codegen(context, builder, sig, args):
-            llty = args[0].type
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(llty, [llty, llty]), name)
-            return builder.call(fn, list(args))
-
-        return x(x, y), codegen
+        return x(x, y), _libdevice("__nv_dadd_rn" if x == types.float64 else "__nv_fadd_rn")
 
     @intrinsic
     def bits_to_f32(typingctx, w):
