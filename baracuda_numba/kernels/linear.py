@@ -144,33 +144,26 @@ def _tiled(store):
         # this thread stages rows `row` and `row + TILE_THREADS // 4` of both tiles, 16 bytes each
         row, part = tid // 4, tid % 4
         far = row + TILE_THREADS // 4
-        a0, a1 = load_chunk(a_bytes, a_pairs, m_block + row, M, 16 * part, K, aligned)
-        a2, a3 = load_chunk(a_bytes, a_pairs, m_block + far, M, 16 * part, K, aligned)
-        w0, w1 = load_chunk(w_bytes, w_pairs, n_block + row, N, 16 * part, K, aligned)
-        w2, w3 = load_chunk(w_bytes, w_pairs, n_block + far, N, 16 * part, K, aligned)
-        device.store_u64x2(stage, 4 * row + part, a0, a1)
-        device.store_u64x2(stage, 4 * far + part, a2, a3)
-        device.store_u64x2(stage, w_offset + 4 * row + part, w0, w1)
-        device.store_u64x2(stage, w_offset + 4 * far + part, w2, w3)
-        cuda.syncthreads()
         steps = (K + CHUNK_K - 1) // CHUNK_K
-        for step in range(steps):
-            # the next chunk's global loads go out before this chunk's mmas (zeros past K)
+        # step -1 only stages chunk 0; every later step loads the next chunk's rows before this
+        # chunk's mmas (zeros past K) and stages them once its own stage has been read
+        for step in range(-1, steps):
             k_next = CHUNK_K * (step + 1) + 16 * part
             a0, a1 = load_chunk(a_bytes, a_pairs, m_block + row, M, k_next, K, aligned)
             a2, a3 = load_chunk(a_bytes, a_pairs, m_block + far, M, k_next, K, aligned)
             w0, w1 = load_chunk(w_bytes, w_pairs, n_block + row, N, k_next, K, aligned)
             w2, w3 = load_chunk(w_bytes, w_pairs, n_block + far, N, k_next, K, aligned)
-            a_base = 4 * ((step % 2) * TILE_M + m_warp + group) + t
-            w_base = w_offset + 4 * ((step % 2) * TILE_N + n_warp + group) + t
-            for ni in range(NT):
-                w_frag[2 * ni], w_frag[2 * ni + 1] = device.load_u64x2(stage, w_base + 32 * ni)
-            for mi in range(MT):
-                x0, x1 = device.load_u64x2(stage, a_base + 64 * mi)
-                y0, y1 = device.load_u64x2(stage, a_base + 64 * mi + 32)
+            if step >= 0:
+                a_base = 4 * ((step % 2) * TILE_M + m_warp + group) + t
+                w_base = w_offset + 4 * ((step % 2) * TILE_N + n_warp + group) + t
                 for ni in range(NT):
-                    mma_chunk(acc, 4 * (mi * NT + ni), x0, x1, y0, y1, w_frag[2 * ni], w_frag[2 * ni + 1],
-                              scratch, tid)
+                    w_frag[2 * ni], w_frag[2 * ni + 1] = device.load_u64x2(stage, w_base + 32 * ni)
+                for mi in range(MT):
+                    x0, x1 = device.load_u64x2(stage, a_base + 64 * mi)
+                    y0, y1 = device.load_u64x2(stage, a_base + 64 * mi + 32)
+                    for ni in range(NT):
+                        mma_chunk(acc, 4 * (mi * NT + ni), x0, x1, y0, y1, w_frag[2 * ni], w_frag[2 * ni + 1],
+                                  scratch, tid)
             # the other stage was last read before the previous barrier
             other = (step + 1) % 2
             device.store_u64x2(stage, 4 * (other * TILE_M + row) + part, a0, a1)
