@@ -40,7 +40,7 @@ from .codecs import codec
 from .device import device_function
 from .elementwise import ElementwiseKernel, uint_name
 
-__all__ = ["TILE_M", "TILE_N", "TILE_THREADS", "SKINNY_MAX_M", "SKINNY_N", "SKINNY_THREADS", "MAX_EXACT_K",
+__all__ = ["TILE_M", "TILE_N", "TILE_THREADS", "SKINNY_MAX_M", "SKINNY_M", "SKINNY_N", "SKINNY_THREADS", "MAX_EXACT_K",
            "CHUNK_K", "linear_kernel"]
 
 CHUNK_K = 64  # k per step: 16 bytes per lane, 4 lanes per row
@@ -51,8 +51,8 @@ TILE_THREADS = 32 * WARPS_M * WARPS_N
 STAGE_WORDS_A = 2 * TILE_M * CHUNK_K // 8  # two stages of activation rows, as uint64
 STAGE_WORDS = STAGE_WORDS_A + 2 * TILE_N * CHUNK_K // 8  # and two of weight rows
 assert TILE_M == TILE_N == 2 * (TILE_THREADS // 4), "each thread stages two rows of each tile"
-# skinny: one 8-column mma tile per block, SKINNY_WARPS warps splitting K
-SKINNY_MAX_M, SKINNY_N, SKINNY_WARPS = 64, 8, 8
+# skinny (M <= SKINNY_MAX_M): SKINNY_WARPS warps split K for one 16 x 8 mma tile per block
+SKINNY_MAX_M, SKINNY_M, SKINNY_N, SKINNY_WARPS = 64, 16, 8, 8
 SKINNY_THREADS = 32 * SKINNY_WARPS
 # |acc| <= K * 127 * 128 (activations in [-127, 127], weights in [-128, 127]) must stay below 2**31.
 MAX_EXACT_K = (2**31 - 1) // (127 * 128)
@@ -207,7 +207,7 @@ def _skinny(store):
         group, t = lane // 4, lane % 4
         # row tiles fastest: the blocks sharing a weight slice run together and share it through L2
         n_tile = cuda.blockIdx.x // tiles_m
-        m_block = (cuda.blockIdx.x - n_tile * tiles_m) * 16
+        m_block = (cuda.blockIdx.x - n_tile * tiles_m) * SKINNY_M
         n_block = n_tile * SKINNY_N
         for i in range(4):
             acc[i] = 0

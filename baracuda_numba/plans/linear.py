@@ -20,6 +20,7 @@ from ..arrays import Operand, adapt, allocate_like, finish, sub_operand
 from ..errors import InvalidProblem, problem_message
 from ..kernels.linear import (
     MAX_EXACT_K,
+    SKINNY_M,
     SKINNY_MAX_M,
     SKINNY_N,
     SKINNY_THREADS,
@@ -110,12 +111,9 @@ class _LinearPlan(Plan):
         skinny = desc.m <= SKINNY_MAX_M
         kernel = self.entry.kernel(desc.has_bias, skinny)
         self._launcher = KernelLauncher(kernel.compiled, 8, (np.int64,) * 4 + (np.bool_, np.float32))
-        if skinny:
-            self._tiles_m = -(-desc.m // 16)
-            self._blocks, self._threads = self._tiles_m * -(-desc.n // SKINNY_N), SKINNY_THREADS
-        else:
-            self._tiles_m = -(-desc.m // TILE_M)
-            self._blocks, self._threads = self._tiles_m * -(-desc.n // TILE_N), TILE_THREADS
+        rows, cols, self._threads = (SKINNY_M, SKINNY_N, SKINNY_THREADS) if skinny else (TILE_M, TILE_N, TILE_THREADS)
+        self._tiles_m = -(-desc.m // rows)
+        self._blocks = self._tiles_m * -(-desc.n // cols)
         if not SIMULATOR:
             kernel.compiled()
 
