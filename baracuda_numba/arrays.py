@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidOperand, InvalidProblem, MisalignedOperand, problem_message
-from .platform import SIMULATOR
+from .platform import SIMULATOR, require_device
 from .vocabulary import ElementKind, element_kind
 
 __all__ = ["Operand", "Bfloat16Array", "bfloat16_view", "adapt", "allocate_like", "scalar_value"]
@@ -134,6 +134,7 @@ def _from_host(array: np.ndarray, obj, origin, where, argument, element=None, co
     flat = array.reshape(-1).view(element.storage_dtype)
     if SIMULATOR:
         return Operand(obj, origin, element, shape, 0, True, host=flat)
+    require_device(where)
     from numba import cuda
 
     staged = cuda.to_device(flat) if copy else cuda.device_array(flat.shape, flat.dtype)

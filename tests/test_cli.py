@@ -2,18 +2,35 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+import numpy as np
 import pytest
 
-from baracuda_numba import cli
+from baracuda_numba import cli, platform
 
 
-def test_demo_runs_and_finds_no_mismatch(capsys):
-    assert cli.main(["demo", "--size", "257", "--dtype", "float32", "float16"]) == 0
-    out = capsys.readouterr().out
-    assert "quantize_per_tensor" in out and "fake_quantize_backward" in out
-    for line in out.splitlines():
-        if line.startswith(("quantize", "dequantize", "fake")):
-            assert line.split()[2] == "0", line
+def test_demo_shows_every_family_and_finds_no_mismatch(capsys):
+    assert cli.main(["demo", "--size", "256", "--dtype", "float32", "float16"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] and
+            line.split()[0] in cli.DEMO_OPS]
+    assert [row[0] for row in rows] == list(cli.DEMO_OPS) * 2
+    assert {"quantize_per_channel", "quantize_per_token", "quantize_per_group", "dynamic_range_quantize",
+            "quantized_linear"} <= set(cli.DEMO_OPS)
+    assert all(row[2] == "0" for row in rows), rows  # mismatches against the reference
+    assert [row[1] for row in rows[:2]] == ["f32->s8", "s8->f32"]
+
+
+def test_demo_reports_mismatches(monkeypatch, capsys):
+    from baracuda_numba import reference
+
+    # a wrong reference: every element of quantize_per_tensor is reported, and the exit code is 1
+    monkeypatch.setattr(reference, "quantize", lambda x, *args: np.full(np.shape(x), 99))
+    assert cli.main(["demo", "--size", "128", "--dtype", "float32"]) == 1
+    row = next(line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("quantize_per_tensor"))
+    assert row[2] == "128"
 
 
 def test_demo_says_where_it_runs(capsys):
@@ -65,3 +82,42 @@ def test_info_and_bench_without_a_gpu(capsys):
     if platform.SIMULATOR:
         assert cli.main(["bench"]) == 2
         assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def _forbid_simulator(*command: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
+    return subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env, timeout=300)
+
+
+needs_no_gpu = pytest.mark.skipif(platform._missing_gpu() is None,
+                                  reason="a GPU is present: NUMBA_ENABLE_CUDASIM=0 runs on it")
+
+
+@needs_no_gpu
+@pytest.mark.parametrize("command", [["demo"], ["info"], ["run", "quantize_per_tensor"]])
+def test_cli_without_a_gpu_and_the_simulator_forbidden_is_one_line_exit_2(command):
+    done = _forbid_simulator("-m", "baracuda_numba", *command)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "NUMBA_ENABLE_CUDASIM=0 forbids the simulator" in done.stderr
+
+
+@needs_no_gpu
+def test_library_without_a_gpu_raises_device_unavailable():
+    code = """
+import numpy as np, baracuda_numba as bn
+for call in (lambda: bn.quantize_per_tensor(np.zeros(4, np.float32), 0.1),
+             lambda: bn.FakeQuantizePlan.select(bn.FakeQuantizeDescriptor(
+                 numel=4, q_min=-128, q_max=127, input_element="f32"))):
+    try:
+        call()
+    except bn.DeviceUnavailable as exc:
+        assert isinstance(exc, RuntimeError) and "device expected a CUDA GPU" in str(exc), exc
+        print("raised", str(exc).split(":")[0])
+    else:
+        raise SystemExit("no DeviceUnavailable")
+"""
+    done = _forbid_simulator("-c", code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["raised", "quantize_per_tensor", "raised", "FakeQuantizePlan"]
+    assert "Traceback" not in done.stderr
