@@ -223,6 +223,7 @@ def elementwise_kernel(
     scalar = mode is ScaleMode.SCALAR
     channels_mode = mode is ScaleMode.CHANNELS
     per_element_params = not scalar and not uniform_chunk
+    stationary_capable = channels_mode and per_element_params
     zero = M(0.0)
     word_zero = np.uint64(0)
     u64 = np.uint64
@@ -281,6 +282,18 @@ def elementwise_kernel(
         seg, seg_pos = 0, 0
         if not scalar:
             seg, seg_pos = segment_of(start * G, seg_len, channels)
+        # Thread-stationary channels: when one grid stride spans a whole number of channel periods
+        # (step_q == step_r == 0), every chunk of this thread sees the same G channels, so their
+        # parameters are loaded (and inverted) once per thread, not once per element.
+        e_inv = cuda.local.array(G, M)
+        e_scale = cuda.local.array(G, M)
+        e_zp = cuda.local.array(G, M)
+        stationary = stationary_capable and step_q == 0 and step_r == 0
+        if stationary:
+            s, pos = seg, seg_pos
+            for j in range(G):
+                e_inv[j], e_scale[j], e_zp[j] = segment_params(scales, zero_points, s)
+                s, pos = advance(s, pos, 0, 1, seg_len, channels)
         for base in range(start, nchunks, stride * unroll):
             for k in range(unroll):
                 c = base + k * stride
@@ -288,7 +301,7 @@ def elementwise_kernel(
                     a_lo[k], a_hi[k] = a_load(aw, c)
                     if has_b:
                         b_lo[k], b_hi[k] = b_load(bw, c)
-                    if not scalar:  # the chunk's scale loads overlap the data loads
+                    if not scalar and not stationary:  # the chunk's scale loads overlap the data loads
                         k_seg[k], k_pos[k] = seg, seg_pos
                         k_inv[k], k_scale[k], k_zp[k] = segment_params(scales, zero_points, seg)
                         seg, seg_pos = advance(seg, seg_pos, step_q, step_r, seg_len, channels)
@@ -296,12 +309,14 @@ def elementwise_kernel(
                 c = base + k * stride
                 if c < nchunks:
                     s, pos = 0, 0
-                    if not scalar:
+                    if not scalar and not stationary:
                         s, pos = k_seg[k], k_pos[k]
                         inv, sc, zp = k_inv[k], k_scale[k], k_zp[k]
                     o_lo, o_hi = word_zero, word_zero
                     for j in range(G):
-                        if per_element_params and j > 0:
+                        if stationary:
+                            inv, sc, zp = e_inv[j], e_scale[j], e_zp[j]
+                        elif per_element_params and j > 0:
                             pos += 1
                             if pos == seg_len:
                                 pos = 0

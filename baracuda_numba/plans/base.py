@@ -199,7 +199,8 @@ class ElementwisePlan(Plan):
 
     def _prepare(self) -> None:
         entry = self.entry
-        kernel = entry.kernel(self._uniform_chunk())
+        self._uniform = self._uniform_chunk()
+        kernel = entry.kernel(self._uniform)
         G = self._chunk = kernel.chunk
         M = self._math = math_type(kernel.precision)
         self._n = self._numel()
@@ -270,6 +271,9 @@ class ElementwisePlan(Plan):
             work = max(-(-nchunks // UNROLL), self._n - nchunks * self._chunk)
             blocks = policy.blocks(work, sm_count(device_id))
             seg_len, channels = self._segments()
+            if nchunks and self.entry.mode is ScaleMode.CHANNELS and not self._uniform:
+                blocks = stationary_blocks(blocks, policy.threads_per_block * self._chunk, seg_len * channels,
+                                           policy.blocks_per_sm * sm_count(device_id))
             step_q, step_r = divmod(blocks * policy.threads_per_block * self._chunk, seg_len)
             if self.entry.mode is ScaleMode.CHANNELS:
                 step_q %= channels
@@ -352,6 +356,16 @@ class ArrayScalePlan(ElementwisePlan):
         scale = self._operand(args, "scale", self._scale_element, count)
         zero_point = self._operand(args, "zero_point", ElementKind.I32, count) if self.READS_ZERO_POINT else None
         return scale, zero_point
+
+
+def stationary_blocks(blocks: int, chunk_elements_per_block: int, period: int, cap: int) -> int:
+    """``blocks`` rounded up so that one grid stride (``blocks * chunk_elements_per_block``
+    elements) is a whole number of channel periods (``seg_len * channels`` elements), which lets
+    each thread of the channel kernel load its chunk's parameters once (``step_q == step_r == 0``);
+    unchanged when that would take more than ``cap`` blocks."""
+    multiple = period // math.gcd(period, chunk_elements_per_block)
+    rounded = -(-blocks // multiple) * multiple
+    return rounded if rounded <= cap else blocks
 
 
 def chunk_views(op: Operand, n: int, nchunks: int, G: int) -> tuple[ArrayArg, ArrayArg]:
