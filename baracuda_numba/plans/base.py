@@ -170,6 +170,11 @@ class _Bound:
     scale_operands: tuple[Operand, Operand | None] | None
 
 
+# The parameter slots an elementwise launch rewrites: the data pointers of the chunk and element views
+# of a, b and out, of scales and zero points (slot 4 of each 7-slot array struct), then step_q, step_r.
+_PATCHED_INT_SLOTS = (slice(4, 60, 7), slice(60, 62))
+
+
 class ElementwisePlan(Plan):
     """Plans whose kernel is :mod:`baracuda_numba.kernels.elementwise`.
 
@@ -212,7 +217,13 @@ class ElementwisePlan(Plan):
         self._empty_zero_points = ArrayArg(0, 0, 4, np.zeros(0, np.int32))
         if not SIMULATOR:
             kernel.compiled()
-            self._template = self._values((0, 0, 0, 0, 0), self._n // G, (0, 0), (0,) * 5)
+            self._install_template()
+
+    def _install_template(self) -> None:
+        """Pack the parameter block once: every call patches only the operand pointers (slots 4, 11,
+        ... of the array structs), the grid steps and the scalars."""
+        template = self._values((0, 0, 0, 0, 0), self._n // self._chunk, (0, 0), (0,) * 5)
+        self._launcher.params.set_template(template, _PATCHED_INT_SLOTS, range(62, 67), self._math)
 
     def _uniform_chunk(self) -> bool:
         return True
@@ -297,18 +308,13 @@ class ElementwisePlan(Plan):
             if a.ptr % al_a == 0 and b.ptr % al_b == 0 and out.ptr % al_o == 0:
                 nchunks = self._n // self._chunk
                 blocks, step_q, step_r = self._geometry(nchunks, a.device_id)
-                values = self._template.copy()
-                values[4] = values[11] = a.ptr
-                values[18] = values[25] = b.ptr
-                values[32] = values[39] = out.ptr
-                values[46], values[53] = s_ptr, z_ptr
-                values[60], values[61] = step_q, step_r
-                values[62:67] = bound.scalars
+                pointers = (a.ptr, a.ptr, b.ptr, b.ptr, out.ptr, out.ptr, s_ptr, z_ptr)
+                self._launcher.launch_patched(blocks, threads, handle, (pointers, (step_q, step_r)), bound.scalars,
+                                              a.device_id)
             else:  # an operand off its chunk alignment: every element through the element path
-                nchunks = 0
-                blocks, step_q, step_r = self._geometry(nchunks, a.device_id)
+                blocks, step_q, step_r = self._geometry(0, a.device_id)
                 values = self._values((a.ptr, b.ptr, out.ptr, s_ptr, z_ptr), 0, (step_q, step_r), bound.scalars)
-            self._launcher.launch_values(blocks, threads, handle, values, a.device_id)
+                self._launcher.launch_values(blocks, threads, handle, values, a.device_id)
         if a.on_host or b.on_host or out.on_host:
             synchronize(handle)
             finish(out)
@@ -400,8 +406,18 @@ def checked_operand(plan: str, value: Any, field: str, element: ElementKind, cou
     return op
 
 
+# (math type, scale) -> (inv, scale) for scales seen recently: a training or serving loop passes the
+# same few scales every step, and NumPy scalar arithmetic and errstate cost ~3 us a call.
+_VALID_SCALES: dict[tuple[type, Any], tuple[Any, Any]] = {}
+_VALID_SCALES_LIMIT = 1024
+
+
 def checked_scale(plan: str, scale: Any, M: type, argument: str = "scale") -> tuple[Any, Any]:
     """``(inv, scale)`` in the math type; :class:`InvalidProblem` unless finite, > 0 and invertible."""
+    if type(scale) is float:
+        known = _VALID_SCALES.get((M, scale))
+        if known is not None:
+            return known
     value = scalar_value(scale, plan, argument)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # overflow is reported below
         try:
@@ -413,6 +429,10 @@ def checked_scale(plan: str, scale: Any, M: type, argument: str = "scale") -> tu
         precision = np.dtype(M).name
         raise InvalidProblem(problem_message(
             plan, argument, f"a finite value > 0 with a finite reciprocal in {precision}", value))
+    if type(scale) is float:
+        if len(_VALID_SCALES) >= _VALID_SCALES_LIMIT:
+            _VALID_SCALES.clear()
+        _VALID_SCALES[(M, scale)] = (inv, s)
     return inv, s
 
 
