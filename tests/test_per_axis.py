@@ -14,6 +14,7 @@ from test_per_tensor import assert_same, make_values
 import baracuda_numba as bn
 from baracuda_numba import reference as ref
 from baracuda_numba import registry
+from baracuda_numba.platform import SIMULATOR
 from baracuda_numba.vocabulary import QuantizeKind as K
 
 FAMILIES = {
@@ -277,4 +278,5 @@ def test_last_axis_channels_thread_stationary_and_not(shape, dtype):
         blocks, step_q, step_r = plan._geometry(plan._n // plan._chunk, 0)
         stride = blocks * plan.entry.policy.threads_per_block * plan._chunk
         assert (step_q == step_r == 0) == (stride % period == 0)
-        assert (step_q == step_r == 0) == (period in (8, 16))
+        if SIMULATOR:  # a 2-block grid: stationary exactly where 8 or 16 divide the 32-thread stride
+            assert (step_q == step_r == 0) == (period in (8, 16))

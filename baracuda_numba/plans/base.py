@@ -70,6 +70,10 @@ def sm_count(device_id: int) -> int:
     return count
 
 
+# Blocks per SM of the thread-stationary channel grid: the most 512-thread blocks an SM holds.
+STATIONARY_BLOCKS_PER_SM = 4
+
+
 class Plan:
     """Base of every plan. Subclasses set ``KIND``, ``Descriptor`` and ``Args``."""
 
@@ -283,8 +287,11 @@ class ElementwisePlan(Plan):
             blocks = policy.blocks(work, sm_count(device_id))
             seg_len, channels = self._segments()
             if nchunks and self.entry.mode is ScaleMode.CHANNELS and not self._uniform:
-                blocks = stationary_blocks(blocks, policy.threads_per_block * self._chunk, seg_len * channels,
-                                           policy.blocks_per_sm * sm_count(device_id))
+                # One wave of resident threads, each looping over many chunks: a stationary thread
+                # loads G parameter triples once, which a 16-wave grid would repeat for ~4 chunks.
+                resident = STATIONARY_BLOCKS_PER_SM * sm_count(device_id)
+                blocks = stationary_blocks(min(blocks, resident), policy.threads_per_block * self._chunk,
+                                           seg_len * channels, policy.blocks_per_sm * sm_count(device_id))
             step_q, step_r = divmod(blocks * policy.threads_per_block * self._chunk, seg_len)
             if self.entry.mode is ScaleMode.CHANNELS:
                 step_q %= channels
