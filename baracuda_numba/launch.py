@@ -22,7 +22,8 @@ import numpy as np
 from .errors import BaracudaError, InvalidOperand, problem_message
 from .platform import SIMULATOR
 
-__all__ = ["ArrayArg", "KernelLauncher", "ParameterBlock", "array_values", "stream_handle", "synchronize"]
+__all__ = ["ArrayArg", "KernelLauncher", "ParameterBlock", "array_values", "stream_handle", "synchronize",
+           "torch_current_stream"]
 
 # One 8-byte parameter slot per kernel parameter; a float32 occupies the first 4 bytes of its slot.
 _SLOT_FORMAT = {np.int64: "q", np.int32: "ixxxx", np.float32: "fxxxx", np.float64: "d", np.bool_: "?xxxxxxx"}
@@ -136,8 +137,18 @@ class KernelLauncher:
     def launch_patched(self, blocks: int, threads: int, stream: int, int_groups: Sequence[Sequence[int]],
                        scalars: Sequence[Any], device_id: int = 0) -> None:
         """Launch with the template (:meth:`ParameterBlock.set_template`) patched by ``int_groups`` and
-        ``scalars``."""
-        self._launch(blocks, threads, stream, device_id, self.params.patch, int_groups, scalars)
+        ``scalars``. The hot path of every elementwise call: written out flat, no per-call closures."""
+        function = self._functions.get(device_id)
+        driver = _driver()
+        if function is None or driver.current_device() != device_id:
+            self._launch(blocks, threads, stream, device_id, self.params.patch, int_groups, scalars)
+            return
+        params = self.params
+        with self._lock:  # the parameter block is shared by the threads launching this kernel
+            params.patch(int_groups, scalars)
+            error = driver.launch_kernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, params.params_address, None)
+        if error:
+            raise BaracudaError(f"cuLaunchKernel failed with CUresult {error}")
 
     def _launch(self, blocks: int, threads: int, stream: int, device_id: int, fill: Callable, *fill_args: Any) -> None:
         function = self._function(device_id)
@@ -192,10 +203,11 @@ class _Driver:
         self._ctx_get_device.argtypes = [ctypes.POINTER(ctypes.c_int)]
         self._ctx_get_device.restype = ctypes.c_int
         self._device = ctypes.c_int(0)
+        self._device_ref = ctypes.pointer(self._device)  # built once: byref per call is a third of the call
 
     def current_device(self) -> int:
         """Ordinal of the current context's device, or -1 when no context is current."""
-        if self._ctx_get_device(ctypes.byref(self._device)):
+        if self._ctx_get_device(self._device_ref):
             return -1
         return self._device.value
 
@@ -223,7 +235,8 @@ def _torch_stream_getter() -> Callable[[int], int]:
     return lambda device_id: torch.cuda.current_stream(device_id).cuda_stream
 
 
-def _torch_current_stream(device_id: int) -> int:
+def torch_current_stream(device_id: int) -> int:
+    """The raw handle of PyTorch's current stream on ``device_id``."""
     return _torch_stream_getter()(device_id)
 
 
@@ -237,7 +250,7 @@ def stream_handle(stream: Any, operands: Sequence[Any], where: str) -> int:
     if stream is None:
         for op in operands:
             if op.origin == "torch":
-                return _torch_current_stream(op.device_id)
+                return torch_current_stream(op.device_id)
             if op.origin == "cupy":
                 return sys.modules["cupy"].cuda.get_current_stream().ptr
         return 0

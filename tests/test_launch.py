@@ -152,3 +152,60 @@ def test_plan_template_puts_pointers_where_the_kernel_reads_them():
 def test_checked_scale_rejects_what_has_no_finite_float32_reciprocal(bad):
     with pytest.raises(bn.InvalidProblem, match="scale expected a finite value > 0"):
         checked_scale("P", bad, np.float32)
+
+
+def _gpu_plan(monkeypatch, plan):
+    """``plan`` rebuilt for the GPU launch path with a recording driver (no GPU needed)."""
+    from baracuda_numba.plans import base
+
+    monkeypatch.setattr(launch, "SIMULATOR", False)
+    monkeypatch.setattr(base, "SIMULATOR", False)
+    monkeypatch.setitem(base._SM_COUNT, 0, 132)
+    old = plan._launcher
+    plan._launcher = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types)
+    plan._launcher._functions[0] = 0xF00  # compiled: launches take the inline hot path
+    plan._geometry_cache.clear()
+    plan._install_template()
+    plan._fast = plan._fast_fields()
+    driver = _RecordingDriver(plan._launcher.params)
+    monkeypatch.setattr(launch, "_driver", lambda: driver)
+    monkeypatch.setattr(launch, "_torch_stream_getter", lambda: (lambda device_id: 0x77))
+    return driver
+
+
+def _torch_operand(element, shape, ptr):
+    return bn.arrays.Operand(None, "torch", element, shape, ptr, True)
+
+
+@pytest.mark.parametrize("case", ["per_tensor", "per_token_backward", "per_channel_last"])
+def test_fast_path_launches_what_the_checked_path_launches(case):
+    E = bn.ElementKind
+    if case == "per_tensor":
+        plan = bn.QuantizePerTensorPlan.select(bn.QuantizePerTensorDescriptor(4096, -128, 127, "bf16", "s8"))
+        fields = {"input": (E.BF16, 0x10000), "output": (E.S8, 0x20000)}
+        make = lambda ops: bn.QuantizePerTensorArgs(ops["input"], 0.02, 3, ops["output"])  # noqa: E731
+    elif case == "per_token_backward":
+        plan = bn.QuantizePerTokenBackwardPlan.select(bn.QuantizePerTokenBackwardDescriptor(16, 256, -128, 127,
+                                                                                            "f32", "s8"))
+        fields = {"input": (E.F32, 0x10000), "scale": (E.F32, 0x30000), "zero_point": (E.I32, 0x40000),
+                  "d_output": (E.F32, 0x50000), "d_input": (E.F32, 0x60000)}
+        make = lambda ops: bn.QuantizePerTokenBackwardArgs(**ops)  # noqa: E731
+    else:
+        plan = bn.DequantizePerChannelPlan.select(bn.DequantizePerChannelDescriptor((64, 48), 1, "f16", "s8"))
+        fields = {"input": (E.S8, 0x10000), "scale": (E.F32, 0x30000), "zero_point": (E.I32, 0x40000),
+                  "output": (E.F16, 0x60000)}
+        make = lambda ops: bn.DequantizePerChannelArgs(**ops)  # noqa: E731
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        driver = _gpu_plan(monkeypatch, plan)
+        counts = {"scale": plan._segment_count(), "zero_point": plan._segment_count()}
+        ops = {f: _torch_operand(e, (counts.get(f, plan._n),), ptr) for f, (e, ptr) in fields.items()}
+        args = make(ops)
+        assert plan._fast_pointers(args) is not None
+        plan.run(args)  # fast path
+        bn.plans.base.Plan.run(plan, args)  # the checked path
+        ops["input"] = _torch_operand(fields["input"][0], (plan._n,), fields["input"][1] + 2)  # off its chunk
+        misaligned = make(ops)
+        assert plan._fast_pointers(misaligned) is None
+    (fast_config, fast_raw), (checked_config, checked_raw) = driver.calls
+    assert fast_config == checked_config and fast_config[8] == 0x77
+    assert fast_raw == checked_raw

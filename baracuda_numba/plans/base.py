@@ -8,6 +8,7 @@ only adapts the arrays, checks them against the cached descriptor and launches.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -18,7 +19,7 @@ from ..arrays import Operand, adapt, finish, require_contiguous, scalar_value
 from ..errors import BaracudaError, InvalidProblem, Unsupported, WorkspaceTooSmall, problem_message
 from ..kernels.codecs import math_type
 from ..kernels.elementwise import UNROLL, ScaleMode, chunk_elements, chunk_view_itemsize
-from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize
+from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize, torch_current_stream
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, KernelSku, PlanPreference, PrecisionGuarantee, QuantizeKind, element_kind
 
@@ -219,15 +220,86 @@ class ElementwisePlan(Plan):
         self._geometry_cache: dict[tuple[int, int], tuple[int, int, int]] = {}
         self._empty_scales = ArrayArg(0, 0, np.dtype(M).itemsize, np.zeros(0, M))
         self._empty_zero_points = ArrayArg(0, 0, 4, np.zeros(0, np.int32))
+        self._fast: tuple | None = None
         if not SIMULATOR:
             kernel.compiled()
             self._install_template()
+            self._fast = self._fast_fields()
+
+    def _fast_fields(self) -> tuple:
+        """``(field, element, count, alignment)`` of every array the kernel reads or writes, in the
+        order of the patched pointers (a, b, out, then scales and zero points), for :meth:`run`'s
+        fast path; the alignment is the chunk's so that a fast launch always takes the chunk path."""
+        entry, n = self.entry, self._n
+        al_a, al_b, al_o = self._alignments
+        specs = [(self.A_FIELD, entry.a, n, al_a)]
+        if self.B_FIELD:
+            specs.append((self.B_FIELD, entry.b, n, al_b))
+        specs.append((self.OUT_FIELD, entry.out, n, al_o))
+        return tuple(specs)
 
     def _install_template(self) -> None:
         """Pack the parameter block once: every call patches only the operand pointers (slots 4, 11,
         ... of the array structs), the grid steps and the scalars."""
         template = self._values((0, 0, 0, 0, 0), self._n // self._chunk, (0, 0), (0,) * 5)
         self._launcher.params.set_template(template, _PATCHED_INT_SLOTS, range(62, 67), self._math)
+
+    def run(self, args: Any, workspace: Any = None, stream: Any = None) -> None:
+        """Launch on ``stream`` (see :func:`baracuda_numba.launch.stream_handle`). Asynchronous on
+        device arrays; host (NumPy) outputs are complete when it returns.
+
+        Plain CUDA ``torch.Tensor`` operands (or operands already adapted from them) of the expected
+        dtype, size, contiguity and chunk alignment, on one device and the current stream, take a
+        fast path: their pointers are patched into the parameter block without building operands.
+        Anything else goes through the full checks, with the same results and errors.
+        """
+        if self._fast is not None and stream is None and type(args) is self.Args and self._n:
+            found = self._fast_pointers(args)
+            if found is not None:
+                self._launch_fast(args, *found)
+                return
+        super().run(args, workspace, stream)
+
+    def _fast_pointers(self, args: Any) -> tuple[list[int], int] | None:
+        """Device pointers and device of ``args``'s arrays when all are plain, fitting torch CUDA tensors."""
+        tensor_type = _torch_tensor_type()
+        pointers: list[int] = []
+        device = -1
+        for field, element, count, alignment in self._fast:
+            value = getattr(args, field)
+            kind = type(value)
+            if kind is tensor_type:
+                if (_TORCH_DTYPES.get(value.dtype) is not element or not value.is_cuda or value.numel() != count
+                        or not value.is_contiguous()):
+                    return None
+                ptr, value_device = value.data_ptr(), value.get_device()
+            elif kind is Operand:
+                if value.origin != "torch" or value.element is not element or value.size != count \
+                        or not value.contiguous:
+                    return None
+                ptr, value_device = value.ptr, value.device_id
+            else:
+                return None
+            if ptr % alignment or (device != value_device and device != -1):
+                return None
+            device = value_device
+            pointers.append(ptr)
+        return pointers, device
+
+    def _launch_fast(self, args: Any, pointers: list[int], device: int) -> None:
+        scalars = self._scalars(args)
+        a_ptr = pointers[0]
+        if self.B_FIELD:
+            b_ptr, out_ptr = pointers[1], pointers[2]
+            rest = pointers[3:]
+        else:
+            b_ptr, out_ptr = a_ptr, pointers[1]
+            rest = pointers[2:]
+        s_ptr, z_ptr = (*rest, 0, 0)[:2]
+        blocks, step_q, step_r = self._geometry(self._n // self._chunk, device)
+        self._launcher.launch_patched(blocks, self.entry.policy.threads_per_block, torch_current_stream(device),
+                                      ((a_ptr, a_ptr, b_ptr, b_ptr, out_ptr, out_ptr, s_ptr, z_ptr),
+                                       (step_q, step_r)), scalars, device)
 
     def _uniform_chunk(self) -> bool:
         return True
@@ -361,6 +433,14 @@ class ArrayScalePlan(ElementwisePlan):
     def _uniform_chunk(self) -> bool:
         return self._segments()[0] % chunk_elements(self.entry.a, self.entry.b, self.entry.out) == 0
 
+    def _fast_fields(self) -> tuple:
+        count = self._segment_count()
+        specs = (("scale", ElementKind.F64 if self._math is np.float64 else ElementKind.F32, count,
+                  np.dtype(self._math).itemsize),)
+        if self.READS_ZERO_POINT:
+            specs += (("zero_point", ElementKind.I32, count, 4),)
+        return super()._fast_fields() + specs
+
     def _scalars(self, args: Any) -> tuple:
         return self._fixed_scalars
 
@@ -379,6 +459,21 @@ def stationary_blocks(blocks: int, chunk_elements_per_block: int, period: int, c
     multiple = period // math.gcd(period, chunk_elements_per_block)
     rounded = -(-blocks // multiple) * multiple
     return rounded if rounded <= cap else blocks
+
+
+_TORCH_DTYPES: dict[Any, ElementKind] = {}
+
+
+def _torch_tensor_type() -> type | None:
+    """``torch.Tensor`` once torch is imported (never imports it), and its dtype table."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    if not _TORCH_DTYPES:
+        _TORCH_DTYPES.update({torch.float16: ElementKind.F16, torch.bfloat16: ElementKind.BF16,
+                              torch.float32: ElementKind.F32, torch.float64: ElementKind.F64,
+                              torch.int8: ElementKind.S8, torch.uint8: ElementKind.U8, torch.int32: ElementKind.I32})
+    return torch.Tensor
 
 
 def chunk_views(op: Operand, n: int, nchunks: int, G: int) -> tuple[ArrayArg, ArrayArg]:
