@@ -19,7 +19,7 @@ from baracuda_numba.plans import base
 COLS = 4096
 
 
-def cases(n: int, only: str = ""):
+def cases(n: int):
     rows = n // COLS
     data = {}
     for name, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
@@ -65,10 +65,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--log2n", type=int, default=28)
     parser.add_argument("--ncu", action="store_true")
+    parser.add_argument("--only", default="", help="run only the cases whose label contains this")
     args = parser.parse_args()
     n = 1 << args.log2n
     if args.ncu:
         for label, _, fn in cases(n):
+            if args.only not in label:
+                continue
             fn()
             torch.cuda.synchronize()
             print("ran", label, flush=True)
@@ -80,7 +83,7 @@ def main() -> None:
     variants = [(2, False), (2, True)]
     baseline: dict[str, torch.Tensor] = {}
     table: dict[str, list[str]] = {}
-    problems = list(cases(n))  # the same data for every variant
+    problems = [c for c in cases(n) if args.only in c[0]]  # the same data for every variant
     for unroll, stationary in variants:
         use_variant(unroll, stationary)
         for label, per_element, fn in problems:
