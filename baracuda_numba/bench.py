@@ -187,7 +187,7 @@ def per_segment(bench: Bench, family: str, n: int, dtypes: list[str]) -> None:
         torch.cuda.empty_cache()
 
 
-def dynamic(bench: Bench, n: int, host: dict[str, float]) -> None:
+def dynamic(bench: Bench, n: int, pairs: list[dict]) -> None:
     """Dynamic-range quantize against eager and compiled PyTorch compositions."""
     cols = 4096
     rows = n // cols
@@ -220,10 +220,10 @@ def dynamic(bench: Bench, n: int, host: dict[str, float]) -> None:
     torch.cuda.empty_cache()
     for tokens in (1, 16):
         small = torch.randn(tokens, cols, device="cuda", dtype=torch.bfloat16)
-        host[f"dynamic_range_quantize() ({tokens}x4096 bf16)"] = host_us(lambda s=small: bn.dynamic_range_quantize(s),
-                                                                         500)
-        host[f"eager torch composition ({tokens}x4096 bf16)"] = host_us(lambda s=small: torch_token(s), 500)
-        host[f"torch.compile composition ({tokens}x4096 bf16)"] = host_us(lambda s=small: compiled_token(s), 500)
+        ours = host_us(lambda s=small: bn.dynamic_range_quantize(s), 500)
+        for label, fn in (("torch.compile composition", compiled_token), ("eager composition", torch_token)):
+            pairs.append({"family": "dynamic", "call": f"dynamic_range_quantize() ({tokens}x4096 bf16)", "us": ours,
+                          "torch_op": label, "torch_us": host_us(lambda s=small, fn=fn: fn(s), 500)})
 
 
 def linear(bench: Bench, host: dict[str, float]) -> None:
@@ -256,30 +256,60 @@ def linear(bench: Bench, host: dict[str, float]) -> None:
     host["quantized_linear() (16x4096 @ 4096x4096)"] = host_us(lambda: bn.quantized_linear(x, w, ws), 200)
 
 
-def host_overhead() -> dict[str, float]:
+def host_pairs() -> list[dict]:
+    """Host time per call on small problems, each family's call next to the nearest PyTorch op
+    (timed in the same loop shape): what a serving or training step pays per launch."""
     small = torch.randn(4096, device="cuda")
     small_q = torch.empty(4096, device="cuda", dtype=torch.int8)
     plan = bn.QuantizePerTensorPlan.select(bn.QuantizePerTensorDescriptor(4096, -128, 127, "f32", "s8"))
     args = bn.QuantizePerTensorArgs(small, 0.02, 3, small_q)
+    tq = torch.quantize_per_tensor(small, 0.02, 3, torch.qint8)
     rows, cols = 16, 256
     tokens = torch.randn(rows, cols, device="cuda")
     scales = torch.full((rows,), 0.02, device="cuda")
     zps = torch.zeros(rows, device="cuda", dtype=torch.int32)
+    scales64, zps64 = scales.double(), zps.long()
+    col_scales, col_zps = torch.full((cols,), 0.02, device="cuda"), torch.zeros(cols, device="cuda", dtype=torch.int32)
+    col_scales64, col_zps64 = col_scales.double(), col_zps.long()
     token_plan = bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(rows, cols, -128, 127, "f32", "s8"))
     token_args = bn.QuantizePerTokenArgs(tokens, scales, zps, torch.empty(rows, cols, device="cuda",
                                                                           dtype=torch.int8))
-    return {
-        "QuantizePerTensorPlan.run (4096, torch)": host_us(lambda: plan.run(args)),
-        "QuantizePerTokenPlan.run (16x256, torch)": host_us(lambda: token_plan.run(token_args)),
-        "quantize_per_tensor() (4096, torch)": host_us(lambda: bn.quantize_per_tensor(small, 0.02, 3)),
-        "quantize_per_token() (16x256, torch)": host_us(lambda: bn.quantize_per_token(tokens, scales, zps)),
-        "torch.quantize_per_tensor (4096)": host_us(lambda: torch.quantize_per_tensor(small, 0.02, 3, torch.qint8)),
-        "torch.fake_quantize_per_tensor_affine (4096)": host_us(
-            lambda: torch.fake_quantize_per_tensor_affine(small, 0.02, 3, -128, 127)),
-    }
+    group_scales = torch.full((rows, cols // 128), 0.02, device="cuda")
+    group_zps = torch.zeros(rows, cols // 128, device="cuda", dtype=torch.int32)
+
+    def torch_group():  # no grouped quantize op in PyTorch: the eager composition
+        y = torch.round(tokens.view(rows, -1, 128) / group_scales[..., None]) + group_zps[..., None]
+        return torch.clamp(y, -128, 127).to(torch.int8)
+
+    cases = [
+        ("per_tensor", "QuantizePerTensorPlan.run (4096 f32)", lambda: plan.run(args),
+         "torch.quantize_per_tensor", lambda: torch.quantize_per_tensor(small, 0.02, 3, torch.qint8)),
+        ("per_tensor", "quantize_per_tensor() (4096 f32)", lambda: bn.quantize_per_tensor(small, 0.02, 3),
+         "torch.quantize_per_tensor", lambda: torch.quantize_per_tensor(small, 0.02, 3, torch.qint8)),
+        ("per_tensor", "dequantize_per_tensor() (4096 s8)", lambda: bn.dequantize_per_tensor(small_q, 0.02, 3),
+         "Tensor.dequantize", tq.dequantize),
+        ("per_tensor", "fake_quantize() (4096 f32)", lambda: bn.fake_quantize(small, 0.02, 3),
+         "torch.fake_quantize_per_tensor_affine",
+         lambda: torch.fake_quantize_per_tensor_affine(small, 0.02, 3, -128, 127)),
+        ("per_channel", "quantize_per_channel() (16x256 f32, axis 1)",
+         lambda: bn.quantize_per_channel(tokens, col_scales, col_zps, 1),
+         "torch.quantize_per_channel", lambda: torch.quantize_per_channel(tokens, col_scales64, col_zps64, 1,
+                                                                          torch.qint8)),
+        ("per_token", "QuantizePerTokenPlan.run (16x256 f32)", lambda: token_plan.run(token_args),
+         "torch.quantize_per_channel (axis 0)",
+         lambda: torch.quantize_per_channel(tokens, scales64, zps64, 0, torch.qint8)),
+        ("per_token", "quantize_per_token() (16x256 f32)", lambda: bn.quantize_per_token(tokens, scales, zps),
+         "torch.quantize_per_channel (axis 0)",
+         lambda: torch.quantize_per_channel(tokens, scales64, zps64, 0, torch.qint8)),
+        ("per_group", "quantize_per_group() (16x256 f32, g128)",
+         lambda: bn.quantize_per_group(tokens, group_scales, group_zps, 128),
+         "eager round/clamp composition", torch_group),
+    ]
+    return [{"family": family, "call": label, "us": host_us(ours), "torch_op": torch_label,
+             "torch_us": host_us(theirs)} for family, label, ours, torch_label, theirs in cases]
 
 
-def markdown(bench: Bench, host: dict[str, float], device: str, n: int) -> str:
+def markdown(bench: Bench, pairs: list[dict], host: dict[str, float], device: str, n: int) -> str:
     lines = [f"device: {device}; n = {n} elements; device-to-device copy: {bench.copy_gbs:.0f} GB/s", "",
              "| family | op | dtype | GB/s | % of copy | PyTorch op | PyTorch GB/s | ratio |",
              "|---|---|---|---:|---:|---|---:|---:|"]
@@ -291,7 +321,13 @@ def markdown(bench: Bench, host: dict[str, float], device: str, n: int) -> str:
         torch_cols = (f"{r['torch_op']} | {r['torch_GB/s']:.0f} | {r['ratio']:.2f}x" if "torch_op" in r else " | | ")
         lines.append(f"| {r['family']} | {r['op']} | {r['dtype']} | {r['GB/s']:.0f} | {r['pct_copy']:.1f}% | "
                      f"{torch_cols} |")
-    lines += ["", "| host time per call | us |", "|---|---:|"] + [f"| {k} | {v:.1f} |" for k, v in host.items()]
+    if pairs:
+        lines += ["", "| family | host time per call | us | PyTorch op | us | PyTorch / ours |",
+                  "|---|---|---:|---|---:|---:|"]
+        lines += [f"| {p['family']} | {p['call']} | {p['us']:.1f} | {p['torch_op']} | {p['torch_us']:.1f} | "
+                  f"{p['torch_us'] / p['us']:.2f}x |" for p in pairs]
+    if host:
+        lines += ["", "| host time per call | us |", "|---|---:|"] + [f"| {k} | {v:.1f} |" for k, v in host.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -347,18 +383,19 @@ def main(argv: list[str] | None = None) -> int:
     for family in ("per_channel", "per_token", "per_group"):
         if family in args.only:
             per_segment(bench, family, n, [d for d in args.dtypes if d in ("f32", "bf16")])
-    host = host_overhead() if "host" in args.only else {}
+    pairs = host_pairs() if "host" in args.only else []
+    host: dict[str, float] = {}
     if "dynamic" in args.only:
-        dynamic(bench, n, host)
+        dynamic(bench, n, pairs)
     if "linear" in args.only:
         linear(bench, host)
-    text = markdown(bench, host, device, n)
+    text = markdown(bench, pairs, host, device, n)
     print("\n" + text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.md").write_text(text)
     (out / "bench.json").write_text(json.dumps({"device": device, "n": n, "copy_GB/s": bench.copy_gbs,
-                                                "rows": bench.rows, "host_us": host}, indent=1))
+                                                "rows": bench.rows, "host_pairs": pairs, "host_us": host}, indent=1))
     if not chart(bench, out / "bench.png"):
         print("matplotlib not installed: no bench.png")
     return 0

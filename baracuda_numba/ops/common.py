@@ -15,7 +15,7 @@ from ..plans.base import Plan
 from ..vocabulary import ElementKind, element_kind
 
 __all__ = ["coerced", "operand", "scale_operands", "select_plan", "resolve_dtype", "default_q_range", "output_operand",
-           "clear_plan_cache", "zeros_like_kind"]
+           "clear_plan_cache", "zeros_like_kind", "fast_key", "fast_run", "remember_fast"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -27,6 +27,54 @@ def select_plan(plan_type: type[Plan], desc: Any) -> Plan:
 def clear_plan_cache() -> None:
     """Forget every cached plan (compiled kernels stay cached in the registry)."""
     select_plan.cache_clear()
+    _FAST_PLANS.clear()
+
+
+# Repeat calls on plain CUDA torch tensors skip adaptation, dtype resolution and plan lookup: the
+# first call goes the full way and remembers (plan, result dtype) under everything that decided them.
+_FAST_PLANS: dict[tuple, tuple[Plan, Any]] = {}
+_FAST_PLANS_LIMIT = 256
+
+
+def fast_key(where: str, arrays: tuple, *options: Any) -> tuple | None:
+    """The memo key of a call whose ``arrays`` are all contiguous CUDA ``torch.Tensor`` (exact type),
+    else None. The key holds each array's dtype, shape and device and the call's ``options``."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    key: list = [where]
+    tensor = torch.Tensor
+    for a in arrays:
+        if type(a) is not tensor or not a.is_cuda or not a.is_contiguous():
+            return None
+        key += (a.dtype, a.shape, a.get_device())
+    key += options
+    try:
+        hash(tuple(key))
+    except TypeError:  # an unhashable option (a list for dtype, say): the full path handles it
+        return None
+    return tuple(key)
+
+
+def fast_run(key: tuple | None, like: Any, make_args: Any, stream: Any) -> Any:
+    """The result of a remembered call (None when ``key`` is not remembered): a new tensor shaped
+    like ``like``, written by the remembered plan with ``make_args(result)``."""
+    if key is None:
+        return None
+    found = _FAST_PLANS.get(key)
+    if found is None:
+        return None
+    plan, dtype = found
+    result = sys.modules["torch"].empty(like.shape, dtype=dtype, device=like.device)
+    plan.run(make_args(result), stream=stream)
+    return result
+
+
+def remember_fast(key: tuple | None, plan: Plan, result: Any) -> None:
+    if key is not None:
+        if len(_FAST_PLANS) >= _FAST_PLANS_LIMIT:
+            _FAST_PLANS.clear()
+        _FAST_PLANS[key] = (plan, result.dtype)
 
 
 def operand(obj: Any, where: str, argument: str) -> Operand:

@@ -18,7 +18,17 @@ from typing import Any
 
 from ..errors import InvalidProblem, problem_message
 from ..plans import per_axis as p
-from .common import default_q_range, operand, output_operand, resolve_dtype, scale_operands, select_plan
+from .common import (
+    default_q_range,
+    fast_key,
+    fast_run,
+    operand,
+    output_operand,
+    remember_fast,
+    resolve_dtype,
+    scale_operands,
+    select_plan,
+)
 
 __all__ = [
     "quantize_per_channel", "dequantize_per_channel", "quantize_per_channel_backward",
@@ -57,6 +67,12 @@ def _quantize(family, op, where, x, scales, zero_points, axis, group_size, dtype
               out, stream):
     """quantize (``grad_output`` None) or its backward, for one family."""
     plan_type, descriptor, args_type = _PLANS[(family, op)]
+    key = None
+    if grad_output is None and out is None:
+        key = fast_key(where, (x, scales, zero_points), axis, group_size, dtype, q_min, q_max)
+        fast = fast_run(key, x, lambda result: args_type(x, scales, zero_points, result), stream)
+        if fast is not None:
+            return fast
     xo = operand(x, where, "x")
     element = resolve_dtype(dtype, where)
     q_min, q_max = default_q_range(element, q_min, q_max)
@@ -66,6 +82,8 @@ def _quantize(family, op, where, x, scales, zero_points, axis, group_size, dtype
     if grad_output is None:
         result = output_operand(out, xo, xo.shape, element, where)
         plan.run(args_type(xo, scale, zero_point, result), stream=stream)
+        if scale.obj is scales and zero_point.obj is zero_points:  # used as given, not converted
+            remember_fast(key, plan, result.obj)
     else:
         go = operand(grad_output, where, "grad_output")
         result = output_operand(out, xo, xo.shape, xo.element, where)
@@ -75,6 +93,10 @@ def _quantize(family, op, where, x, scales, zero_points, axis, group_size, dtype
 
 def _dequantize(family, where, q, scales, zero_points, axis, group_size, dtype, out, stream):
     plan_type, descriptor, args_type = _PLANS[(family, "dequantize")]
+    key = fast_key(where, (q, scales, zero_points), axis, group_size, dtype) if out is None else None
+    fast = fast_run(key, q, lambda result: args_type(q, scales, zero_points, result), stream)
+    if fast is not None:
+        return fast
     qo = operand(q, where, "q")
     element = resolve_dtype(dtype, where)
     fields = _family_fields(family, qo.shape, where, axis, group_size)
@@ -82,6 +104,8 @@ def _dequantize(family, where, q, scales, zero_points, axis, group_size, dtype, 
     scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), element, qo, where)
     result = output_operand(out, qo, qo.shape, element, where)
     plan.run(args_type(qo, scale, zero_point, result), stream=stream)
+    if scale.obj is scales and zero_point.obj is zero_points:  # used as given, not converted
+        remember_fast(key, plan, result.obj)
     return result.obj
 
 

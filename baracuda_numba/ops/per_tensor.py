@@ -38,7 +38,16 @@ from ..plans.per_tensor import (
     QuantizePerTensorDescriptor,
     QuantizePerTensorPlan,
 )
-from .common import default_q_range, operand, output_operand, resolve_dtype, select_plan
+from .common import (
+    default_q_range,
+    fast_key,
+    fast_run,
+    operand,
+    output_operand,
+    remember_fast,
+    resolve_dtype,
+    select_plan,
+)
 
 __all__ = [
     "quantize_per_tensor",
@@ -80,12 +89,17 @@ def quantize_per_tensor(x: Any, scale: float, zero_point: int = 0, *, dtype: Any
     array([128], dtype=uint8)
     """
     where = "quantize_per_tensor"
+    key = fast_key(where, (x,), dtype, q_min, q_max) if out is None else None
+    fast = fast_run(key, x, lambda result: QuantizePerTensorArgs(x, scale, zero_point, result), stream)
+    if fast is not None:
+        return fast
     xo = operand(x, where, "x")
     element = resolve_dtype(dtype, where)
     q_min, q_max = default_q_range(element, q_min, q_max)
     plan = select_plan(QuantizePerTensorPlan, QuantizePerTensorDescriptor(xo.size, q_min, q_max, xo.element, element))
     result = output_operand(out, xo, xo.shape, element, where)
     plan.run(QuantizePerTensorArgs(xo, scale, zero_point, result), stream=stream)
+    remember_fast(key, plan, result.obj)
     return result.obj
 
 
@@ -96,11 +110,16 @@ def dequantize_per_tensor(q: Any, scale: float, zero_point: int = 0, *, dtype: A
     Computed in float32 (float64 for a float64 result) and rounded once to ``dtype``.
     """
     where = "dequantize_per_tensor"
+    key = fast_key(where, (q,), dtype) if out is None else None
+    fast = fast_run(key, q, lambda result: DequantizePerTensorArgs(q, scale, zero_point, result), stream)
+    if fast is not None:
+        return fast
     qo = operand(q, where, "q")
     element = resolve_dtype(dtype, where)
     plan = select_plan(DequantizePerTensorPlan, DequantizePerTensorDescriptor(qo.size, element, qo.element))
     result = output_operand(out, qo, qo.shape, element, where)
     plan.run(DequantizePerTensorArgs(qo, scale, zero_point, result), stream=stream)
+    remember_fast(key, plan, result.obj)
     return result.obj
 
 
@@ -148,10 +167,15 @@ def fake_quantize(x: Any, scale: float, zero_point: int = 0, q_min: int = -128, 
     ``torch.fake_quantize_per_tensor_affine`` bit for bit. NaN propagates.
     """
     where = "fake_quantize"
+    key = fast_key(where, (x,), q_min, q_max) if out is None else None
+    fast = fast_run(key, x, lambda result: FakeQuantizeArgs(x, scale, zero_point, result), stream)
+    if fast is not None:
+        return fast
     xo = operand(x, where, "x")
     plan = select_plan(FakeQuantizePlan, FakeQuantizeDescriptor(xo.size, q_min, q_max, xo.element))
     result = output_operand(out, xo, xo.shape, xo.element, where)
     plan.run(FakeQuantizeArgs(xo, scale, zero_point, result), stream=stream)
+    remember_fast(key, plan, result.obj)
     return result.obj
 
 
