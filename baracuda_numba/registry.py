@@ -85,9 +85,10 @@ class RegistryEntry(Entry):
     def scales(self) -> str:
         return self.mode.value
 
-    def kernel(self, uniform_chunk: bool = True) -> ElementwiseKernel:
-        """The kernel specialisation (built once per key; compiled on first launch)."""
-        return elementwise_kernel(self.op, self.a, self.b, self.out, self.sku.precision_guarantee.math_precision,
+    def kernel(self, uniform_chunk: bool = True, op: ElementwiseOp | None = None) -> ElementwiseKernel:
+        """The kernel specialisation (built once per key; compiled on first launch); ``op`` replaces
+        the entry's op by a variant over the same operands (PyTorch's float64 fake quantize)."""
+        return elementwise_kernel(op or self.op, self.a, self.b, self.out, self.sku.precision_guarantee.math_precision,
                                   self.mode, uniform_chunk or self.mode is ScaleMode.SCALAR)
 
 

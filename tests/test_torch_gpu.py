@@ -146,3 +146,19 @@ def test_repeat_calls_through_the_remembered_plan_match_torch():
             assert torch.equal(got, torch.quantize_per_tensor(x.float(), scale, zp, torch_dtype).int_repr()), i
             f32_scale = torch.tensor(scale, dtype=torch.float32, device="cuda")  # SPEC: a float32 scale
             assert torch.equal(bn.dequantize_per_tensor(got, scale, zp), (got.float() - zp) * f32_scale), i
+
+
+@pytest.mark.parametrize("scale", [0.02, 0.0213, 0.00214854861, 3.7])
+@pytest.mark.parametrize(("q_min", "q_max", "zp"), [(-128, 127, 0), (0, 255, 128)])
+def test_float64_default_differs_and_torch_compat_matches_cuda(scale, q_min, q_max, zp):
+    x = inputs(torch.float64, seed=21).requires_grad_(True)
+    expected = torch.fake_quantize_per_tensor_affine(x, scale, zp, q_min, q_max)
+    dy = torch.randn_like(x)
+    expected.backward(dy)
+    got = bn.fake_quantize(x.detach(), scale, zp, q_min, q_max, torch_compat=True)
+    assert torch.equal(got, expected.detach()), scale
+    grad = bn.fake_quantize_backward(dy, x.detach(), scale, zp, q_min, q_max, torch_compat=True)
+    assert torch.equal(grad, x.grad), scale
+    default = bn.fake_quantize(x.detach(), scale, zp, q_min, q_max)
+    finite = torch.isfinite(expected)
+    assert (default != expected.detach())[finite].float().mean() > 0.5  # float64 math, on purpose

@@ -58,6 +58,8 @@ class ElementwiseOp(enum.Enum):
     FAKE_QUANTIZE = "fake_quantize"
     QUANTIZE_BACKWARD = "quantize_backward"
     FAKE_QUANTIZE_BACKWARD = "fake_quantize_backward"
+    # PyTorch's float64 fake quantize: grid point in float64, product with the scale in float32
+    FAKE_QUANTIZE_F32_PRODUCT = "fake_quantize_f32_product"
     DEQUANTIZE_BACKWARD = "dequantize_backward"
 
     @property
@@ -95,13 +97,25 @@ def op_functions(precision: MathPrecision) -> dict[ElementwiseOp, Any]:
         return (q - zp) * scale
 
     @device_function
-    def fake_quantize(x, _unused, inv, scale, zp, q_min, q_max):
+    def grid_point(x, inv, zp, q_min, q_max):
+        """``clamp(rint(x * inv) + zp, q_min, q_max)``; NaN stays NaN."""
         t = rint(x * inv) + zp
         if t < q_min:
             t = q_min
         if t > q_max:
             t = q_max
-        return (t - zp) * scale
+        return t
+
+    @device_function
+    def fake_quantize(x, _unused, inv, scale, zp, q_min, q_max):
+        return (grid_point(x, inv, zp, q_min, q_max) - zp) * scale
+
+    f32 = np.float32
+
+    @device_function
+    def fake_quantize_f32_product(x, _unused, inv, scale, zp, q_min, q_max):
+        # torch computes (q - zp) * scale with a float scale, whatever the data's dtype
+        return M(f32(grid_point(x, inv, zp, q_min, q_max) - zp) * f32(scale))
 
     @device_function
     def mask(x, inv, zp, q_min, q_max):
@@ -126,6 +140,7 @@ def op_functions(precision: MathPrecision) -> dict[ElementwiseOp, Any]:
         ElementwiseOp.FAKE_QUANTIZE: fake_quantize,
         ElementwiseOp.QUANTIZE_BACKWARD: quantize_backward,
         ElementwiseOp.FAKE_QUANTIZE_BACKWARD: fake_quantize_backward,
+        ElementwiseOp.FAKE_QUANTIZE_F32_PRODUCT: fake_quantize_f32_product,
         ElementwiseOp.DEQUANTIZE_BACKWARD: dequantize_backward,
     }
 

@@ -159,20 +159,23 @@ def dequantize_per_tensor_backward(grad_output: Any, scale: float, *, dtype: Any
 
 
 def fake_quantize(x: Any, scale: float, zero_point: int = 0, q_min: int = -128, q_max: int = 127, *,
-                  out: Any = None, stream: Any = None) -> Any:
+                  torch_compat: bool = False, out: Any = None, stream: Any = None) -> Any:
     """Quantize and dequantize in one pass, in ``x``'s dtype.
 
     ``y = (clamp(round(x * (1/scale)) + zero_point, q_min, q_max) - zero_point) * scale``,
-    computed in the math precision and rounded once; matches
-    ``torch.fake_quantize_per_tensor_affine`` bit for bit. NaN propagates.
+    computed in the math precision (float32; float64 for float64 data) and rounded once. For f32,
+    f16 and bf16 data this is ``torch.fake_quantize_per_tensor_affine`` bit for bit. For float64
+    data PyTorch uses a float32 scale and reciprocal and multiplies back in float32 (its result is a
+    float32 value widened); ``torch_compat=True`` reproduces that, the default stays float64
+    throughout. NaN propagates.
     """
     where = "fake_quantize"
-    key = fast_key(where, (x,), q_min, q_max) if out is None else None
+    key = fast_key(where, (x,), q_min, q_max, torch_compat) if out is None else None
     fast = fast_run(key, x, lambda result: FakeQuantizeArgs(x, scale, zero_point, result), stream)
     if fast is not None:
         return fast
     xo = operand(x, where, "x")
-    plan = select_plan(FakeQuantizePlan, FakeQuantizeDescriptor(xo.size, q_min, q_max, xo.element))
+    plan = select_plan(FakeQuantizePlan, FakeQuantizeDescriptor(xo.size, q_min, q_max, xo.element, torch_compat))
     result = output_operand(out, xo, xo.shape, xo.element, where)
     plan.run(FakeQuantizeArgs(xo, scale, zero_point, result), stream=stream)
     remember_fast(key, plan, result.obj)
@@ -180,12 +183,15 @@ def fake_quantize(x: Any, scale: float, zero_point: int = 0, q_min: int = -128, 
 
 
 def fake_quantize_backward(grad_output: Any, x: Any, scale: float, zero_point: int = 0, q_min: int = -128,
-                           q_max: int = 127, *, out: Any = None, stream: Any = None) -> Any:
+                           q_max: int = 127, *, torch_compat: bool = False, out: Any = None,
+                           stream: Any = None) -> Any:
     """Straight-through gradient of :func:`fake_quantize`:
-    ``dx = grad_output * [q_min <= round(x * (1/scale)) + zero_point <= q_max]``."""
+    ``dx = grad_output * [q_min <= round(x * (1/scale)) + zero_point <= q_max]``; ``torch_compat`` as
+    in :func:`fake_quantize` (float64 data: the float32 reciprocal, as PyTorch's autograd)."""
     where = "fake_quantize_backward"
     go, xo = operand(grad_output, where, "grad_output"), operand(x, where, "x")
-    plan = select_plan(FakeQuantizeBackwardPlan, FakeQuantizeBackwardDescriptor(xo.size, q_min, q_max, xo.element))
+    plan = select_plan(FakeQuantizeBackwardPlan, FakeQuantizeBackwardDescriptor(xo.size, q_min, q_max, xo.element,
+                                                                                  torch_compat))
     result = output_operand(out, xo, xo.shape, xo.element, where)
     plan.run(FakeQuantizeBackwardArgs(xo, scale, zero_point, go, result), stream=stream)
     return result.obj

@@ -18,7 +18,7 @@ from .. import registry
 from ..arrays import Operand, adapt, finish, require_contiguous, scalar_value
 from ..errors import BaracudaError, InvalidProblem, Unsupported, WorkspaceTooSmall, problem_message
 from ..kernels.codecs import math_type
-from ..kernels.elementwise import UNROLL, ScaleMode, chunk_elements, chunk_view_itemsize
+from ..kernels.elementwise import UNROLL, ElementwiseOp, ScaleMode, chunk_elements, chunk_view_itemsize
 from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize, torch_current_stream
 from ..platform import SIMULATOR, require_device
 from ..vocabulary import ElementKind, KernelSku, PlanPreference, PrecisionGuarantee, QuantizeKind, element_kind
@@ -211,7 +211,7 @@ class ElementwisePlan(Plan):
     def _prepare(self) -> None:
         entry = self.entry
         self._uniform = self._uniform_chunk()
-        kernel = entry.kernel(self._uniform)
+        kernel = entry.kernel(self._uniform, self._kernel_op())
         G = self._chunk = kernel.chunk
         M = self._math = math_type(kernel.precision)
         self._n = self._numel()
@@ -304,6 +304,10 @@ class ElementwisePlan(Plan):
 
     def _uniform_chunk(self) -> bool:
         return True
+
+    def _kernel_op(self) -> ElementwiseOp | None:
+        """A variant of the entry's op to compile instead (None: the entry's own)."""
+        return None
 
     def _numel(self) -> int:
         return self.desc.numel

@@ -8,10 +8,14 @@ The math is in :mod:`baracuda_numba.kernels.elementwise`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ..vocabulary import ElementKind, QuantizeKind
+import numpy as np
+
+from ..errors import InvalidProblem, problem_message
+from ..kernels.elementwise import ElementwiseOp
+from ..vocabulary import ElementKind, KernelSku, MathPrecision, PrecisionGuarantee, QuantizeKind
 from .base import ElementwisePlan, check_numel, checked_scale, checked_zero_point
 
 __all__ = [
@@ -104,12 +108,18 @@ class DequantizePerTensorBackwardArgs:
 
 @dataclass(frozen=True)
 class FakeQuantizeDescriptor:
-    """``y = (clamp(round(x / scale) + zp, q_min, q_max) - zp) * scale`` in the input's dtype."""
+    """``y = (clamp(round(x * (1/scale)) + zp, q_min, q_max) - zp) * scale`` in the input's dtype.
+
+    ``torch_compat`` (float64 data only; the other dtypes already agree with PyTorch) computes as
+    ``torch.fake_quantize_per_tensor_affine`` does: the scale and its reciprocal in float32, the grid
+    point ``round(x * (1/scale))`` in float64, the product ``(q - zp) * scale`` in float32.
+    """
 
     numel: int
     q_min: int
     q_max: int
     input_element: ElementKind
+    torch_compat: bool = False
 
 
 @dataclass
@@ -122,12 +132,14 @@ class FakeQuantizeArgs:
 
 @dataclass(frozen=True)
 class FakeQuantizeBackwardDescriptor:
-    """``dx = dy * [q_min <= round(x / scale) + zp <= q_max]``."""
+    """``dx = dy * [q_min <= round(x * (1/scale)) + zp <= q_max]``; ``torch_compat`` as in
+    :class:`FakeQuantizeDescriptor` (the reciprocal in float32 for float64 data)."""
 
     numel: int
     q_min: int
     q_max: int
     input_element: ElementKind
+    torch_compat: bool = False
 
 
 @dataclass
@@ -235,9 +247,43 @@ class FakeQuantizePlan(_PerTensorPlan):
     def _q_limits(cls, desc: Any) -> tuple[int, int]:
         return -FAKE_QUANTIZE_Q_LIMIT, FAKE_QUANTIZE_Q_LIMIT
 
+    @classmethod
+    def _validate_shape(cls, desc: Any) -> None:
+        super()._validate_shape(desc)
+        if not isinstance(desc.torch_compat, (bool, np.bool_)):
+            raise InvalidProblem(problem_message(cls.__name__, "torch_compat", "a bool", repr(desc.torch_compat)))
+
+    @property
+    def _torch_float64(self) -> bool:
+        """PyTorch's float64 contract applies (it differs from ours only for float64 data)."""
+        return bool(self.desc.torch_compat) and self.desc.input_element is ElementKind.F64
+
+    def _kernel_op(self) -> ElementwiseOp | None:
+        return ElementwiseOp.FAKE_QUANTIZE_F32_PRODUCT if self._torch_float64 else None
+
+    def _checked_scalars(self, args: Any) -> tuple:
+        scalars = super()._checked_scalars(args)
+        if not self._torch_float64:
+            return scalars
+        inv, scale = checked_scale(self.name, args.scale, np.float32)
+        return (np.float64(inv), np.float64(scale), *scalars[2:])
+
+    def precision_guarantee(self) -> PrecisionGuarantee:
+        """With ``torch_compat`` on float64 data the scale, its reciprocal and the product are float32."""
+        guarantee = super().precision_guarantee()
+        if self._torch_float64:
+            return replace(guarantee, math_precision=MathPrecision.F32, accumulator=ElementKind.F32)
+        return guarantee
+
+    def sku(self) -> KernelSku:
+        return replace(super().sku(), precision_guarantee=self.precision_guarantee())
+
 
 class FakeQuantizeBackwardPlan(FakeQuantizePlan):
     """Straight-through gradient of :class:`FakeQuantizePlan`: ``dy`` where ``x`` was in range."""
+
+    def _kernel_op(self) -> ElementwiseOp | None:
+        return None  # the mask needs only the float32 reciprocal, passed as a scalar
 
     KIND = QuantizeKind.FAKE_QUANTIZE_BACKWARD
     Descriptor = FakeQuantizeBackwardDescriptor
