@@ -27,6 +27,8 @@ __all__ = ["ArrayArg", "KernelLauncher", "array_values", "stream_handle", "synch
 # One 8-byte parameter slot per kernel parameter; a float32 occupies the first 4 bytes of its slot.
 _SLOT_FORMAT = {np.int64: "q", np.int32: "ixxxx", np.float32: "fxxxx", np.float64: "d", np.bool_: "?xxxxxxx"}
 _ARRAY_FORMAT = "qqqqqqq"  # meminfo, parent, nitems, itemsize, data, shape[0], strides[0]
+_DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory a kernel may use without opting in
+_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 
 class ArrayArg(tuple):
@@ -40,10 +42,13 @@ class ArrayArg(tuple):
 
 
 class KernelLauncher:
-    """Launches one compiled kernel given ``n_arrays`` 1-D arrays then scalars of ``scalar_types``."""
+    """Launches one compiled kernel given ``n_arrays`` 1-D arrays then scalars of ``scalar_types``,
+    with ``shared_bytes`` of dynamic shared memory per block (above 48 KiB the kernel is opted in)."""
 
-    def __init__(self, compile_dispatcher: Callable[[], Any], n_arrays: int, scalar_types: Sequence[type]) -> None:
+    def __init__(self, compile_dispatcher: Callable[[], Any], n_arrays: int, scalar_types: Sequence[type],
+                 shared_bytes: int = 0) -> None:
         self._compile = compile_dispatcher
+        self._shared_bytes = shared_bytes
         self._n_arrays = n_arrays
         self._scalar_types = tuple(scalar_types)
         self._lock = threading.Lock()
@@ -66,7 +71,13 @@ class KernelLauncher:
             with cuda.gpus[device_id]:
                 dispatcher = self._compile()
                 overload = next(iter(dispatcher.overloads.values()))
-                function = self._functions[device_id] = int(overload._codelibrary.get_cufunc().handle)
+                function = int(overload._codelibrary.get_cufunc().handle)
+                if self._shared_bytes > _DEFAULT_SHARED_LIMIT:
+                    error = _driver().set_max_dynamic_shared(function, self._shared_bytes)
+                    if error:
+                        raise BaracudaError(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, "
+                                            f"{self._shared_bytes}) failed with CUresult {error}")
+                self._functions[device_id] = function
         return function
 
     def launch(self, blocks: int, threads: int, stream: int, arrays: Sequence[ArrayArg],
@@ -100,7 +111,8 @@ class KernelLauncher:
         _cu_launch_kernel = driver.launch_kernel
         with self._lock:
             self._packer.pack_into(self._buffer, 0, *values)
-            error = _cu_launch_kernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, self._params_address, None)
+            error = _cu_launch_kernel(function, blocks, 1, 1, threads, 1, 1, self._shared_bytes, stream,
+                                      self._params_address, None)
         if error:
             raise BaracudaError(f"cuLaunchKernel failed with CUresult {error}")
 
@@ -110,7 +122,7 @@ class KernelLauncher:
         dispatcher = self._compile()
         args = [FakeCUDAArray(a[3]) for a in arrays]
         args += [t(v) for t, v in zip(self._scalar_types, scalars, strict=True)]
-        dispatcher[blocks, threads](*args)
+        dispatcher[blocks, threads, 0, self._shared_bytes](*args)
 
 
 def array_values(ptr: int, nitems: int, itemsize: int) -> tuple[int, ...]:
@@ -134,6 +146,13 @@ class _Driver:
         self._ctx_get_device.argtypes = [ctypes.POINTER(ctypes.c_int)]
         self._ctx_get_device.restype = ctypes.c_int
         self._device = ctypes.c_int(0)
+        self._func_set_attribute = libcuda.cuFuncSetAttribute
+        self._func_set_attribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        self._func_set_attribute.restype = ctypes.c_int
+
+    def set_max_dynamic_shared(self, function: int, nbytes: int) -> int:
+        """Let ``function`` launch with up to ``nbytes`` of dynamic shared memory (a CUresult)."""
+        return self._func_set_attribute(function, _MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
 
     def current_device(self) -> int:
         """Ordinal of the current context's device, or -1 when no context is current."""
