@@ -73,7 +73,7 @@ class KernelLauncher:
                 overload = next(iter(dispatcher.overloads.values()))
                 function = int(overload._codelibrary.get_cufunc().handle)
                 if self._shared_bytes > _DEFAULT_SHARED_LIMIT:
-                    error = _driver().set_max_dynamic_shared(function, self._shared_bytes)
+                    error = _driver().set_max_dynamic_shared(function, self._shared_bytes, device_id)
                     if error:
                         raise BaracudaError(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, "
                                             f"{self._shared_bytes}) failed with CUresult {error}")
@@ -149,10 +149,18 @@ class _Driver:
         self._func_set_attribute = libcuda.cuFuncSetAttribute
         self._func_set_attribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         self._func_set_attribute.restype = ctypes.c_int
+        self._kernel_set_attribute = libcuda.cuKernelSetAttribute
+        self._kernel_set_attribute.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+        self._kernel_set_attribute.restype = ctypes.c_int
 
-    def set_max_dynamic_shared(self, function: int, nbytes: int) -> int:
-        """Let ``function`` launch with up to ``nbytes`` of dynamic shared memory (a CUresult)."""
-        return self._func_set_attribute(function, _MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+    def set_max_dynamic_shared(self, function: int, nbytes: int, device_id: int) -> int:
+        """Let ``function`` launch with up to ``nbytes`` of dynamic shared memory (a CUresult). numba
+        loads modules as libraries, whose handles are ``CUkernel`` (cuKernelSetAttribute, per
+        device); a ``CUfunction`` takes cuFuncSetAttribute."""
+        error = self._kernel_set_attribute(_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes, function, device_id)
+        if error:
+            error = self._func_set_attribute(function, _MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+        return error
 
     def current_device(self) -> int:
         """Ordinal of the current context's device, or -1 when no context is current."""

@@ -194,3 +194,32 @@ def test_empty_problems():
     # M = 0 or N = 0: nothing to compute, shapes still right
     assert bn.quantized_linear(np.zeros((0, 4), np.float32), np.zeros((5, 4), np.int8), ws).shape == (0, 5)
     assert bn.quantized_linear(np.ones((2, 4), np.float32), np.zeros((0, 4), np.int8), ws[:0]).shape == (2, 0)
+
+
+# Each GEMM variant the plans may pick, on the simulator: the cp.async pipeline through more K chunks
+# than it has stages (its ring of stages wraps; zero-filled chunks past K), the skinny kernel with
+# several column tiles per block (ragged N) and several chunks in flight; which kernel ran is checked.
+@pytest.mark.parametrize(("m", "n", "k", "skinny_chunks", "skinny_tiles", "variant"), [
+    (70, 9, 272, 2, 1, "pipelined"),
+    (70, 9, 200, 2, 1, "tiled"),
+    (17, 20, 208, 2, 2, "skinny"),
+    (3, 37, 200, 4, 4, "skinny"),
+])
+def test_gemm_variants_match_reference(monkeypatch, m, n, k, skinny_chunks, skinny_tiles, variant):
+    from baracuda_numba.kernels import linear as gemm
+    from baracuda_numba.ops.common import clear_plan_cache
+
+    monkeypatch.setattr(gemm, "SKINNY_CHUNKS", skinny_chunks)
+    monkeypatch.setattr(gemm, "SKINNY_TILES", skinny_tiles)
+    clear_plan_cache()
+    rng = np.random.default_rng(m * n + k)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w, ws = weights(rng, n, k)
+    bias = rng.standard_normal(n).astype(np.float32)
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32", True))
+    out = np.zeros((m, n), np.float32)
+    args = bn.QuantizedLinearArgs(x, w, ws, out, bias)
+    assert plan.kernel_variant(args) == variant
+    plan.run(args)
+    np.testing.assert_array_equal(out, ref.linear.quantized_linear(x, w, ws, bias))
+    clear_plan_cache()

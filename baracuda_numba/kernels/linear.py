@@ -42,7 +42,7 @@ from .device import device_function
 from .elementwise import ElementwiseKernel, uint_name
 
 __all__ = ["TILE_M", "TILE_N", "TILE_THREADS", "SKINNY_MAX_M", "SKINNY_M", "SKINNY_N", "SKINNY_THREADS", "MAX_EXACT_K",
-           "CHUNK_K", "PipelineShape", "PIPELINE", "SKINNY_CHUNKS", "linear_kernel"]
+           "CHUNK_K", "PipelineShape", "PIPELINE", "SKINNY_CHUNKS", "SKINNY_TILES", "linear_kernel"]
 
 CHUNK_K = 64  # k per step: 16 bytes per lane, 4 lanes per row
 # tiled: warps arranged WARPS_M x WARPS_N, each MT x NT mma tiles (16 rows x 8 columns each)
@@ -56,6 +56,7 @@ assert TILE_M == TILE_N == 2 * (TILE_THREADS // 4), "each thread stages two rows
 SKINNY_MAX_M, SKINNY_M, SKINNY_N, SKINNY_WARPS = 64, 16, 8, 8
 SKINNY_THREADS = 32 * SKINNY_WARPS
 SKINNY_CHUNKS = 2  # 64-byte weight chunks each warp has in flight per iteration (16 bytes each per lane)
+SKINNY_TILES = 1  # 8-column tiles per block, sharing each activation fragment
 # |acc| <= K * 127 * 128 (activations in [-127, 127], weights in [-128, 127]) must stay below 2**31.
 MAX_EXACT_K = (2**31 - 1) // (127 * 128)
 
@@ -339,48 +340,54 @@ def _pipelined(store, shape: PipelineShape):
     return kernel
 
 
-def _skinny(store, chunks_in_flight: int):
-    w_words = 2 * chunks_in_flight  # local array lengths must be compile-time constants
+def _skinny(store, chunks_in_flight: int, n_tiles: int):
+    w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
 
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
         tid = cuda.threadIdx.x
         scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
-        partial = cuda.shared.array((SKINNY_WARPS, 32, 4), np.int32)
-        acc = cuda.local.array(4, np.int32)
+        partial = cuda.shared.array((SKINNY_WARPS, slots, 32), np.int32)
+        acc = cuda.local.array(slots, np.int32)
         w_frag = cuda.local.array(w_words, np.uint64)
         warp, lane = tid // 32, tid % 32
         group, t = lane // 4, lane % 4
         # row tiles fastest: the blocks sharing a weight slice run together and share it through L2
         n_tile = cuda.blockIdx.x // tiles_m
         m_block = (cuda.blockIdx.x - n_tile * tiles_m) * SKINNY_M
-        n_block = n_tile * SKINNY_N
-        for i in range(4):
+        n_block = n_tile * (SKINNY_N * n_tiles)
+        for i in range(slots):
             acc[i] = 0
         chunks = (K + CHUNK_K - 1) // CHUNK_K
-        # warps take chunks round robin, `chunks_in_flight` per iteration, all weight loads first;
-        # every warp runs the same number of iterations (chunks past K read as zeros) because the
-        # simulated mma synchronises the block
+        # warps take chunks round robin, `chunks_in_flight` per iteration, all weight loads first
+        # (each activation fragment then feeds the block's `n_tiles` column tiles); every warp runs
+        # the same number of iterations (chunks past K read as zeros) because the simulated mma
+        # synchronises the block
         for first in range(0, chunks, chunks_in_flight * SKINNY_WARPS):
             k = CHUNK_K * (first + warp) + 16 * t
             for c in range(chunks_in_flight):
-                w_frag[2 * c], w_frag[2 * c + 1] = load_chunk(w_bytes, w_pairs, n_block + group, N,
-                                                              k + c * CHUNK_K * SKINNY_WARPS, K, aligned)
+                for j in range(n_tiles):
+                    w = 2 * (c * n_tiles + j)
+                    w_frag[w], w_frag[w + 1] = load_chunk(w_bytes, w_pairs, n_block + SKINNY_N * j + group, N,
+                                                          k + c * CHUNK_K * SKINNY_WARPS, K, aligned)
             for c in range(chunks_in_flight):
                 kc = k + c * CHUNK_K * SKINNY_WARPS
                 x0, x1 = load_chunk(a_bytes, a_pairs, m_block + group, M, kc, K, aligned)
                 y0, y1 = load_chunk(a_bytes, a_pairs, m_block + group + 8, M, kc, K, aligned)
-                mma_chunk(acc, 0, x0, x1, y0, y1, w_frag[2 * c], w_frag[2 * c + 1], scratch, tid)
-        for i in range(4):
-            partial[warp, lane, i] = acc[i]
+                for j in range(n_tiles):
+                    w = 2 * (c * n_tiles + j)
+                    mma_chunk(acc, 4 * j, x0, x1, y0, y1, w_frag[w], w_frag[w + 1], scratch, tid)
+        for i in range(slots):
+            partial[warp, i, lane] = acc[i]
         cuda.syncthreads()
-        # warps 0 .. 3 finish fragment slot `warp` of every lane
-        if warp < 4:
+        # one thread per output: fragment slot `slot` of lane `source` in column tile `j`, summed over warps
+        for index in range(tid, 32 * slots, SKINNY_THREADS):
+            slot, source = index // 32, index % 32
             total = 0
             for other in range(SKINNY_WARPS):
-                total += partial[other, lane, warp]
-            m = m_block + group + (8 if warp >= 2 else 0)
-            n = n_block + 2 * t + warp % 2
+                total += partial[other, slot, source]
+            m = m_block + source // 4 + (8 if slot % 4 >= 2 else 0)
+            n = n_block + SKINNY_N * (slot // 4) + 2 * (source % 4) + slot % 2
             store(total, m, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale)
 
     return kernel
@@ -388,14 +395,15 @@ def _skinny(store, chunks_in_flight: int):
 
 @functools.cache
 def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinny: bool = False,
-                  pipeline: PipelineShape | None = None, skinny_chunks: int = SKINNY_CHUNKS) -> ElementwiseKernel:
+                  pipeline: PipelineShape | None = None, skinny_chunks: int = SKINNY_CHUNKS,
+                  skinny_tiles: int = SKINNY_TILES) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
     activation scale), else ``row_scale[m]`` (per-token activation scales)."""
     store = _epilogue(out, has_bias, per_tensor_rows)
     if skinny:
-        kernel, shape = _skinny(store, skinny_chunks), f"skinny{skinny_chunks}"
+        kernel, shape = _skinny(store, skinny_chunks, skinny_tiles), f"skinny{skinny_chunks}x{skinny_tiles}"
     elif pipeline is not None:
         kernel, shape = _pipelined(store, pipeline), f"pipelined_{pipeline.name}"
     else:

@@ -122,8 +122,9 @@ class _LinearPlan(Plan):
 
         if desc.m <= SKINNY_MAX_M:
             # decode-like shapes stream the weight once through the skinny kernel (any alignment)
-            kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.SKINNY_CHUNKS)
-            variant("skinny", kernel, SKINNY_M, SKINNY_N, SKINNY_THREADS)
+            kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.SKINNY_CHUNKS,
+                                   gemm.SKINNY_TILES)
+            variant("skinny", kernel, SKINNY_M, SKINNY_N * gemm.SKINNY_TILES, SKINNY_THREADS)
             self._aligned_variant = self._other_variant = "skinny"
         else:
             # 16-byte aligned operands with K % 16 == 0 go through the cp.async pipeline; others
