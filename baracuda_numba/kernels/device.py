@@ -37,6 +37,11 @@ unsigned integers (Numba types that mix as float64).
   function waiting until at most ``n`` of this thread's groups are still in flight (``n`` is baked
   into the instruction). Other threads' copies are visible only after a barrier. The simulator
   copies at once and waits for nothing.
+- ``ldmatrix_x4(stage, c, scratch, tid)``: the warp-wide ``ldmatrix.sync.aligned.m8n8.x4.shared.b16``:
+  lanes ``8i .. 8i + 7`` give (as ``c``, a 16-byte pair index into the shared uint64 array ``stage``)
+  the eight 16-byte rows of matrix ``i``; lane ``4g + t`` receives word ``t`` of row ``g`` of each of
+  the four matrices (uint32). For int8 those are exactly the ``m16n8k32`` fragments of
+  :func:`mma_s8`. The simulator exchanges the addresses through ``scratch`` (every thread alike).
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ __all__ = [
     "cp_async_16",
     "cp_async_commit",
     "cp_async_wait_group",
+    "ldmatrix_x4",
 ]
 
 if SIMULATOR:
@@ -469,3 +475,41 @@ else:
 
     def cp_async_wait_group(n: int):
         return _asm_statement(f"cp.async.wait_group {int(n)};")
+
+
+if SIMULATOR:
+
+    @cuda.jit(device=True)  # simulated: the warp's row addresses meet in shared memory
+    def ldmatrix_x4(stage, c, scratch, tid):
+        scratch[tid, 0] = c
+        cuda.syncthreads()
+        warp, lane = tid - tid % 32, tid % 32
+        words = []
+        for i in range(4):
+            pair = int(scratch[warp + 8 * i + lane // 4, 0])
+            word = int(stage[2 * pair + (lane % 4) // 2]) >> (32 * (lane % 2))
+            words.append(np.uint32(word & _M32))
+        cuda.syncthreads()
+        return words[0], words[1], words[2], words[3]
+
+else:
+    _LDMATRIX = ("{ .reg .u64 src; cvta.to.shared.u64 src, $4; "
+                 "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0, $1, $2, $3}, [src]; }")
+
+    @intrinsic
+    def ldmatrix_x4(typingctx, stage, c, scratch, tid):
+        if not (isinstance(stage, types.Array) and stage.dtype == types.uint64 and isinstance(c, types.Integer)):
+            return None
+        result = types.UniTuple(types.uint32, 4)
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(stage)(context, builder, args[0]).data
+            offset = builder.mul(_to_i64(builder, args[1], c), ir.Constant(_I64, 2))
+            address = builder.ptrtoint(builder.gep(data, [offset]), _I64)
+            struct = ir.LiteralStructType([_I32] * 4)
+            asm = ir.InlineAsm(ir.FunctionType(struct, [_I64]), _LDMATRIX, "=r,=r,=r,=r,l,~{memory}",
+                               side_effect=True)
+            out = builder.call(asm, [address])
+            return context.make_tuple(builder, result, [builder.extract_value(out, i) for i in range(4)])
+
+        return result(stage, c, scratch, tid), codegen

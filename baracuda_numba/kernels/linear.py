@@ -243,22 +243,33 @@ def _tiled(store):
 
 
 @device_function
+def swizzled(row, piece):
+    """The 16-byte pair of shared memory holding 16-byte ``piece`` (0 .. 3) of staged 64-byte row
+    ``row``: pieces rotate by ``row / 2`` so that the eight rows an ``ldmatrix`` phase reads (one
+    piece each) fall in distinct banks."""
+    return 4 * row + (piece ^ ((row >> 1) & 3))
+
+
+@device_function
 def copy_rows(stage, first_pair, pairs_view, row0, rows, k_pairs, chunk, tid, copies, threads):
     """Start the asynchronous copies of 64-byte chunk ``chunk`` of rows ``row0 ..`` of a ``[rows, K]``
-    int8 matrix (``k_pairs = K / 16``) into ``stage`` from pair ``first_pair`` on: ``copies`` 16-byte
-    pieces per thread, consecutive threads on consecutive pieces; zeros past the edges."""
+    int8 matrix (``k_pairs = K / 16``) into ``stage`` from pair ``first_pair`` on (swizzled rows):
+    ``copies`` 16-byte pieces per thread, consecutive threads on consecutive pieces; zeros past the edges."""
     for i in range(copies):
         index = tid + i * threads
-        row = row0 + index // 4
-        k_pair = 4 * chunk + index % 4
+        local_row, piece = index // 4, index % 4
+        row = row0 + local_row
+        k_pair = 4 * chunk + piece
         valid = row < rows and k_pair < k_pairs
-        device.cp_async_16(stage, first_pair + index, pairs_view, row * k_pairs + k_pair if valid else 0, valid)
+        device.cp_async_16(stage, first_pair + swizzled(local_row, piece), pairs_view,
+                           row * k_pairs + k_pair if valid else 0, valid)
 
 
 def _pipelined(store, shape: PipelineShape):
     tile_m, tile_n, threads, stages = shape.tile_m, shape.tile_n, shape.threads, shape.stages
     mt, nt, warps_m = shape.mt, shape.nt, shape.warps_m
     slots, w_words = 4 * mt * nt, 2 * nt  # local array lengths must be compile-time constants
+    assert nt % 2 == 0, "one ldmatrix.x4 brings the weight fragments of two column tiles"
     stage_pairs, w_offset = shape.stage_pairs, 4 * tile_m  # a stage: [a rows | w rows], 4 pairs a row
     a_copies, w_copies = 4 * tile_m // threads, 4 * tile_n // threads
     assert a_copies * threads == 4 * tile_m and w_copies * threads == 4 * tile_n
@@ -274,7 +285,7 @@ def _pipelined(store, shape: PipelineShape):
         scratch = cuda.shared.array((threads, 6), np.int32)  # used only by the simulator's mma
         stage = cuda.shared.array(0, _DYNAMIC_STAGE_DTYPE, alignment=STAGE_ALIGNMENT)  # dynamic: shape.shared_bytes
         acc = cuda.local.array(slots, np.int32)
-        w_frag = cuda.local.array(w_words, np.uint64)
+        w_frag = cuda.local.array(w_words, np.uint32)
         warp, lane = tid // 32, tid % 32
         group, t = lane // 4, lane % 4
         tile_n_index = cuda.blockIdx.x // tiles_m
@@ -283,6 +294,12 @@ def _pipelined(store, shape: PipelineShape):
         band = warp % warps_m
         m_warp = band * (16 * mt)
         n_warp = (warp // warps_m) * (8 * nt)
+        # ldmatrix rows this lane addresses: for `a`, matrices (rows 0-7 | 8-15) x (k 0-15 | 16-31) of
+        # a 16-row tile, the mma's a0 .. a3; for `w`, (k 0-15 | 16-31) x (column tile 2p | 2p + 1)
+        a_row = m_warp + lane % 8 + 8 * ((lane // 8) % 2)
+        a_piece = lane // 16
+        w_row = n_warp + lane % 8 + 8 * (lane // 16)
+        w_piece = (lane // 8) % 2
         for i in range(slots):
             acc[i] = 0
         k_pairs = K // 16  # this kernel runs only for K % 16 == 0 and 16-byte aligned operands
@@ -305,16 +322,20 @@ def _pipelined(store, shape: PipelineShape):
             copy_rows(stage, first + w_offset, w_pairs, n_block, N, k_pairs, chunk, tid, w_copies, threads)
             device.cp_async_commit()
             current = (step % stages) * stage_pairs
-            a_base = current + 4 * (m_warp + group) + t
-            w_base = current + w_offset + 4 * (n_warp + group) + t
-            for ni in range(nt):
-                w_frag[2 * ni], w_frag[2 * ni + 1] = device.load_u64x2(stage, w_base + 32 * ni)
-            for mi in range(mt):
-                x0, x1 = device.load_u64x2(stage, a_base + 64 * mi)
-                y0, y1 = device.load_u64x2(stage, a_base + 64 * mi + 32)
-                for ni in range(nt):
-                    mma_chunk(acc, 4 * (mi * nt + ni), x0, x1, y0, y1, w_frag[2 * ni], w_frag[2 * ni + 1],
-                              scratch, tid)
+            for half in range(2):  # k 0-31, 32-63 of the chunk: one m16n8k32 each
+                for p in range(nt // 2):
+                    (w_frag[4 * p], w_frag[4 * p + 1], w_frag[4 * p + 2],
+                     w_frag[4 * p + 3]) = device.ldmatrix_x4(
+                        stage, current + w_offset + swizzled(w_row + 16 * p, 2 * half + w_piece), scratch, tid)
+                for mi in range(mt):
+                    a0, a1, a2, a3 = device.ldmatrix_x4(
+                        stage, current + swizzled(a_row + 16 * mi, 2 * half + a_piece), scratch, tid)
+                    for ni in range(nt):
+                        base = 4 * (mi * nt + ni)
+                        c0, c1, c2, c3 = device.mma_s8(a0, a1, a2, a3, w_frag[2 * ni], w_frag[2 * ni + 1],
+                                                       acc[base], acc[base + 1], acc[base + 2], acc[base + 3],
+                                                       scratch, tid)
+                        acc[base], acc[base + 1], acc[base + 2], acc[base + 3] = c0, c1, c2, c3
         # the zero-filled copies past K may still be landing: drain them before reusing the stages
         wait_all()
         cuda.syncthreads()
