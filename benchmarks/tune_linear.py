@@ -258,7 +258,7 @@ def decode(copy: float) -> list[dict]:
 
 
 def host_and_graph(out_dir: Path) -> dict:
-    use(gemm.PipelineShape(), (2, 1))
+    use(gemm.PipelineShape(stages=4), (2, 2))
     x, w, ws, bias = problem(16, 4096, 4096)
     result = {}
     desc = bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16")

@@ -56,7 +56,7 @@ assert TILE_M == TILE_N == 2 * (TILE_THREADS // 4), "each thread stages two rows
 SKINNY_MAX_M, SKINNY_M, SKINNY_N, SKINNY_WARPS = 64, 16, 8, 8
 SKINNY_THREADS = 32 * SKINNY_WARPS
 SKINNY_CHUNKS = 2  # 64-byte weight chunks each warp has in flight per iteration (16 bytes each per lane)
-SKINNY_TILES = 1  # 8-column tiles per block, sharing each activation fragment
+SKINNY_TILES = 2  # 8-column tiles per block, sharing each activation fragment
 # |acc| <= K * 127 * 128 (activations in [-127, 127], weights in [-128, 127]) must stay below 2**31.
 MAX_EXACT_K = (2**31 - 1) // (127 * 128)
 
@@ -106,7 +106,7 @@ class PipelineShape:
         return f"{self.tile_m}x{self.tile_n}_w{self.warps_m}x{self.warps_n}_s{self.stages}"
 
 
-PIPELINE = PipelineShape()
+PIPELINE = PipelineShape(stages=4)
 
 
 @device_function
