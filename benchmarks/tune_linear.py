@@ -304,10 +304,11 @@ def sass(out_dir: Path) -> list[dict]:
         dispatcher = kernel.compiled()
         overload = next(iter(dispatcher.overloads.values()))
         cubin = overload._codelibrary.get_cubin(cc=(9, 0))
-        path = out_dir / f"{name}.cubin"
+        path = Path("/tmp") / f"{name}.cubin"
         path.write_bytes(bytes(getattr(cubin, "code", cubin)))
         text = subprocess.run(["cuobjdump", "-sass", str(path)], capture_output=True, text=True).stdout
-        (out_dir / f"{name}.sass").write_text(text)
+        if name in (gemm.PIPELINE.name, "skinny2x2"):  # the shipped kernels' listings come back
+            (out_dir / f"{name}.sass").write_text(text)
         ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*(?:\.[A-Z0-9_]+)*)", text)
         mix = Counter(op.split(".")[0] for op in ops)
         # the main loop: from the first to the last tensor-core instruction
