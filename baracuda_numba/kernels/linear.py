@@ -42,7 +42,8 @@ from .device import device_function
 from .elementwise import ElementwiseKernel, uint_name
 
 __all__ = ["TILE_M", "TILE_N", "TILE_THREADS", "SKINNY_MAX_M", "SKINNY_M", "SKINNY_N", "SKINNY_THREADS", "MAX_EXACT_K",
-           "CHUNK_K", "PipelineShape", "PIPELINE", "SKINNY_CHUNKS", "SKINNY_TILES", "linear_kernel"]
+           "CHUNK_K", "PipelineShape", "PIPELINE", "PIPELINE_LARGE", "SKINNY_CHUNKS", "SKINNY_TILES", "linear_kernel",
+           "pipeline_shape", "skinny_tiles"]
 
 CHUNK_K = 64  # k per step: 16 bytes per lane, 4 lanes per row
 # tiled: warps arranged WARPS_M x WARPS_N, each MT x NT mma tiles (16 rows x 8 columns each)
@@ -56,7 +57,7 @@ assert TILE_M == TILE_N == 2 * (TILE_THREADS // 4), "each thread stages two rows
 SKINNY_MAX_M, SKINNY_M, SKINNY_N, SKINNY_WARPS = 64, 16, 8, 8
 SKINNY_THREADS = 32 * SKINNY_WARPS
 SKINNY_CHUNKS = 2  # 64-byte weight chunks each warp has in flight per iteration (16 bytes each per lane)
-SKINNY_TILES = 2  # 8-column tiles per block, sharing each activation fragment
+SKINNY_TILES: int | None = None  # 8-column tiles per block sharing each activation fragment; None: skinny_tiles(k)
 # |acc| <= K * 127 * 128 (activations in [-127, 127], weights in [-128, 127]) must stay below 2**31.
 MAX_EXACT_K = (2**31 - 1) // (127 * 128)
 
@@ -106,7 +107,30 @@ class PipelineShape:
         return f"{self.tile_m}x{self.tile_n}_w{self.warps_m}x{self.warps_n}_s{self.stages}"
 
 
+# Measured on an H100 (benchmarks/tune_linear.py, notes/gemm.md): 128 x 128 with 4 stages everywhere;
+# 256 x 128 (64 x 64 per warp, spills a little) is 2-5 % faster where its tiles fill the SMs' waves.
 PIPELINE = PipelineShape(stages=4)
+PIPELINE_LARGE: PipelineShape | None = PipelineShape(4, 2, 4, 8, 3)
+
+
+def pipeline_shape(m: int, n: int, multiprocessors: int) -> PipelineShape:
+    """The pipelined kernel's shape for an ``m x n`` output: the large tile when its last wave of
+    blocks is at least 90 % full (one block per multiprocessor), else the 128 x 128 one."""
+    large = PIPELINE_LARGE
+    if large is not None:
+        tiles = -(-m // large.tile_m) * -(-n // large.tile_n)
+        waves = -(-tiles // multiprocessors)
+        if tiles >= 0.9 * waves * multiprocessors:
+            return large
+    return PIPELINE
+
+
+def skinny_tiles(k: int) -> int:
+    """Column tiles per skinny block: measured best with 4 for K >= 8192, 2 below (rotating weights
+    past L2, M = 1 and 16)."""
+    if SKINNY_TILES is not None:
+        return SKINNY_TILES
+    return 4 if k >= 8192 else 2
 
 
 @device_function
@@ -417,7 +441,7 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int):
 @functools.cache
 def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinny: bool = False,
                   pipeline: PipelineShape | None = None, skinny_chunks: int = SKINNY_CHUNKS,
-                  skinny_tiles: int = SKINNY_TILES) -> ElementwiseKernel:
+                  skinny_tiles: int = 2) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static

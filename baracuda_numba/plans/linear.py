@@ -122,14 +122,14 @@ class _LinearPlan(Plan):
 
         if desc.m <= SKINNY_MAX_M:
             # decode-like shapes stream the weight once through the skinny kernel (any alignment)
-            kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.SKINNY_CHUNKS,
-                                   gemm.SKINNY_TILES)
-            variant("skinny", kernel, SKINNY_M, SKINNY_N * gemm.SKINNY_TILES, SKINNY_THREADS)
+            tiles = gemm.skinny_tiles(desc.k)
+            kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.SKINNY_CHUNKS, tiles)
+            variant("skinny", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS)
             self._aligned_variant = self._other_variant = "skinny"
         else:
             # 16-byte aligned operands with K % 16 == 0 go through the cp.async pipeline; others
             # through the register-staged tiled kernel, which assembles unaligned chunks from bytes
-            shape = gemm.PIPELINE
+            shape = gemm.pipeline_shape(desc.m, desc.n, _multiprocessors())
             variant("pipelined", linear_kernel(out, desc.has_bias, per_tensor_rows, False, shape),
                     shape.tile_m, shape.tile_n, shape.threads, shape.shared_bytes)
             variant("tiled", linear_kernel(out, desc.has_bias, per_tensor_rows), TILE_M, TILE_N, TILE_THREADS)
@@ -177,6 +177,15 @@ class _LinearPlan(Plan):
 
 
 _SCALARS = (np.int64,) * 4 + (np.bool_, np.float32)
+
+
+def _multiprocessors() -> int:
+    """Multiprocessors of the current device (an H100's 132 under the simulator)."""
+    if SIMULATOR:
+        return 132
+    from numba import cuda
+
+    return cuda.get_current_device().MULTIPROCESSOR_COUNT
 
 
 def _address(op: Operand) -> int:
