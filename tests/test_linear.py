@@ -290,7 +290,7 @@ def test_pipeline_shape_fills_waves():
     from baracuda_numba.kernels import linear as gemm
 
     large = gemm.PIPELINE_LARGE
-    # 4096 x 4096: 512 large tiles on 132 multiprocessors, the last wave 88 % full... of 4 waves, 97 % overall
+    # 4096 x 4096: 512 large tiles on 132 multiprocessors, 4 waves 97 % full
     assert gemm.pipeline_shape(4096, 4096, 132) == large
     assert gemm.pipeline_shape(2048, 11008, 132) == gemm.PIPELINE  # 688 large tiles: 6 waves, 87 %
     assert gemm.pipeline_shape(300, 264, 132) == gemm.PIPELINE  # a few tiles: the small ones spread wider
