@@ -28,6 +28,8 @@ __all__ = ["ArrayArg", "KernelLauncher", "ParameterBlock", "array_values", "stre
 # One 8-byte parameter slot per kernel parameter; a float32 occupies the first 4 bytes of its slot.
 _SLOT_FORMAT = {np.int64: "q", np.int32: "ixxxx", np.float32: "fxxxx", np.float64: "d", np.bool_: "?xxxxxxx"}
 _ARRAY_FORMAT = "qqqqqqq"  # meminfo, parent, nitems, itemsize, data, shape[0], strides[0]
+_DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory a kernel may use without opting in
+_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 
 class ArrayArg(tuple):
@@ -97,10 +99,13 @@ class ParameterBlock:
 
 
 class KernelLauncher:
-    """Launches one compiled kernel given ``n_arrays`` 1-D arrays then scalars of ``scalar_types``."""
+    """Launches one compiled kernel given ``n_arrays`` 1-D arrays then scalars of ``scalar_types``,
+    with ``shared_bytes`` of dynamic shared memory per block (above 48 KiB the kernel is opted in)."""
 
-    def __init__(self, compile_dispatcher: Callable[[], Any], n_arrays: int, scalar_types: Sequence[type]) -> None:
+    def __init__(self, compile_dispatcher: Callable[[], Any], n_arrays: int, scalar_types: Sequence[type],
+                 shared_bytes: int = 0) -> None:
         self._compile = compile_dispatcher
+        self._shared_bytes = shared_bytes
         self._n_arrays = n_arrays
         self._scalar_types = tuple(scalar_types)
         self._lock = threading.Lock()
@@ -116,7 +121,13 @@ class KernelLauncher:
             with cuda.gpus[device_id]:
                 dispatcher = self._compile()
                 overload = next(iter(dispatcher.overloads.values()))
-                function = self._functions[device_id] = int(overload._codelibrary.get_cufunc().handle)
+                function = int(overload._codelibrary.get_cufunc().handle)
+                if self._shared_bytes > _DEFAULT_SHARED_LIMIT:
+                    error = _driver().set_max_dynamic_shared(function, self._shared_bytes, device_id)
+                    if error:
+                        raise BaracudaError(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, "
+                                            f"{self._shared_bytes}) failed with CUresult {error}")
+                self._functions[device_id] = function
         return function
 
     def launch(self, blocks: int, threads: int, stream: int, arrays: Sequence[ArrayArg],
@@ -146,7 +157,8 @@ class KernelLauncher:
         params = self.params
         with self._lock:  # the parameter block is shared by the threads launching this kernel
             params.patch(int_groups, scalars)
-            error = driver.launch_kernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, params.params_address, None)
+            error = driver.launch_kernel(function, blocks, 1, 1, threads, 1, 1, self._shared_bytes, stream,
+                                         params.params_address, None)
         if error:
             raise BaracudaError(f"cuLaunchKernel failed with CUresult {error}")
 
@@ -168,8 +180,8 @@ class KernelLauncher:
     def _launch_locked(self, driver, function, blocks, threads, stream, fill, fill_args) -> None:
         with self._lock:  # the parameter block is shared by the threads launching this kernel
             fill(*fill_args)
-            error = driver.launch_kernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, self.params.params_address,
-                                         None)
+            error = driver.launch_kernel(function, blocks, 1, 1, threads, 1, 1, self._shared_bytes, stream,
+                                         self.params.params_address, None)
         if error:
             raise BaracudaError(f"cuLaunchKernel failed with CUresult {error}")
 
@@ -179,7 +191,7 @@ class KernelLauncher:
         dispatcher = self._compile()
         args = [FakeCUDAArray(a[3]) for a in arrays]
         args += [t(v) for t, v in zip(self._scalar_types, scalars, strict=True)]
-        dispatcher[blocks, threads](*args)
+        dispatcher[blocks, threads, 0, self._shared_bytes](*args)
 
 
 def array_values(ptr: int, nitems: int, itemsize: int) -> tuple[int, ...]:
@@ -204,6 +216,21 @@ class _Driver:
         self._ctx_get_device.restype = ctypes.c_int
         self._device = ctypes.c_int(0)
         self._device_ref = ctypes.pointer(self._device)  # built once: byref per call is a third of the call
+        self._func_set_attribute = libcuda.cuFuncSetAttribute
+        self._func_set_attribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        self._func_set_attribute.restype = ctypes.c_int
+        self._kernel_set_attribute = libcuda.cuKernelSetAttribute
+        self._kernel_set_attribute.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+        self._kernel_set_attribute.restype = ctypes.c_int
+
+    def set_max_dynamic_shared(self, function: int, nbytes: int, device_id: int) -> int:
+        """Let ``function`` launch with up to ``nbytes`` of dynamic shared memory (a CUresult). numba
+        loads modules as libraries, whose handles are ``CUkernel`` (cuKernelSetAttribute, per
+        device); a ``CUfunction`` takes cuFuncSetAttribute."""
+        error = self._kernel_set_attribute(_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes, function, device_id)
+        if error:
+            error = self._func_set_attribute(function, _MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+        return error
 
     def current_device(self) -> int:
         """Ordinal of the current context's device, or -1 when no context is current."""
