@@ -75,3 +75,11 @@ def test_torch_compat_sku_says_float32_math():
     assert default.precision_guarantee().math_precision is bn.MathPrecision.F64
     with pytest.raises(bn.InvalidProblem, match="FakeQuantizePlan: torch_compat expected a bool"):
         bn.FakeQuantizePlan.select(bn.FakeQuantizeDescriptor(16, -128, 127, "f64", torch_compat="yes"))
+
+
+def test_the_readme_example():
+    # README: scale 0.02 gives 2.5399999618530273 in PyTorch where we give 2.54
+    x = np.array([2.54])
+    assert bn.fake_quantize(x, 0.02)[0] == 2.54
+    assert bn.fake_quantize(x, 0.02, torch_compat=True)[0] == 2.5399999618530273
+    assert torch.fake_quantize_per_tensor_affine(torch.from_numpy(x), 0.02, 0, -128, 127).item() == 2.5399999618530273
