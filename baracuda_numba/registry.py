@@ -29,10 +29,11 @@ from .vocabulary import (
 )
 
 __all__ = ["LaunchPolicy", "Entry", "RegistryEntry", "DynamicRangeEntry", "LinearEntry", "lookup", "entries",
-           "FLOAT_ELEMENTS", "INT_ELEMENTS"]
+           "FLOAT_ELEMENTS", "INT_ELEMENTS", "FP8_ELEMENTS"]
 
 FLOAT_ELEMENTS = (ElementKind.F32, ElementKind.F64, ElementKind.F16, ElementKind.BF16)
 INT_ELEMENTS = (ElementKind.S8, ElementKind.U8)
+FP8_ELEMENTS = (ElementKind.FP8_E4M3, ElementKind.FP8_E5M2)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class RegistryEntry(Entry):
     out: ElementKind
     mode: ScaleMode
     policy: LaunchPolicy
+    grid: ElementKind | None = None  # the FP8 element of an FP8 op (its rounding and range)
 
     @property
     def kernel_name(self) -> str:
@@ -88,7 +90,7 @@ class RegistryEntry(Entry):
     def kernel(self, uniform_chunk: bool = True) -> ElementwiseKernel:
         """The kernel specialisation (built once per key; compiled on first launch)."""
         return elementwise_kernel(self.op, self.a, self.b, self.out, self.sku.precision_guarantee.math_precision,
-                                  self.mode, uniform_chunk or self.mode is ScaleMode.SCALAR)
+                                  self.mode, uniform_chunk or self.mode is ScaleMode.SCALAR, self.grid)
 
 
 @dataclass(frozen=True)
@@ -179,11 +181,19 @@ def _elementwise_entries() -> Iterator[RegistryEntry]:
                 role = {"f": f, "i": i, None: None}
                 yield RegistryEntry(kind, f, i, _sku(kind, f, None if kind in _FAKE else i), op,
                                     role[a], role[b], role[out], mode, ELEMENTWISE_POLICY)
+    # FP8: keyed (kind, float element, FP8 element), fake-quantize included (its FP8 element names
+    # the grid; its operands are both float).
+    for kind, (op, mode, a, b, out) in _ELEMENTWISE_KINDS.items():
+        for f in FLOAT_ELEMENTS:
+            for g in FP8_ELEMENTS:
+                role = {"f": f, "i": f if kind in _FAKE else g, None: None}
+                yield RegistryEntry(kind, f, g, _sku(kind, f, g), op, role[a], role[b], role[out], mode,
+                                    ELEMENTWISE_POLICY, g)
 
 
 def _dynamic_entries() -> Iterator[DynamicRangeEntry]:
     for f in FLOAT_ELEMENTS:
-        for i in INT_ELEMENTS:
+        for i in (*INT_ELEMENTS, *FP8_ELEMENTS):
             yield DynamicRangeEntry(QuantizeKind.DYNAMIC_RANGE, f, i, _sku(QuantizeKind.DYNAMIC_RANGE, f, i),
                                     ELEMENTWISE_POLICY)
 

@@ -62,7 +62,7 @@ def _quantize(family, op, where, x, scales, zero_points, axis, group_size, dtype
     q_min, q_max = default_q_range(element, q_min, q_max)
     fields = _family_fields(family, xo.shape, where, axis, group_size)
     plan = select_plan(plan_type, descriptor(*fields, q_min, q_max, xo.element, element))
-    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), xo.element, xo, where)
+    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), xo.element, xo, where, element)
     if grad_output is None:
         result = output_operand(out, xo, xo.shape, element, where)
         plan.run(args_type(xo, scale, zero_point, result), stream=stream)
@@ -79,7 +79,7 @@ def _dequantize(family, where, q, scales, zero_points, axis, group_size, dtype, 
     element = resolve_dtype(dtype, where)
     fields = _family_fields(family, qo.shape, where, axis, group_size)
     plan = select_plan(plan_type, descriptor(*fields, element, qo.element))
-    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), element, qo, where)
+    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), element, qo, where, qo.element)
     result = output_operand(out, qo, qo.shape, element, where)
     plan.run(args_type(qo, scale, zero_point, result), stream=stream)
     return result.obj

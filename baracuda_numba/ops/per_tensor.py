@@ -9,6 +9,11 @@ f16/bf16/f32 data, float64 for f64) and round half to even:
 - backward (straight-through): ``mask = q_min <= round(x * inv) + zero_point <= q_max``;
   quantize: ``dx = dy * inv * mask``; fake quantize: ``dx = dy * mask``; dequantize: ``dq = dy * scale``
 
+FP8 (``dtype="float8_e4m3fn"`` / ``"float8_e5m2"``): ``q = fp8_rne(clamp(x * inv, q_min, q_max))`` with
+``q_min, q_max`` by default ``-+fp8_max`` (448 / 57344), bit for bit
+``(x * inv).clamp(-max, max).to(torch.float8_e4m3fn)``; NaN stays NaN; no zero point (pass None);
+``mask = q_min <= x * inv <= q_max``.
+
 The result has the kind of the input (NumPy, torch, CuPy or numba) and ``x``'s shape. Device
 results are asynchronous on ``stream`` (default: the current torch / CuPy stream for their tensors,
 else the legacy default stream).
@@ -38,7 +43,8 @@ from ..plans.per_tensor import (
     QuantizePerTensorDescriptor,
     QuantizePerTensorPlan,
 )
-from .common import default_q_range, operand, output_operand, resolve_dtype, select_plan
+from ..vocabulary import ElementKind
+from .common import default_q_range, operand, output_operand, resolve_dtype, scalar_zero_point, select_plan
 
 __all__ = [
     "quantize_per_tensor",
@@ -50,7 +56,7 @@ __all__ = [
 ]
 
 
-def quantize_per_tensor(x: Any, scale: float, zero_point: int = 0, *, dtype: Any = "int8",
+def quantize_per_tensor(x: Any, scale: float, zero_point: int | None = None, *, dtype: Any = "int8",
                         q_min: int | None = None, q_max: int | None = None, out: Any = None,
                         stream: Any = None) -> Any:
     """Quantize ``x`` with one scale and zero point.
@@ -61,9 +67,10 @@ def quantize_per_tensor(x: Any, scale: float, zero_point: int = 0, *, dtype: Any
     ----------
     x : float array (f16, bf16, f32, f64), any shape, C-contiguous.
     scale : float > 0, finite, with a finite reciprocal in the math precision.
-    zero_point : int in ``[q_min, q_max]``.
-    dtype : ``"int8"`` or ``"uint8"`` (or a NumPy / torch dtype or :class:`ElementKind`).
-    q_min, q_max : the clamp range, by default ``dtype``'s full range.
+    zero_point : int in ``[q_min, q_max]`` (None: 0); must be None for FP8.
+    dtype : ``"int8"``, ``"uint8"``, ``"float8_e4m3fn"`` or ``"float8_e5m2"`` (or a NumPy / torch
+        dtype or :class:`ElementKind`).
+    q_min, q_max : the clamp range, by default ``dtype``'s full (finite) range.
 
     Returns
     -------
@@ -85,13 +92,13 @@ def quantize_per_tensor(x: Any, scale: float, zero_point: int = 0, *, dtype: Any
     q_min, q_max = default_q_range(element, q_min, q_max)
     plan = select_plan(QuantizePerTensorPlan, QuantizePerTensorDescriptor(xo.size, q_min, q_max, xo.element, element))
     result = output_operand(out, xo, xo.shape, element, where)
-    plan.run(QuantizePerTensorArgs(xo, scale, zero_point, result), stream=stream)
+    plan.run(QuantizePerTensorArgs(xo, scale, scalar_zero_point(zero_point, element), result), stream=stream)
     return result.obj
 
 
-def dequantize_per_tensor(q: Any, scale: float, zero_point: int = 0, *, dtype: Any = "float32",
+def dequantize_per_tensor(q: Any, scale: float, zero_point: int | None = None, *, dtype: Any = "float32",
                           out: Any = None, stream: Any = None) -> Any:
-    """Dequantize ``q`` (int8 / uint8): ``x = (q - zero_point) * scale`` in ``dtype`` (a float).
+    """Dequantize ``q`` (int8 / uint8 / FP8): ``x = (q - zero_point) * scale`` in ``dtype`` (a float).
 
     Computed in float32 (float64 for a float64 result) and rounded once to ``dtype``.
     """
@@ -100,11 +107,11 @@ def dequantize_per_tensor(q: Any, scale: float, zero_point: int = 0, *, dtype: A
     element = resolve_dtype(dtype, where)
     plan = select_plan(DequantizePerTensorPlan, DequantizePerTensorDescriptor(qo.size, element, qo.element))
     result = output_operand(out, qo, qo.shape, element, where)
-    plan.run(DequantizePerTensorArgs(qo, scale, zero_point, result), stream=stream)
+    plan.run(DequantizePerTensorArgs(qo, scale, scalar_zero_point(zero_point, qo.element), result), stream=stream)
     return result.obj
 
 
-def quantize_per_tensor_backward(grad_output: Any, x: Any, scale: float, zero_point: int = 0, *,
+def quantize_per_tensor_backward(grad_output: Any, x: Any, scale: float, zero_point: int | None = None, *,
                                  dtype: Any = "int8", q_min: int | None = None, q_max: int | None = None,
                                  out: Any = None, stream: Any = None) -> Any:
     """Straight-through gradient of :func:`quantize_per_tensor` with respect to ``x``.
@@ -119,7 +126,8 @@ def quantize_per_tensor_backward(grad_output: Any, x: Any, scale: float, zero_po
     desc = QuantizePerTensorBackwardDescriptor(xo.size, q_min, q_max, xo.element, element)
     plan = select_plan(QuantizePerTensorBackwardPlan, desc)
     result = output_operand(out, xo, xo.shape, xo.element, where)
-    plan.run(QuantizePerTensorBackwardArgs(xo, scale, zero_point, go, result), stream=stream)
+    plan.run(QuantizePerTensorBackwardArgs(xo, scale, scalar_zero_point(zero_point, element), go, result),
+             stream=stream)
     return result.obj
 
 
@@ -139,29 +147,57 @@ def dequantize_per_tensor_backward(grad_output: Any, scale: float, *, dtype: Any
     return result.obj
 
 
-def fake_quantize(x: Any, scale: float, zero_point: int = 0, q_min: int = -128, q_max: int = 127, *,
-                  out: Any = None, stream: Any = None) -> Any:
+def fake_quantize(x: Any, scale: float, zero_point: int | None = None, q_min: int | None = None,
+                  q_max: int | None = None, *, dtype: Any = None, out: Any = None, stream: Any = None) -> Any:
     """Quantize and dequantize in one pass, in ``x``'s dtype.
 
     ``y = (clamp(round(x * (1/scale)) + zero_point, q_min, q_max) - zero_point) * scale``,
     computed in the math precision and rounded once; matches
-    ``torch.fake_quantize_per_tensor_affine`` bit for bit. NaN propagates.
+    ``torch.fake_quantize_per_tensor_affine`` bit for bit. NaN propagates. ``q_min, q_max``
+    default to [-128, 127].
+
+    ``dtype="float8_e4m3fn"`` / ``"float8_e5m2"`` simulates FP8 instead:
+    ``y = fp8_rne(clamp(x * (1/scale), q_min, q_max)) * scale`` (``q_min, q_max`` default
+    ``-+fp8_max``; no zero point), i.e. ``(x * inv).clamp(...).to(fp8).to(x.dtype) * scale``.
     """
     where = "fake_quantize"
     xo = operand(x, where, "x")
-    plan = select_plan(FakeQuantizePlan, FakeQuantizeDescriptor(xo.size, q_min, q_max, xo.element))
+    grid = _fp8_grid(dtype, where)
+    q_min, q_max = _fake_q_range(grid, q_min, q_max)
+    plan = select_plan(FakeQuantizePlan, FakeQuantizeDescriptor(xo.size, q_min, q_max, xo.element, grid))
     result = output_operand(out, xo, xo.shape, xo.element, where)
-    plan.run(FakeQuantizeArgs(xo, scale, zero_point, result), stream=stream)
+    plan.run(FakeQuantizeArgs(xo, scale, _fake_zero_point(zero_point, grid), result), stream=stream)
     return result.obj
 
 
-def fake_quantize_backward(grad_output: Any, x: Any, scale: float, zero_point: int = 0, q_min: int = -128,
-                           q_max: int = 127, *, out: Any = None, stream: Any = None) -> Any:
+def fake_quantize_backward(grad_output: Any, x: Any, scale: float, zero_point: int | None = None,
+                           q_min: int | None = None, q_max: int | None = None, *, dtype: Any = None,
+                           out: Any = None, stream: Any = None) -> Any:
     """Straight-through gradient of :func:`fake_quantize`:
-    ``dx = grad_output * [q_min <= round(x * (1/scale)) + zero_point <= q_max]``."""
+    ``dx = grad_output * [q_min <= round(x * (1/scale)) + zero_point <= q_max]``
+    (FP8 ``dtype``: ``[q_min <= x * (1/scale) <= q_max]``, false for NaN)."""
     where = "fake_quantize_backward"
     go, xo = operand(grad_output, where, "grad_output"), operand(x, where, "x")
-    plan = select_plan(FakeQuantizeBackwardPlan, FakeQuantizeBackwardDescriptor(xo.size, q_min, q_max, xo.element))
+    grid = _fp8_grid(dtype, where)
+    q_min, q_max = _fake_q_range(grid, q_min, q_max)
+    desc = FakeQuantizeBackwardDescriptor(xo.size, q_min, q_max, xo.element, grid)
+    plan = select_plan(FakeQuantizeBackwardPlan, desc)
     result = output_operand(out, xo, xo.shape, xo.element, where)
-    plan.run(FakeQuantizeBackwardArgs(xo, scale, zero_point, go, result), stream=stream)
+    plan.run(FakeQuantizeBackwardArgs(xo, scale, _fake_zero_point(zero_point, grid), go, result), stream=stream)
     return result.obj
+
+
+def _fp8_grid(dtype: Any, where: str) -> ElementKind | None:
+    """The FP8 element fake-quantize simulates (None: the integer grid, for ``dtype`` None or an int)."""
+    if dtype is None:
+        return None
+    element = resolve_dtype(dtype, where)
+    return element if not element.is_integer else None
+
+
+def _fake_q_range(grid: ElementKind | None, q_min: int | None, q_max: int | None) -> tuple[int, int]:
+    return default_q_range(grid or ElementKind.S8, q_min, q_max)
+
+
+def _fake_zero_point(zero_point: Any, grid: ElementKind | None) -> Any:
+    return scalar_zero_point(zero_point, grid or ElementKind.S8)

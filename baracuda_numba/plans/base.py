@@ -43,6 +43,8 @@ def normalise_descriptor(desc: Any, plan: str) -> None:
     """Coerce element fields to :class:`ElementKind` and check integer fields, in place (frozen ok)."""
     for f in fields(desc):
         value = getattr(desc, f.name)
+        if value is None and f.default is None:
+            continue  # an optional field left out
         if f.name.endswith("_element"):
             try:
                 object.__setattr__(desc, f.name, element_kind(value))
@@ -186,8 +188,17 @@ class ElementwisePlan(Plan):
     def _validate(cls, desc: Any) -> None:
         cls._validate_shape(desc)
         # An element pair the registry lacks is reported by the lookup, not as a range error.
-        if cls.HAS_Q_RANGE and getattr(desc, "output_element", ElementKind.S8).is_integer:
+        grid = cls._grid(desc)
+        if cls.HAS_Q_RANGE and (grid is not None or getattr(desc, "output_element", ElementKind.S8).is_integer):
             check_q_range(cls.__name__, desc.q_min, desc.q_max, *cls._q_limits(desc))
+            if grid is not None:
+                check_fp8_bounds(cls.__name__, desc.q_min, desc.q_max, grid)
+
+    @classmethod
+    def _grid(cls, desc: Any) -> ElementKind | None:
+        """The FP8 element whose grid the op rounds to (None: an integer grid)."""
+        element = getattr(desc, "output_element", None)
+        return element if element is not None and element.is_fp8 else None
 
     @classmethod
     def _validate_shape(cls, desc: Any) -> None:
@@ -195,11 +206,12 @@ class ElementwisePlan(Plan):
 
     @classmethod
     def _q_limits(cls, desc: Any) -> tuple[int, int]:
-        return desc.output_element.int_range
+        return desc.output_element.q_range
 
     def _prepare(self) -> None:
         entry = self.entry
         kernel = entry.kernel(self._uniform_chunk())
+        self._grid_element = entry.grid
         G = self._chunk = kernel.chunk
         M = self._math = math_type(kernel.precision)
         self._n = self._numel()
@@ -350,6 +362,9 @@ class ArrayScalePlan(ElementwisePlan):
     def _scale_operands(self, args: Any) -> tuple[Operand, Operand | None]:
         count = self._segment_count()
         scale = self._operand(args, "scale", self._scale_element, count)
+        if self._grid_element is not None:
+            check_no_zero_point(self.name, getattr(args, "zero_point", None), self._grid_element)
+            return scale, None
         zero_point = self._operand(args, "zero_point", ElementKind.I32, count) if self.READS_ZERO_POINT else None
         return scale, zero_point
 
@@ -418,6 +433,20 @@ def check_q_range(plan: str, q_min: int, q_max: int, low: int, high: int) -> Non
         raise InvalidProblem(problem_message(plan, "q_min", f"<= q_max ({q_max})", q_min))
     if q_min < low or q_max > high:
         raise InvalidProblem(problem_message(plan, "(q_min, q_max)", f"within [{low}, {high}]", f"[{q_min}, {q_max}]"))
+
+
+def check_no_zero_point(plan: str, zero_point: Any, grid: ElementKind) -> None:
+    """FP8 has no zero point: :class:`InvalidProblem` unless ``zero_point`` is None."""
+    if zero_point is not None:
+        given = type(zero_point).__name__ if hasattr(zero_point, "shape") else repr(zero_point)
+        raise InvalidProblem(problem_message(plan, "zero_point", f"None ({grid.short} has no zero point)", given))
+
+
+def check_fp8_bounds(plan: str, q_min: int, q_max: int, grid: ElementKind) -> None:
+    """FP8 clamp bounds must be values of the format, so that clamping then rounding stays within them."""
+    for name, bound in (("q_min", q_min), ("q_max", q_max)):
+        if float(np.float32(bound).astype(grid.numpy_dtype)) != bound:
+            raise InvalidProblem(problem_message(plan, name, f"a value representable in {grid.short}", bound))
 
 
 def check_numel(plan: str, numel: int) -> None:

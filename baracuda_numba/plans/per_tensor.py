@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..vocabulary import ElementKind, QuantizeKind
-from .base import ElementwisePlan, check_numel, checked_scale, checked_zero_point
+from .base import ElementwisePlan, check_no_zero_point, check_numel, checked_scale, checked_zero_point
 
 __all__ = [
     "QuantizePerTensorDescriptor", "QuantizePerTensorArgs", "QuantizePerTensorPlan",
@@ -24,7 +24,7 @@ __all__ = [
     "FAKE_QUANTIZE_Q_LIMIT",
 ]
 
-_PLAIN = (int, float)  # hashable scalars whose validated parameters a plan may cache
+_PLAIN = (int, float, type(None))  # hashable scalars whose validated parameters a plan may cache
 
 # Fake-quantize ranges stay within +-2**24 so every grid point is exact in float32.
 FAKE_QUANTIZE_Q_LIMIT = 2**24
@@ -104,12 +104,17 @@ class DequantizePerTensorBackwardArgs:
 
 @dataclass(frozen=True)
 class FakeQuantizeDescriptor:
-    """``y = (clamp(round(x / scale) + zp, q_min, q_max) - zp) * scale`` in the input's dtype."""
+    """``y = (clamp(round(x / scale) + zp, q_min, q_max) - zp) * scale`` in the input's dtype.
+
+    ``grid_element``: an FP8 element to round to instead of the integers
+    (``y = fp8_round(clamp(x / scale, q_min, q_max)) * scale``, no zero point); None: integers.
+    """
 
     numel: int
     q_min: int
     q_max: int
     input_element: ElementKind
+    grid_element: ElementKind | None = None
 
 
 @dataclass
@@ -122,12 +127,14 @@ class FakeQuantizeArgs:
 
 @dataclass(frozen=True)
 class FakeQuantizeBackwardDescriptor:
-    """``dx = dy * [q_min <= round(x / scale) + zp <= q_max]``."""
+    """``dx = dy * [q_min <= round(x / scale) + zp <= q_max]`` (FP8 ``grid_element``:
+    ``[q_min <= x / scale <= q_max]``)."""
 
     numel: int
     q_min: int
     q_max: int
     input_element: ElementKind
+    grid_element: ElementKind | None = None
 
 
 @dataclass
@@ -166,6 +173,10 @@ class _PerTensorPlan(ElementwisePlan):
         """``(inv, scale, zero_point, q_min, q_max)`` in the math precision, validated."""
         M = self._math
         inv, scale = checked_scale(self.name, args.scale, M)
+        if self._grid_element is not None:
+            check_no_zero_point(self.name, args.zero_point, self._grid_element)
+            q_min, q_max = (self.desc.q_min, self.desc.q_max) if self.HAS_Q_RANGE else (0, 0)
+            return inv, scale, M(0), M(q_min), M(q_max)
         zero_point = checked_zero_point(self.name, args.zero_point, *self._zero_point_range())
         if self.HAS_Q_RANGE:
             return inv, scale, M(zero_point), M(self.desc.q_min), M(self.desc.q_max)
@@ -229,10 +240,17 @@ class FakeQuantizePlan(_PerTensorPlan):
 
     @classmethod
     def _registry_elements(cls, desc: Any) -> tuple[ElementKind, ElementKind]:
-        return desc.input_element, desc.input_element
+        return desc.input_element, desc.grid_element or desc.input_element
+
+    @classmethod
+    def _grid(cls, desc: Any) -> ElementKind | None:
+        grid = desc.grid_element
+        return grid if grid is not None and grid.is_fp8 else None
 
     @classmethod
     def _q_limits(cls, desc: Any) -> tuple[int, int]:
+        if cls._grid(desc) is not None:
+            return desc.grid_element.q_range
         return -FAKE_QUANTIZE_Q_LIMIT, FAKE_QUANTIZE_Q_LIMIT
 
 
