@@ -159,7 +159,6 @@ def _from_torch(tensor, where, argument) -> Operand:
             raise InvalidOperand(problem_message(where, argument, "a CPU tensor under the simulator", "a CUDA tensor"))
         if not contiguous:
             return Operand(tensor, "torch_cpu", element, shape, 0, False)
-
         return _from_host(_numpy_storage(tensor, element), tensor, "torch_cpu", where, argument, element)
     return Operand(tensor, "torch", element, shape, tensor.data_ptr(), contiguous,
                    device_id=tensor.get_device())

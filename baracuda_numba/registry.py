@@ -16,6 +16,7 @@ from .errors import Unsupported
 from .kernels.dynamic import DynamicKernels, dynamic_kernels
 from .kernels.elementwise import ElementwiseKernel, ElementwiseOp, ScaleMode, elementwise_kernel
 from .kernels.linear import TILE_THREADS, linear_kernel
+from .kernels.packed import PACKED_ELEMENTS, dequantize_kernel, pack_kernel, quantize_kernel
 from .platform import SIMULATOR
 from .vocabulary import (
     ArchSku,
@@ -28,8 +29,8 @@ from .vocabulary import (
     QuantizeKind,
 )
 
-__all__ = ["LaunchPolicy", "Entry", "RegistryEntry", "DynamicRangeEntry", "LinearEntry", "lookup", "entries",
-           "FLOAT_ELEMENTS", "INT_ELEMENTS", "FP8_ELEMENTS"]
+__all__ = ["LaunchPolicy", "Entry", "RegistryEntry", "DynamicRangeEntry", "LinearEntry", "PackedEntry", "lookup",
+           "entries", "FLOAT_ELEMENTS", "INT_ELEMENTS", "FP8_ELEMENTS", "PACKED_ELEMENTS"]
 
 FLOAT_ELEMENTS = (ElementKind.F32, ElementKind.F64, ElementKind.F16, ElementKind.BF16)
 INT_ELEMENTS = (ElementKind.S8, ElementKind.U8)
@@ -122,6 +123,42 @@ class LinearEntry(Entry):
         return linear_kernel(self.output_element, has_bias, self.input_element is ElementKind.S8, skinny)
 
 
+@dataclass(frozen=True)
+class PackedEntry(Entry):
+    """Packed 4-bit (S4 / U4) per-group quantize, dequantize or dynamic-range quantize
+    (:mod:`baracuda_numba.kernels.packed`): ``input_element`` the float, ``output_element`` S4 / U4."""
+
+    policy: LaunchPolicy
+    kernel_name: str = "quantize_packed"
+    scales: str = "rows"
+
+    def kernel(self) -> ElementwiseKernel:
+        """The packing kernel of this entry's direction (dynamic range: the nibble packer)."""
+        precision = self.sku.precision_guarantee.math_precision
+        if self.kernel_name == "quantize_packed":
+            return quantize_kernel(self.input_element, self.output_element, precision)
+        if self.kernel_name == "dequantize_packed":
+            return dequantize_kernel(self.input_element, self.output_element, precision)
+        return pack_kernel()
+
+
+def _packed_entries() -> Iterator[Entry]:
+    """S4 / U4: packed quantize / dequantize / dynamic range per group; the float-only ops (backward,
+    fake-quantize per group) are elementwise entries with the 4-bit range."""
+    for f in FLOAT_ELEMENTS:
+        for p in PACKED_ELEMENTS:
+            for kind, name, scales in ((QuantizeKind.PER_GROUP, "quantize_packed", "rows"),
+                                       (QuantizeKind.DEQUANTIZE_PER_GROUP, "dequantize_packed", "rows"),
+                                       (QuantizeKind.DYNAMIC_RANGE, "dynamic_range_packed", "runtime")):
+                yield PackedEntry(kind, f, p, _sku(kind, f, p), ELEMENTWISE_POLICY, name, scales)
+            for kind, op in ((QuantizeKind.PER_GROUP_BACKWARD, ElementwiseOp.QUANTIZE_BACKWARD),
+                             (QuantizeKind.DEQUANTIZE_PER_GROUP_BACKWARD, ElementwiseOp.DEQUANTIZE_BACKWARD),
+                             (QuantizeKind.FAKE_QUANTIZE, ElementwiseOp.FAKE_QUANTIZE),
+                             (QuantizeKind.FAKE_QUANTIZE_BACKWARD, ElementwiseOp.FAKE_QUANTIZE_BACKWARD)):
+                b = f if op.reads_saved_input else None
+                yield RegistryEntry(kind, f, p, _sku(kind, f, p), op, f, b, f, ScaleMode.ROWS, ELEMENTWISE_POLICY)
+
+
 def _linear_sku(input_element: ElementKind, output_element: ElementKind) -> KernelSku:
     guarantee = PrecisionGuarantee(MathPrecision.INT32, ElementKind.I32, True, True)
     return KernelSku(OpCategory.QUANTIZATION, QuantizeKind.QUANTIZED_LINEAR, input_element, output_element,
@@ -200,7 +237,8 @@ def _dynamic_entries() -> Iterator[DynamicRangeEntry]:
 
 @functools.cache
 def _table() -> dict[tuple[QuantizeKind, ElementKind, ElementKind], Entry]:
-    return {entry.key: entry for entry in (*_elementwise_entries(), *_dynamic_entries(), *_linear_entries())}
+    return {entry.key: entry for entry in (*_elementwise_entries(), *_dynamic_entries(), *_linear_entries(),
+                                           *_packed_entries())}
 
 
 def entries() -> tuple[Entry, ...]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import InvalidProblem, problem_message
 from ..plans import per_axis as p
+from ..vocabulary import ElementKind
 from .common import default_q_range, operand, output_operand, resolve_dtype, scale_operands, select_plan
 
 __all__ = [
@@ -59,6 +60,11 @@ def _quantize(family, op, where, x, scales, zero_points, axis, group_size, dtype
     plan_type, descriptor, args_type = _PLANS[(family, op)]
     xo = operand(x, where, "x")
     element = resolve_dtype(dtype, where)
+    if element in (ElementKind.S4, ElementKind.U4) and family == "group" and op == "quantize":
+        from .packed import quantize_per_group_packed  # int4 / uint4: packed two per byte
+
+        return quantize_per_group_packed(xo, scales, zero_points, group_size, dtype=element, q_min=q_min,
+                                         q_max=q_max, out=out, stream=stream)
     q_min, q_max = default_q_range(element, q_min, q_max)
     fields = _family_fields(family, xo.shape, where, axis, group_size)
     plan = select_plan(plan_type, descriptor(*fields, q_min, q_max, xo.element, element))

@@ -78,6 +78,7 @@ class Plan:
     KIND: ClassVar[QuantizeKind]
     Descriptor: ClassVar[type]
     Args: ClassVar[type]
+    ENTRY: ClassVar[type] = registry.Entry  # the entry type this plan runs
 
     def __init__(self, desc: Any, entry: registry.RegistryEntry, pref: PlanPreference) -> None:
         self.desc = desc
@@ -101,6 +102,9 @@ class Plan:
         normalise_descriptor(desc, name)
         cls._validate(desc)
         entry = registry.lookup(cls.KIND, *cls._registry_elements(desc), where=name)
+        if not isinstance(entry, cls.ENTRY):  # e.g. packed int4, which has plans of its own
+            raise Unsupported(problem_message(name, "output_element", f"an element {name} handles",
+                                              f"{entry.output_element.short} (see {entry.kernel_name})"))
         plan = cls(desc, entry, pref)
         if pref.max_workspace_bytes is not None and plan.workspace_size() > pref.max_workspace_bytes:
             raise Unsupported(problem_message(name, "pref.max_workspace_bytes",
@@ -179,6 +183,7 @@ class ElementwisePlan(Plan):
     (``OUT_FIELD``), and provide the scalar parameters through ``_scalars``.
     """
 
+    ENTRY = registry.RegistryEntry
     A_FIELD: ClassVar[str]
     B_FIELD: ClassVar[str | None] = None
     OUT_FIELD: ClassVar[str]
