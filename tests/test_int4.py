@@ -212,3 +212,14 @@ def test_gpu_packed_ops_match_reference(name):
                                                       np.int8, group_size=128)
     np.testing.assert_array_equal(r.q.cpu().numpy(), pack_nibbles(qv))
     np.testing.assert_array_equal(r.scale.cpu().numpy(), scale)
+
+
+def test_per_tensor_fake_quantize_simulates_int4_range():
+    x = np.linspace(-3, 3, 25).astype(np.float32)
+    assert_same(bn.fake_quantize(x, 0.25, dtype="int4"), ref.fake_quantize(x, 0.25, 0, -8, 7))
+    assert_same(bn.fake_quantize_backward(np.ones_like(x), x, 0.25, 8, dtype="uint4"),
+                ref.fake_quantize_backward(np.ones_like(x), x, 0.25, 8, 0, 15))
+    with pytest.raises(Unsupported, match="grid_element"):
+        bn.FakeQuantizePlan.select(bn.FakeQuantizeDescriptor(4, -8, 7, "f32", "int4"))
+    with pytest.raises(InvalidProblem, match="dtype expected"):
+        bn.fake_quantize(x, 0.25, dtype="float32")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import InvalidProblem, problem_message
 from ..plans.per_tensor import (
     DequantizePerTensorArgs,
     DequantizePerTensorBackwardArgs,
@@ -162,8 +163,9 @@ def fake_quantize(x: Any, scale: float, zero_point: int | None = None, q_min: in
     """
     where = "fake_quantize"
     xo = operand(x, where, "x")
-    grid = _fp8_grid(dtype, where)
-    q_min, q_max = _fake_q_range(grid, q_min, q_max)
+    simulated = _simulated(dtype, where)
+    grid = simulated if simulated.is_fp8 else None
+    q_min, q_max = default_q_range(simulated, q_min, q_max)
     plan = select_plan(FakeQuantizePlan, FakeQuantizeDescriptor(xo.size, q_min, q_max, xo.element, grid))
     result = output_operand(out, xo, xo.shape, xo.element, where)
     plan.run(FakeQuantizeArgs(xo, scale, _fake_zero_point(zero_point, grid), result), stream=stream)
@@ -178,8 +180,9 @@ def fake_quantize_backward(grad_output: Any, x: Any, scale: float, zero_point: i
     (FP8 ``dtype``: ``[q_min <= x * (1/scale) <= q_max]``, false for NaN)."""
     where = "fake_quantize_backward"
     go, xo = operand(grad_output, where, "grad_output"), operand(x, where, "x")
-    grid = _fp8_grid(dtype, where)
-    q_min, q_max = _fake_q_range(grid, q_min, q_max)
+    simulated = _simulated(dtype, where)
+    grid = simulated if simulated.is_fp8 else None
+    q_min, q_max = default_q_range(simulated, q_min, q_max)
     desc = FakeQuantizeBackwardDescriptor(xo.size, q_min, q_max, xo.element, grid)
     plan = select_plan(FakeQuantizeBackwardPlan, desc)
     result = output_operand(out, xo, xo.shape, xo.element, where)
@@ -187,16 +190,13 @@ def fake_quantize_backward(grad_output: Any, x: Any, scale: float, zero_point: i
     return result.obj
 
 
-def _fp8_grid(dtype: Any, where: str) -> ElementKind | None:
-    """The FP8 element fake-quantize simulates (None: the integer grid, for ``dtype`` None or an int)."""
-    if dtype is None:
-        return None
-    element = resolve_dtype(dtype, where)
-    return element if not element.is_integer else None
-
-
-def _fake_q_range(grid: ElementKind | None, q_min: int | None, q_max: int | None) -> tuple[int, int]:
-    return default_q_range(grid or ElementKind.S8, q_min, q_max)
+def _simulated(dtype: Any, where: str) -> ElementKind:
+    """The element fake-quantize simulates: an FP8 one, or an integer one (its range is the default
+    ``q_min, q_max``; None: int8)."""
+    element = ElementKind.S8 if dtype is None else resolve_dtype(dtype, where)
+    if not (element.is_fp8 or element.is_integer):
+        raise InvalidProblem(problem_message(where, "dtype", "an integer or FP8 dtype to simulate", element.short))
+    return element
 
 
 def _fake_zero_point(zero_point: Any, grid: ElementKind | None) -> Any:

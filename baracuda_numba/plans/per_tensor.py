@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import Unsupported, problem_message
 from ..vocabulary import ElementKind, QuantizeKind
 from .base import ElementwisePlan, check_no_zero_point, check_numel, checked_scale, checked_zero_point
 
@@ -245,7 +246,10 @@ class FakeQuantizePlan(_PerTensorPlan):
     @classmethod
     def _grid(cls, desc: Any) -> ElementKind | None:
         grid = desc.grid_element
-        return grid if grid is not None and grid.is_fp8 else None
+        if grid is not None and not grid.is_fp8:
+            raise Unsupported(problem_message(cls.__name__, "grid_element", "an FP8 element or None (4-bit grids: "
+                                              "FakeQuantizePerGroupPlan)", grid.short))
+        return grid
 
     @classmethod
     def _q_limits(cls, desc: Any) -> tuple[int, int]:
