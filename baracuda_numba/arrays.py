@@ -300,7 +300,7 @@ def allocate_like(like: Operand, shape: tuple[int, ...], element: ElementKind) -
     if origin == "numpy" or (SIMULATOR and origin != "numba"):
         array = np.empty(shape, element.numpy_dtype)
         return _from_host(array, array, "numpy", "allocate", "out", copy=False)
-    if origin == "cupy" and element is not ElementKind.BF16:
+    if origin == "cupy" and element is not ElementKind.BF16 and not element.is_fp8:
         import cupy
 
         with cupy.cuda.Device(like.device_id):
@@ -308,7 +308,10 @@ def allocate_like(like: Operand, shape: tuple[int, ...], element: ElementKind) -
     from numba import cuda
 
     storage = cuda.device_array(shape, dtype=element.storage_dtype)
-    return adapt(bfloat16_view(storage) if element is ElementKind.BF16 else storage, "allocate", "out")
+    op = adapt(bfloat16_view(storage) if element is ElementKind.BF16 else storage, "allocate", "out")
+    if element.is_fp8:  # numba has no float8 dtype: the result is a uint8 device array of FP8 bits
+        op.element = element
+    return op
 
 
 def finish(op: Operand) -> Any:

@@ -80,8 +80,11 @@ class ElementKind(enum.Enum):
 
     @property
     def storage_dtype(self) -> np.dtype:
-        """Dtype a kernel sees for this element: BF16 travels as its uint16 bit pattern."""
-        return np.dtype(np.uint16) if self is ElementKind.BF16 else self.numpy_dtype
+        """Dtype a kernel sees for this element: BF16 travels as its uint16 bit pattern, FP8 as uint8
+        (numba knows neither ``ml_dtypes`` type)."""
+        if self is ElementKind.BF16:
+            return np.dtype(np.uint16)
+        return np.dtype(np.uint8) if self.is_fp8 else self.numpy_dtype
 
     @property
     def int_range(self) -> tuple[int, int]:

@@ -13,6 +13,10 @@ Math (SPEC section 5), with ``inv = 1 / scale`` in the math precision (0 where `
 
 with ``mask = q_min <= t <= q_max`` (false for NaN, and false where ``scale == 0``).
 
+FP8 outputs (E4M3fn, E5M2) are the same ops with the FP8 grid specialised in (``grid``, see
+:func:`op_functions`): ``t = x * inv`` clamped to ``[q_min, q_max]`` (``+-fp8_max``) and rounded to
+nearest even by the output encoder, NaN kept, no zero point.
+
 Layout: operands are flat and C-contiguous, read and written in chunks of ``G`` consecutive
 elements, ``G = 16 / (widest itemsize)``: the widest operand moves 16 bytes per chunk (one
 ``v2.u64`` access), the others ``G * itemsize`` bytes. Consecutive threads take consecutive chunks
