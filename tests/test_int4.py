@@ -223,3 +223,24 @@ def test_per_tensor_fake_quantize_simulates_int4_range():
         bn.FakeQuantizePlan.select(bn.FakeQuantizeDescriptor(4, -8, 7, "f32", "int4"))
     with pytest.raises(InvalidProblem, match="dtype expected"):
         bn.fake_quantize(x, 0.25, dtype="float32")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_chunked_and_byte_paths_agree(dtype, offset):
+    """16-byte chunks (aligned, group_size a multiple of the chunk) and the byte path (misaligned) give
+    the same bytes, and the same floats back."""
+    f = FLOAT_DTYPES[dtype]
+    rng = np.random.default_rng(offset)
+    buffer = (rng.standard_normal(4 * 64 + offset) * 2).astype(np.float32).astype(f)
+    x = buffer[offset:].reshape(4, 64)
+    math_t = np.float64 if dtype == "f64" else np.float32
+    scales = (rng.random((4, 2)) * 0.5 + 0.05).astype(math_t)
+    zps = rng.integers(0, 16, (4, 2)).astype(np.int32)
+    q = bn.quantize_per_group_packed(x, scales, zps, 32, dtype="uint4")
+    s_full, z_full = ref.expand_groups(scales, x.shape, 32), ref.expand_groups(zps, x.shape, 32)
+    values = ref.quantize(x, s_full, z_full, 0, 15, np.int8)
+    assert_same(q, pack_nibbles(values))
+    out = np.empty(4 * 64 + offset, f)[offset:].reshape(4, 64)
+    bn.dequantize_per_group_packed(q, scales, zps, 32, q_dtype="uint4", dtype=f, out=out)
+    assert_same(out, ref.dequantize(values, s_full, z_full, f))

@@ -121,8 +121,10 @@ class _PackedPlan(Plan):
         M = self._math = math_type(kernel.precision)
         self._n = desc.outer_size * desc.axis_size
         self._groups = desc.outer_size * (desc.axis_size // desc.group_size)
-        scalars = (np.int64, np.int64, M, M) if self.QUANTIZE else (np.int64, np.int64)
-        self._launcher = KernelLauncher(kernel.compiled, 4, scalars)
+        scalars = (np.int64, np.int64, np.int64, M, M) if self.QUANTIZE else (np.int64, np.int64, np.int64)
+        self._launcher = KernelLauncher(kernel.compiled, 6, scalars)
+        self._chunk = G = kernel.chunk
+        self._chunked = desc.group_size % G == 0  # every chunk inside one group
         self._scale_element = ElementKind.F64 if M is np.float64 else ElementKind.F32
         if not self.QUANTIZE:
             return
@@ -133,15 +135,20 @@ class _PackedPlan(Plan):
         x, packed, scale, zero_point = self._bind(args)
         if self._n == 0:
             return
-        element = self.desc.input_element
-        floats = typed_view(x, np.dtype(f"u{element.itemsize}"))  # the kernels take element bits
+        element, G = self.desc.input_element, self._chunk
         nbytes = self._n // 2
-        bytes_ = typed_view(packed, np.uint8)
+        aligned = self._chunked and _address(x) % 16 == 0 and _address(packed) % (G // 2) == 0
+        nchunks = self._n // G if aligned else 0
+        # Chunk views (16 bytes of floats, G / 2 packed bytes) and element views (the kernels take bits).
+        floats = (typed_view(x, np.uint64, 2 * nchunks), typed_view(x, np.dtype(f"u{element.itemsize}")))
+        bytes_ = (typed_view(packed, np.dtype(f"u{G // 2}"), nchunks), typed_view(packed, np.uint8))
         zps = typed_view(zero_point, np.int32) if zero_point is not None else ArrayArg(0, 0, 4, np.zeros(0, np.int32))
-        arrays = (floats, bytes_) if self.QUANTIZE else (bytes_, floats)
-        scalars = (nbytes, self.desc.group_size, *self._q) if self.QUANTIZE else (nbytes, self.desc.group_size)
+        arrays = (*floats, *bytes_) if self.QUANTIZE else (*bytes_, *floats)
+        sizes = (nchunks, nbytes, self.desc.group_size)
+        scalars = (*sizes, *self._q) if self.QUANTIZE else sizes
         handle = stream_handle(stream, (x, packed), self.name)
-        blocks = self.entry.policy.blocks(nbytes, sm_count(x.device_id))
+        work = max(nchunks, nbytes - nchunks * (G // 2))
+        blocks = self.entry.policy.blocks(work, sm_count(x.device_id))
         self._launcher.launch(blocks, self.entry.policy.threads_per_block, handle,
                               (*arrays, typed_view(scale, self._math), zps), scalars, x.device_id)
         out = packed if self.QUANTIZE else x
@@ -304,6 +311,10 @@ class DynamicRangePackedPlan(Plan):
         if x.on_host or packed.on_host:
             synchronize(handle)
             finish(packed)
+
+
+def _address(op: Operand) -> int:
+    return op.host.ctypes.data if op.ptr == 0 and op.host is not None else op.ptr
 
 
 def packed_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
