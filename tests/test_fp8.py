@@ -481,3 +481,8 @@ def test_gpu_granularities_and_dynamic_match_torch_cuda(dtype, element):
     scale = (finite.abs().amax(-1) / top).clamp(min=1.0 / (top * 512.0))
     assert torch.equal(r.scale, scale)
     assert_torch_bits(r.q, want(scale[:, None]))
+
+
+def test_dynamic_fp8_range_must_be_symmetric():
+    with pytest.raises(InvalidProblem, match=r"\(q_min, q_max\) expected a symmetric range"):
+        bn.dynamic_range_quantize(np.ones((2, 4), np.float32), dtype="float8_e4m3fn", q_min=-224, q_max=448)

@@ -9,6 +9,11 @@ any rank, rows over the leading dimensions, ``scales`` one per row) or the group
 int32, converted by their own framework when given otherwise; ``zero_points=None`` means zeros. An
 element scale of 0 quantizes its segment to ``clamp(zero_point)`` with zero gradient. The result has
 the kind of the input.
+
+FP8 dtypes (``"float8_e4m3fn"``, ``"float8_e5m2"``): ``q = fp8_rne(clamp(x * (1/scales[s]), -max, max))``,
+no zero points (pass None), NaN kept, a zero scale gives 0; the STE mask is ``-max <= x / scale <= max``.
+``dtype="int4"`` / ``"uint4"`` in :func:`quantize_per_group` packs two values per byte (see
+:mod:`.packed`).
 """
 
 from __future__ import annotations

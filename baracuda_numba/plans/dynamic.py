@@ -156,6 +156,9 @@ class DynamicRangeQuantizePlan(Plan):
                 raise InvalidProblem(problem_message(name, "mode", f"symmetric ({desc.output_element.short} has no "
                                                      "zero point)", desc.mode.value))
             check_fp8_bounds(name, desc.q_min, desc.q_max, desc.output_element)
+            if desc.q_min != -desc.q_max:
+                raise InvalidProblem(problem_message(name, "(q_min, q_max)", "a symmetric range [-m, m]",
+                                                     f"[{desc.q_min}, {desc.q_max}]"))
         elif not desc.output_element.is_integer:
             return  # reported by the registry lookup
         low, high = desc.output_element.q_range
