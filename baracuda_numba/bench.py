@@ -226,6 +226,67 @@ def dynamic(bench: Bench, n: int, pairs: list[dict]) -> None:
                           "torch_op": label, "torch_us": host_us(lambda s=small, fn=fn: fn(s), 500)})
 
 
+def lowbit(bench: Bench, n: int) -> None:
+    """FP8 (E4M3fn, E5M2) and packed int4 next to the PyTorch compositions they replace: the cast
+    ``(x * inv).clamp(-max, max).to(float8)`` after scaling (eager), and vLLM-style dynamic FP8
+    (amax, scale clamp, cast) and int4 group packing composed in ``torch.compile``."""
+    cols = 4096
+    rows = n // cols
+    x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
+    e4m3, top = torch.float8_e4m3fn, 448.0
+    inv = torch.tensor(1.0 / 0.02, device="cuda")
+    token_scales = torch.full((rows,), 0.02, device="cuda")
+
+    def torch_cast(x, fp8=e4m3, top=top):
+        return (x.float() * inv).clamp(-top, top).to(fp8)
+
+    def torch_dynamic_token(x):  # vLLM's dynamic per-token FP8: scale = max(amax / 448, 1 / (448 * 512))
+        scale = (x.float().abs().amax(dim=1, keepdim=True) / top).clamp(min=1.0 / (top * 512.0))
+        return (x.float() / scale).clamp(-top, top).to(e4m3), scale
+
+    def torch_dynamic_tensor(x):
+        scale = (x.float().abs().amax() / top).clamp(min=1.0 / (top * 512.0))
+        return (x.float() / scale).clamp(-top, top).to(e4m3), scale
+
+    def torch_int4_group(x, scales):  # symmetric int4 per group of 128, packed low nibble first
+        q = (x.float().view(rows, -1, 128) / scales[..., None]).round().clamp(-8, 7).to(torch.int8).view(rows, cols)
+        return ((q[:, 0::2] & 0xF) | (q[:, 1::2] << 4)).to(torch.uint8)
+
+    compiled_token, compiled_tensor = torch.compile(torch_dynamic_token), torch.compile(torch_dynamic_tensor)
+    compiled_int4 = torch.compile(torch_int4_group)
+    cast = "(x*inv).clamp().to(e4m3fn)"
+    bench.add("fp8", "quantize_per_tensor e4m3", "bf16", 3 * n,
+              lambda: bn.quantize_per_tensor(x, 0.02, dtype=e4m3), lambda: torch_cast(x), cast)
+    bench.add("fp8", "quantize_per_tensor e5m2", "bf16", 3 * n,
+              lambda: bn.quantize_per_tensor(x, 0.02, dtype=torch.float8_e5m2),
+              lambda: torch_cast(x, torch.float8_e5m2, 57344.0), "(x*inv).clamp().to(e5m2)")
+    bench.add("fp8", "quantize_per_token e4m3", "bf16", 3 * n,
+              lambda: bn.quantize_per_token(x, token_scales, dtype=e4m3), lambda: torch_cast(x), cast)
+    q = bn.quantize_per_tensor(x, 0.02, dtype=e4m3)
+    bench.add("fp8", "dequantize_per_tensor e4m3", "bf16", 3 * n,
+              lambda: bn.dequantize_per_tensor(q, 0.02, dtype=torch.bfloat16),
+              lambda: (q.float() * 0.02).to(torch.bfloat16), "(q.float()*s).to(bf16)")
+    bench.add("fp8", "fake_quantize e4m3", "bf16", 4 * n, lambda: bn.fake_quantize(x, 0.02, dtype=e4m3),
+              lambda: (torch_cast(x).float() * 0.02).to(torch.bfloat16), "cast round trip")
+    bench.add("fp8", "dynamic token e4m3", "bf16", 3 * n, lambda: bn.dynamic_range_quantize(x, dtype=e4m3),
+              lambda: compiled_token(x), "torch.compile(vLLM-style)")
+    bench.add("fp8", "dynamic tensor e4m3", "bf16", 3 * n,
+              lambda: bn.dynamic_range_quantize(x, scope="tensor", dtype=e4m3),
+              lambda: compiled_tensor(x), "torch.compile(vLLM-style)")
+    scales = torch.full((rows, cols // 128), 0.3, device="cuda")
+    nbytes = 2 * n + n // 2
+    bench.add("int4", "quantize_per_group_packed", "bf16", nbytes,
+              lambda: bn.quantize_per_group_packed(x, scales, None, 128),
+              lambda: compiled_int4(x, scales), "torch.compile(round/clamp/pack)")
+    packed = bn.quantize_per_group_packed(x, scales, None, 128)
+    bench.add("int4", "dequantize_per_group_packed", "bf16", nbytes,
+              lambda: bn.dequantize_per_group_packed(packed, scales, None, 128, dtype=torch.bfloat16))
+    bench.add("int4", "dynamic group128 int4", "bf16", nbytes,
+              lambda: bn.dynamic_range_quantize_packed(x, group_size=128))
+    x = q = packed = None  # free the device memory before the next family
+    torch.cuda.empty_cache()
+
+
 def linear(bench: Bench, host: dict[str, float]) -> None:
     """W8A8 linear: TOPS at 4096^3 next to torch._int_mm (weight column-major) plus its dequant
     epilogue; decode shapes as GB/s on the weight bytes (torch._int_mm refuses M <= 16)."""
@@ -354,7 +415,8 @@ def chart(bench: Bench, path: Path) -> bool:
     return True
 
 
-EXPECTED_CASES = {"per_tensor": 6, "per_channel": 8, "per_token": 4, "per_group": 4, "dynamic": 6, "linear": 5}
+EXPECTED_CASES = {"per_tensor": 6, "per_channel": 8, "per_token": 4, "per_group": 4, "dynamic": 6, "linear": 5,
+                  "lowbit": 10}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -363,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--dtypes", nargs="+", default=["f32", "bf16", "f16", "f64"])
     parser.add_argument("--only", nargs="+",
-                        default=["per_tensor", "per_channel", "per_token", "per_group", "dynamic", "linear", "host"])
+                        default=["per_tensor", "per_channel", "per_token", "per_group", "dynamic", "lowbit", "linear",
+                                 "host"])
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
     if torch is None or not torch.cuda.is_available():
@@ -372,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     n = 1 << args.log2n
     per_dtype = {"per_tensor": len(args.dtypes)}
     segment_dtypes = len([d for d in args.dtypes if d in ("f32", "bf16")])
-    total = sum(EXPECTED_CASES[k] * per_dtype.get(k, segment_dtypes if k not in ("dynamic", "linear") else 1)
+    total = sum(EXPECTED_CASES[k] * per_dtype.get(k, segment_dtypes if k not in ("dynamic", "linear", "lowbit") else 1)
                 for k in EXPECTED_CASES if k in args.only)
     bench = Bench(args.repeats, total)
     bench.copy(n)
@@ -387,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     host: dict[str, float] = {}
     if "dynamic" in args.only:
         dynamic(bench, n, pairs)
+    if "lowbit" in args.only:
+        lowbit(bench, n)
     if "linear" in args.only:
         linear(bench, host)
     text = markdown(bench, pairs, host, device, n)

@@ -325,9 +325,9 @@ def _list(args: argparse.Namespace) -> int:
         kinds = sorted({e.kind.name.lower() for e in registry.entries()})
         print(f"baracuda-numba list: --kind expected one of {kinds}, got {args.kind!r}", file=sys.stderr)
         return 2
-    print(f"{'kind':<34}{'input':<7}{'output':<8}{'math':<6}sku")
+    print(f"{'kind':<34}{'input':<7}{'output':<10}{'math':<6}sku")
     for e in rows:
-        print(f"{e.kind.name:<34}{e.input_element.short:<7}{e.output_element.short:<8}"
+        print(f"{e.kind.name:<34}{e.input_element.short:<7}{e.output_element.short:<10}"
               f"{e.sku.precision_guarantee.math_precision.value:<6}{e.sku}")
     print(f"{len(rows)} entries")
     return 0

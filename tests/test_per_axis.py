@@ -23,7 +23,9 @@ FAMILIES = {
     "group": (K.PER_GROUP, K.PER_GROUP_BACKWARD, K.DEQUANTIZE_PER_GROUP, K.DEQUANTIZE_PER_GROUP_BACKWARD),
 }
 FAMILY_OF = {kind: family for family, kinds in FAMILIES.items() for kind in kinds}
-ENTRIES = [e for e in registry.entries() if e.kind in FAMILY_OF]
+# int8 / uint8 (FP8: test_fp8.py, 4-bit: test_int4.py)
+ENTRIES = [e for e in registry.entries() if e.kind in FAMILY_OF and isinstance(e, registry.RegistryEntry)
+           and e.grid is None and e.output_element not in registry.PACKED_ELEMENTS]
 
 
 def entry_id(entry) -> str:

@@ -13,6 +13,10 @@ Math (SPEC section 5), with ``inv = 1 / scale`` in the math precision (0 where `
 
 with ``mask = q_min <= t <= q_max`` (false for NaN, and false where ``scale == 0``).
 
+FP8 outputs (E4M3fn, E5M2) are the same ops with the FP8 grid specialised in (``grid``, see
+:func:`op_functions`): ``t = x * inv`` clamped to ``[q_min, q_max]`` (``+-fp8_max``) and rounded to
+nearest even by the output encoder, NaN kept, no zero point.
+
 Layout: operands are flat and C-contiguous, read and written in chunks of ``G`` consecutive
 elements, ``G = 16 / (widest itemsize)``: the widest operand moves 16 bytes per chunk (one
 ``v2.u64`` access), the others ``G * itemsize`` bytes. Consecutive threads take consecutive chunks
@@ -75,16 +79,47 @@ class ScaleMode(enum.Enum):
 
 
 @functools.cache
-def op_functions(precision: MathPrecision) -> dict[ElementwiseOp, Any]:
-    """The per-element math of every op, as device functions in one math precision."""
+def op_functions(precision: MathPrecision, grid: ElementKind | None = None) -> dict[ElementwiseOp, Any]:
+    """The per-element math of every op, as device functions in one math precision.
+
+    ``grid`` is the quantized element when it is an FP8 format (None: an integer grid). The ops
+    are the same definitions with the grid's rounding specialised in:
+
+    - integer: ``t = rint(x * inv) + zp``, clamped to ``[q_min, q_max]``; NaN quantizes to ``zp``;
+    - FP8: ``t = x * inv`` clamped to ``[q_min, q_max]`` (the format's finite range by default),
+      rounded to the FP8 grid (nearest even) by the output encoder; no zero point (``zp = 0``);
+      NaN stays NaN; a zero scale quantizes to 0. The straight-through mask is
+      ``q_min <= x * inv <= q_max`` (inclusive, false for NaN): where the clamp is the identity,
+      i.e. PyTorch's autograd of ``(x * inv).clamp(q_min, q_max)``.
+    """
     M = math_type(precision)
     one, zero = M(1.0), M(0.0)
     rint = device.rint
+    fp8 = grid is not None
+    if fp8:
+        grid_codec = codec(grid, precision)
+        grid_encode, grid_decode = grid_codec.encode, grid_codec.decode
+    else:
+        @device_function
+        def same(v):
+            return v
+
+        grid_encode = grid_decode = same
+
+    @device_function
+    def scaled(x, inv, zp):
+        """The value on the quantized axis before the clamp (FP8 rounds after it, exactly so)."""
+        if fp8:
+            return x * inv
+        return rint(x * inv) + zp
 
     @device_function
     def quantize(x, _unused, inv, scale, zp, q_min, q_max):
-        t = rint(x * inv) + zp
-        if t != t:
+        t = scaled(x, inv, zp)
+        if fp8:
+            if inv == zero:
+                t = zero
+        elif t != t:
             t = zp
         if t < q_min:
             t = q_min
@@ -98,12 +133,15 @@ def op_functions(precision: MathPrecision) -> dict[ElementwiseOp, Any]:
 
     @device_function
     def grid_point(x, inv, zp, q_min, q_max):
-        """``clamp(rint(x * inv) + zp, q_min, q_max)``; NaN stays NaN."""
-        t = rint(x * inv) + zp
+        """The clamped value on the quantized grid: ``clamp(rint(x * inv) + zp, q_min, q_max)``, or
+        for FP8 ``x * inv`` clamped and rounded to the format; NaN stays NaN."""
+        t = scaled(x, inv, zp)
         if t < q_min:
             t = q_min
         if t > q_max:
             t = q_max
+        if fp8:
+            t = grid_decode(grid_encode(t))
         return t
 
     @device_function
@@ -119,7 +157,7 @@ def op_functions(precision: MathPrecision) -> dict[ElementwiseOp, Any]:
 
     @device_function
     def mask(x, inv, zp, q_min, q_max):
-        t = rint(x * inv) + zp
+        t = scaled(x, inv, zp)
         return one if (q_min <= t and t <= q_max and inv != zero) else zero
 
     @device_function
@@ -217,15 +255,17 @@ def elementwise_kernel(
     precision: MathPrecision,
     mode: ScaleMode = ScaleMode.SCALAR,
     uniform_chunk: bool = True,
+    grid: ElementKind | None = None,
 ) -> ElementwiseKernel:
     """The kernel for ``op`` reading ``a`` (and ``b``), writing ``out`` (built once per key,
     compiled on first use).
 
     ``uniform_chunk`` says every chunk lies in one scale segment (``seg_len % G == 0``), so scales
-    are read once per chunk.
+    are read once per chunk. ``grid`` is the FP8 element of an FP8 op (see :func:`op_functions`):
+    its kernels read no zero points.
     """
     M = math_type(precision)
-    compute = op_functions(precision)[op]
+    compute = op_functions(precision, grid)[op]
     G = chunk_elements(a, b, out)
     a_codec, out_codec = codec(a, precision), codec(out, precision)
     b_codec = codec(b, precision) if b is not None else a_codec
@@ -244,7 +284,7 @@ def elementwise_kernel(
     u64 = np.uint64
     unroll = UNROLL
 
-    reads_zero_points = op is not ElementwiseOp.DEQUANTIZE_BACKWARD
+    reads_zero_points = op is not ElementwiseOp.DEQUANTIZE_BACKWARD and grid is None
 
     reciprocal = device.reciprocal
 
@@ -391,6 +431,7 @@ def elementwise_kernel(
         f"void({views(a)}, {views(b_elem)}, {views(out)}, {m}[::1], int32[::1], "
         f"int64, int64, int64, int64, int64, int64, {m}, {m}, {m}, {m}, {m})"
     )
-    kernel.__name__ = f"{op.value}_{a.short}_{b_elem.short}_{out.short}_{mode.value}"
+    grid_tag = f"_{grid.short}" if grid else ""
+    kernel.__name__ = f"{op.value}_{a.short}_{b_elem.short}_{out.short}_{mode.value}{grid_tag}"
     kernel.__qualname__ = kernel.__name__
     return ElementwiseKernel(kernel, signature, a, b, out, precision, G)

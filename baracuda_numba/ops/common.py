@@ -14,8 +14,9 @@ from ..errors import InvalidOperand, InvalidProblem, problem_message
 from ..plans.base import Plan
 from ..vocabulary import ElementKind, element_kind
 
-__all__ = ["coerced", "operand", "scale_operands", "select_plan", "resolve_dtype", "default_q_range", "output_operand",
-           "clear_plan_cache", "zeros_like_kind", "fast_key", "fast_run", "remember_fast"]
+__all__ = ["coerced", "operand", "scale_operands", "select_plan", "resolve_dtype", "default_q_range",
+           "scalar_zero_point", "output_operand", "clear_plan_cache", "zeros_like_kind", "fast_key", "fast_run",
+           "remember_fast"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -91,9 +92,14 @@ def resolve_dtype(dtype: Any, where: str, argument: str = "dtype") -> ElementKin
         raise InvalidProblem(f"{where}: {exc}".replace("dtype expected", f"{argument} expected", 1)) from None
 
 
+def scalar_zero_point(zero_point: Any, element: ElementKind) -> Any:
+    """A per-tensor zero point: None means 0 for integers; FP8 takes none (the plan rejects others)."""
+    return 0 if zero_point is None and not element.is_fp8 else zero_point
+
+
 def default_q_range(element: ElementKind, q_min: int | None, q_max: int | None) -> tuple[int, int]:
-    """``q_min`` / ``q_max``, defaulting to the integer element's full range."""
-    low, high = element.int_range if element.is_integer else (0, 0)
+    """``q_min`` / ``q_max``, defaulting to the integer element's full range (FP8: ``+-fp8_max``)."""
+    low, high = element.q_range if (element.is_integer or element.is_fp8) else (0, 0)
     return (low if q_min is None else q_min), (high if q_max is None else q_max)
 
 
@@ -159,11 +165,15 @@ def zeros_like_kind(like: Operand, count: int, element: ElementKind) -> Operand:
 
 
 def scale_operands(scales: Any, zero_points: Any, count: int, float_element: ElementKind, like: Operand,
-                   where: str) -> tuple[Operand, Operand]:
+                   where: str, quantized_element: ElementKind | None = None) -> tuple[Operand, Operand]:
     """``scales`` in the math precision of ``float_element`` and ``zero_points`` as int32, each of
-    ``count`` elements; converted by their own framework when needed (``zero_points=None``: zeros)."""
+    ``count`` elements; converted by their own framework when needed (``zero_points=None``: zeros).
+    An FP8 ``quantized_element`` has no zero points: ``zero_points`` passes through untouched for
+    the plan to accept (None) or reject."""
     scale_element = ElementKind.F64 if float_element is ElementKind.F64 else ElementKind.F32
     scale = coerced(scales, scale_element, count, where, "scales")
+    if quantized_element is not None and quantized_element.is_fp8:
+        return scale, zero_points
     if zero_points is None:
         return scale, zeros_like_kind(like, count, ElementKind.I32)
     return scale, coerced(zero_points, ElementKind.I32, count, where, "zero_points")

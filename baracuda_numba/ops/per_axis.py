@@ -9,6 +9,11 @@ any rank, rows over the leading dimensions, ``scales`` one per row) or the group
 int32, converted by their own framework when given otherwise; ``zero_points=None`` means zeros. An
 element scale of 0 quantizes its segment to ``clamp(zero_point)`` with zero gradient. The result has
 the kind of the input.
+
+FP8 dtypes (``"float8_e4m3fn"``, ``"float8_e5m2"``): ``q = fp8_rne(clamp(x * (1/scales[s]), -max, max))``,
+no zero points (pass None), NaN kept, a zero scale gives 0; the STE mask is ``-max <= x / scale <= max``.
+``dtype="int4"`` / ``"uint4"`` in :func:`quantize_per_group` packs two values per byte (see
+:mod:`.packed`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 
 from ..errors import InvalidProblem, problem_message
 from ..plans import per_axis as p
+from ..vocabulary import ElementKind
 from .common import (
     default_q_range,
     fast_key,
@@ -75,10 +81,15 @@ def _quantize(family, op, where, x, scales, zero_points, axis, group_size, dtype
             return fast
     xo = operand(x, where, "x")
     element = resolve_dtype(dtype, where)
+    if element in (ElementKind.S4, ElementKind.U4) and family == "group" and op == "quantize":
+        from .packed import quantize_per_group_packed  # int4 / uint4: packed two per byte
+
+        return quantize_per_group_packed(xo, scales, zero_points, group_size, dtype=element, q_min=q_min,
+                                         q_max=q_max, out=out, stream=stream)
     q_min, q_max = default_q_range(element, q_min, q_max)
     fields = _family_fields(family, xo.shape, where, axis, group_size)
     plan = select_plan(plan_type, descriptor(*fields, q_min, q_max, xo.element, element))
-    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), xo.element, xo, where)
+    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), xo.element, xo, where, element)
     if grad_output is None:
         result = output_operand(out, xo, xo.shape, element, where)
         plan.run(args_type(xo, scale, zero_point, result), stream=stream)
@@ -101,7 +112,7 @@ def _dequantize(family, where, q, scales, zero_points, axis, group_size, dtype, 
     element = resolve_dtype(dtype, where)
     fields = _family_fields(family, qo.shape, where, axis, group_size)
     plan = select_plan(plan_type, descriptor(*fields, element, qo.element))
-    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), element, qo, where)
+    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), element, qo, where, qo.element)
     result = output_operand(out, qo, qo.shape, element, where)
     plan.run(args_type(qo, scale, zero_point, result), stream=stream)
     if scale.obj is scales and zero_point.obj is zero_points:  # used as given, not converted

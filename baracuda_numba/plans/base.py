@@ -44,6 +44,8 @@ def normalise_descriptor(desc: Any, plan: str) -> None:
     """Coerce element fields to :class:`ElementKind` and check integer fields, in place (frozen ok)."""
     for f in fields(desc):
         value = getattr(desc, f.name)
+        if value is None and f.default is None:
+            continue  # an optional field left out
         if f.name.endswith("_element"):
             try:
                 object.__setattr__(desc, f.name, element_kind(value))
@@ -81,6 +83,7 @@ class Plan:
     KIND: ClassVar[QuantizeKind]
     Descriptor: ClassVar[type]
     Args: ClassVar[type]
+    ENTRY: ClassVar[type] = registry.Entry  # the entry type this plan runs
 
     def __init__(self, desc: Any, entry: registry.RegistryEntry, pref: PlanPreference) -> None:
         self.desc = desc
@@ -105,6 +108,9 @@ class Plan:
         normalise_descriptor(desc, name)
         cls._validate(desc)
         entry = registry.lookup(cls.KIND, *cls._registry_elements(desc), where=name)
+        if not isinstance(entry, cls.ENTRY):  # e.g. packed int4, which has plans of its own
+            raise Unsupported(problem_message(name, "output_element", f"an element {name} handles",
+                                              f"{entry.output_element.short} (see {entry.kernel_name})"))
         plan = cls(desc, entry, pref)
         if pref.max_workspace_bytes is not None and plan.workspace_size() > pref.max_workspace_bytes:
             raise Unsupported(problem_message(name, "pref.max_workspace_bytes",
@@ -188,6 +194,7 @@ class ElementwisePlan(Plan):
     (``OUT_FIELD``), and provide the scalar parameters through ``_scalars``.
     """
 
+    ENTRY = registry.RegistryEntry
     A_FIELD: ClassVar[str]
     B_FIELD: ClassVar[str | None] = None
     OUT_FIELD: ClassVar[str]
@@ -197,8 +204,17 @@ class ElementwisePlan(Plan):
     def _validate(cls, desc: Any) -> None:
         cls._validate_shape(desc)
         # An element pair the registry lacks is reported by the lookup, not as a range error.
-        if cls.HAS_Q_RANGE and getattr(desc, "output_element", ElementKind.S8).is_integer:
+        grid = cls._grid(desc)
+        if cls.HAS_Q_RANGE and (grid is not None or getattr(desc, "output_element", ElementKind.S8).is_integer):
             check_q_range(cls.__name__, desc.q_min, desc.q_max, *cls._q_limits(desc))
+            if grid is not None:
+                check_fp8_bounds(cls.__name__, desc.q_min, desc.q_max, grid)
+
+    @classmethod
+    def _grid(cls, desc: Any) -> ElementKind | None:
+        """The FP8 element whose grid the op rounds to (None: an integer grid)."""
+        element = getattr(desc, "output_element", None)
+        return element if element is not None and element.is_fp8 else None
 
     @classmethod
     def _validate_shape(cls, desc: Any) -> None:
@@ -206,12 +222,13 @@ class ElementwisePlan(Plan):
 
     @classmethod
     def _q_limits(cls, desc: Any) -> tuple[int, int]:
-        return desc.output_element.int_range
+        return desc.output_element.q_range
 
     def _prepare(self) -> None:
         entry = self.entry
         self._uniform = self._uniform_chunk()
         kernel = entry.kernel(self._uniform, self._kernel_op())
+        self._grid_element = entry.grid
         G = self._chunk = kernel.chunk
         M = self._math = math_type(kernel.precision)
         self._n = self._numel()
@@ -452,6 +469,9 @@ class ArrayScalePlan(ElementwisePlan):
     def _scale_operands(self, args: Any) -> tuple[Operand, Operand | None]:
         count = self._segment_count()
         scale = self._operand(args, "scale", self._scale_element, count)
+        if self._grid_element is not None:
+            check_no_zero_point(self.name, getattr(args, "zero_point", None), self._grid_element)
+            return scale, None
         zero_point = self._operand(args, "zero_point", ElementKind.I32, count) if self.READS_ZERO_POINT else None
         return scale, zero_point
 
@@ -544,6 +564,9 @@ def checked_scale(plan: str, scale: Any, M: type, argument: str = "scale") -> tu
 
 
 def checked_zero_point(plan: str, zero_point: Any, low: int, high: int) -> int:
+    """The integer zero point in ``[low, high]`` (None means 0); else :class:`InvalidProblem`."""
+    if zero_point is None:
+        zero_point = 0
     value = scalar_value(zero_point, plan, "zero_point")
     if isinstance(value, (float, np.floating)):
         if not float(value).is_integer():
@@ -559,6 +582,20 @@ def check_q_range(plan: str, q_min: int, q_max: int, low: int, high: int) -> Non
         raise InvalidProblem(problem_message(plan, "q_min", f"<= q_max ({q_max})", q_min))
     if q_min < low or q_max > high:
         raise InvalidProblem(problem_message(plan, "(q_min, q_max)", f"within [{low}, {high}]", f"[{q_min}, {q_max}]"))
+
+
+def check_no_zero_point(plan: str, zero_point: Any, grid: ElementKind) -> None:
+    """FP8 has no zero point: :class:`InvalidProblem` unless ``zero_point`` is None."""
+    if zero_point is not None:
+        given = type(zero_point).__name__ if hasattr(zero_point, "shape") else repr(zero_point)
+        raise InvalidProblem(problem_message(plan, "zero_point", f"None ({grid.short} has no zero point)", given))
+
+
+def check_fp8_bounds(plan: str, q_min: int, q_max: int, grid: ElementKind) -> None:
+    """FP8 clamp bounds must be values of the format, so that clamping then rounding stays within them."""
+    for name, bound in (("q_min", q_min), ("q_max", q_max)):
+        if float(np.float32(bound).astype(grid.numpy_dtype)) != bound:
+            raise InvalidProblem(problem_message(plan, name, f"a value representable in {grid.short}", bound))
 
 
 def check_numel(plan: str, numel: int) -> None:
