@@ -93,13 +93,19 @@ def _quantize(family, op, where, x, scales, zero_points, axis, group_size, dtype
     if grad_output is None:
         result = output_operand(out, xo, xo.shape, element, where)
         plan.run(args_type(xo, scale, zero_point, result), stream=stream)
-        if scale.obj is scales and zero_point.obj is zero_points:  # used as given, not converted
+        if _used_as_given(scale, zero_point, scales, zero_points):
             remember_fast(key, plan, result.obj)
     else:
         go = operand(grad_output, where, "grad_output")
         result = output_operand(out, xo, xo.shape, xo.element, where)
         plan.run(args_type(xo, scale, zero_point, go, result), stream=stream)
     return result.obj
+
+
+def _used_as_given(scale, zero_point, scales, zero_points) -> bool:
+    """The plan read the caller's arrays themselves, not converted copies (FP8 reads no zero points):
+    only then may a repeat call replay the remembered plan on the caller's arrays."""
+    return scale.obj is scales and (None if zero_point is None else zero_point.obj) is zero_points
 
 
 def _dequantize(family, where, q, scales, zero_points, axis, group_size, dtype, out, stream):
@@ -115,7 +121,7 @@ def _dequantize(family, where, q, scales, zero_points, axis, group_size, dtype, 
     scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), element, qo, where, qo.element)
     result = output_operand(out, qo, qo.shape, element, where)
     plan.run(args_type(qo, scale, zero_point, result), stream=stream)
-    if scale.obj is scales and zero_point.obj is zero_points:  # used as given, not converted
+    if _used_as_given(scale, zero_point, scales, zero_points):
         remember_fast(key, plan, result.obj)
     return result.obj
 
