@@ -15,6 +15,7 @@ from . import registry, reference
 from .arrays import Bfloat16Array, bfloat16_view
 from .errors import (
     BaracudaError,
+    DeviceUnavailable,
     InvalidOperand,
     InvalidProblem,
     MisalignedOperand,
@@ -42,7 +43,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "platform", "registry", "reference", "Bfloat16Array", "bfloat16_view",
-    "BaracudaError", "InvalidOperand", "InvalidProblem", "MisalignedOperand", "Unsupported",
+    "BaracudaError", "DeviceUnavailable", "InvalidOperand", "InvalidProblem", "MisalignedOperand", "Unsupported",
     "WorkspaceTooSmall", "ArchSku", "BackendKind", "ElementKind", "KernelSku", "MathPrecision",
     "OpCategory", "PlanPreference", "PrecisionGuarantee", "QuantizeKind", "element_kind",
     *_ops, *_plans,

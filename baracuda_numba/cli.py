@@ -23,6 +23,8 @@ def _backend_line() -> str:
 
     if platform.SIMULATOR:
         return "CUDA simulator (no GPU found: slow, small sizes; set NUMBA_ENABLE_CUDASIM=0 to require a GPU)"
+    if platform.UNAVAILABLE:
+        return f"no usable GPU ({platform.UNAVAILABLE}) and the simulator refused by NUMBA_ENABLE_CUDASIM=0"
     return f"GPU: {platform.backend_name()}"
 
 
@@ -333,12 +335,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from . import platform
     from .errors import BaracudaError
 
     try:
+        if args.command in ("demo", "run", "bench"):
+            platform.require_device()
         return args.func(args)
     except (BaracudaError, TypeError, ValueError) as exc:
-        print(f"baracuda-numba {args.command}: {exc}", file=sys.stderr)
+        print(f"baracuda-numba {args.command}: {exc}".splitlines()[0], file=sys.stderr)
         return 2
 
 

@@ -9,6 +9,7 @@ __all__ = [
     "InvalidOperand",
     "MisalignedOperand",
     "WorkspaceTooSmall",
+    "DeviceUnavailable",
     "problem_message",
 ]
 
@@ -45,3 +46,7 @@ class WorkspaceTooSmall(InvalidProblem):
         self.needed = needed
         self.got = got
         super().__init__(problem_message(plan, "workspace", f">= {needed} bytes", f"{got} bytes"))
+
+
+class DeviceUnavailable(BaracudaError, RuntimeError):
+    """``NUMBA_ENABLE_CUDASIM=0`` refused the simulator and the CUDA driver offers no usable GPU."""

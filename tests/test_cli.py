@@ -65,3 +65,64 @@ def test_info_and_bench_without_a_gpu(capsys):
     if platform.SIMULATOR:
         assert cli.main(["bench"]) == 2
         assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def _without_a_driver() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return True
+    return False
+
+
+@pytest.mark.skipif(not _without_a_driver(), reason="needs a machine without a CUDA driver")
+@pytest.mark.parametrize("code", [
+    "import numpy as np, baracuda_numba as bn; bn.fake_quantize(np.ones(3, np.float32), 0.1)",
+    "import numpy as np, baracuda_numba as bn; bn.quantized_linear(np.ones((2, 16), np.float32), "
+    "np.ones((16, 16), np.int8), np.ones(16, np.float32))",
+    "import baracuda_numba as bn; bn.FakeQuantizePlan.select(bn.FakeQuantizeDescriptor(4, -128, 127, 'float32'))",
+])
+def test_refused_simulator_without_a_gpu_is_one_typed_error(code):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
+    done = subprocess.run([sys.executable, "-c", code + "\nprint('unreachable')"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "unreachable" not in done.stdout
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("baracuda_numba.errors.DeviceUnavailable: ") and "no CUDA driver" in last
+    assert "CudaSupportError" not in done.stderr and "numba/cuda" not in done.stderr
+
+
+@pytest.mark.skipif(not _without_a_driver(), reason="needs a machine without a CUDA driver")
+@pytest.mark.parametrize("command", [["demo"], ["run", "fake_quantize"], ["info"]])
+def test_cli_with_refused_simulator_without_a_gpu(command):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
+    done = subprocess.run([sys.executable, "-m", "baracuda_numba", *command], env=env,
+                          capture_output=True, text=True, timeout=300)
+    if command == ["info"]:  # info reports the situation and succeeds
+        assert done.returncode == 0 and "simulator refused by NUMBA_ENABLE_CUDASIM=0" in done.stdout
+        return
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "NUMBA_ENABLE_CUDASIM=0 requires a CUDA GPU" in done.stderr
+
+
+@pytest.mark.skipif(not _without_a_driver(), reason="needs a machine without a CUDA driver")
+def test_fallback_warning_says_what_the_variable_does():
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-W", "always", "-c", "import baracuda_numba"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0
+    assert "running on Numba's CUDA simulator" in done.stderr and "DeviceUnavailable" in done.stderr

@@ -12,6 +12,7 @@ import numpy as np
 from ..arrays import Operand, adapt, allocate_like, require_contiguous
 from ..errors import InvalidOperand, InvalidProblem, problem_message
 from ..plans.base import Plan
+from ..platform import require_device
 from ..vocabulary import ElementKind, element_kind
 
 __all__ = ["coerced", "operand", "scale_operands", "select_plan", "resolve_dtype", "default_q_range", "output_operand",
@@ -31,6 +32,7 @@ def clear_plan_cache() -> None:
 
 def operand(obj: Any, where: str, argument: str) -> Operand:
     """An input array, adapted and required C-contiguous, named ``argument`` in errors."""
+    require_device()  # before the first staging copy would hit numba's driver-init traceback
     op = adapt(obj, where, argument)
     require_contiguous(op, where, argument)
     return op

@@ -19,7 +19,7 @@ from ..errors import BaracudaError, InvalidProblem, Unsupported, WorkspaceTooSma
 from ..kernels.codecs import math_type
 from ..kernels.elementwise import UNROLL, ScaleMode, chunk_elements, chunk_view_itemsize
 from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize
-from ..platform import SIMULATOR
+from ..platform import SIMULATOR, require_device
 from ..vocabulary import ElementKind, KernelSku, PlanPreference, PrecisionGuarantee, QuantizeKind, element_kind
 
 __all__ = ["Verdict", "Plan", "ElementwisePlan", "ArrayScalePlan", "normalise_descriptor"]
@@ -94,6 +94,7 @@ class Plan:
         registry has no kernel for its elements.
         """
         name = cls.__name__
+        require_device()  # NUMBA_ENABLE_CUDASIM=0 without a GPU: one typed line, not numba's driver traceback
         if type(desc) is not cls.Descriptor:
             raise InvalidProblem(problem_message(name, "desc", cls.Descriptor.__name__, type(desc).__name__))
         normalise_descriptor(desc, name)
