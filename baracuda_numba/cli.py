@@ -51,75 +51,213 @@ def _time_call(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(samples)
 
 
-def _demo_cases(kind, x_host, x_dev, dy_host, q_host, scale, zero_point) -> list:
-    """``(op, dtypes, host call, reference, device call or None, bytes per element)`` per op."""
+def _on_device(a: np.ndarray, kind):
+    """``a`` as a device array of ``kind`` (unchanged under the simulator, where ops stage host arrays)."""
+    from numba import cuda
+
+    from . import platform
+
+    if platform.SIMULATOR:
+        return a
+    if kind.short == "bf16":
+        from .arrays import bfloat16_view
+
+        return bfloat16_view(cuda.to_device(a.view(kind.storage_dtype)))
+    return cuda.to_device(a)
+
+
+class _Case:
+    """One demo row: the op on host arrays (checked against ``expected``), the same op on device arrays
+    (timed on a GPU), the bytes it must move (GB/s) or the operations it does (TOPS), and the arrays
+    whose quantization error the row reports (``error_of(got)`` -> RMSE)."""
+
+    def __init__(self, op: str, dtypes: str, run_host, expected, run_device=None, nbytes: int = 0,
+                 ops: int = 0, error_of=None) -> None:
+        self.op, self.dtypes, self.run_host, self.expected = op, dtypes, run_host, expected
+        self.run_device, self.nbytes, self.ops, self.error_of = run_device, nbytes, ops, error_of
+
+
+def _rmse(a: np.ndarray, b: np.ndarray) -> float:
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    return float(np.sqrt(np.mean(d[np.isfinite(d)] ** 2))) if d.size else 0.0
+
+
+def _per_tensor_cases(kind, x, dy, q, scale: float, zero_point: int) -> list[_Case]:
+    """The six per-tensor ops on the flat ``x``."""
     from . import ops, reference
 
-    q_range = (-128, 127)
+    q_range, n, f = (-128, 127), x.size, kind.itemsize
+    x_dev = _on_device(x, kind)
     return [
-        ("quantize_per_tensor", f"{kind.short}->s8", lambda: ops.quantize_per_tensor(x_host, scale, zero_point),
-         reference.quantize(x_host, scale, zero_point, *q_range, np.int8),
-         lambda: ops.quantize_per_tensor(x_dev, scale, zero_point), kind.itemsize + 1),
-        ("dequantize_per_tensor", f"s8->{kind.short}",
-         lambda: ops.dequantize_per_tensor(q_host, scale, zero_point, dtype=kind),
-         reference.dequantize(q_host, scale, zero_point, kind.numpy_dtype), None, kind.itemsize + 1),
-        ("fake_quantize", kind.short, lambda: ops.fake_quantize(x_host, scale, zero_point),
-         reference.fake_quantize(x_host, scale, zero_point, *q_range),
-         lambda: ops.fake_quantize(x_dev, scale, zero_point), 2 * kind.itemsize),
-        ("quantize_per_tensor_backward", kind.short,
-         lambda: ops.quantize_per_tensor_backward(dy_host, x_host, scale, zero_point),
-         reference.quantize_backward(dy_host, x_host, scale, zero_point, *q_range), None, 3 * kind.itemsize),
-        ("fake_quantize_backward", kind.short, lambda: ops.fake_quantize_backward(dy_host, x_host, scale, zero_point),
-         reference.fake_quantize_backward(dy_host, x_host, scale, zero_point, *q_range), None, 3 * kind.itemsize),
-        ("dequantize_per_tensor_backward", kind.short, lambda: ops.dequantize_per_tensor_backward(dy_host, scale),
-         reference.dequantize_backward(dy_host, scale), None, 2 * kind.itemsize),
+        _Case("quantize_per_tensor", f"{kind.short}->s8", lambda: ops.quantize_per_tensor(x, scale, zero_point),
+              reference.quantize(x, scale, zero_point, *q_range, np.int8),
+              lambda: ops.quantize_per_tensor(x_dev, scale, zero_point), (f + 1) * n,
+              error_of=lambda got: _rmse(reference.dequantize(got, scale, zero_point, np.float64), x)),
+        _Case("dequantize_per_tensor", f"s8->{kind.short}",
+              lambda: ops.dequantize_per_tensor(q, scale, zero_point, dtype=kind),
+              reference.dequantize(q, scale, zero_point, kind.numpy_dtype)),
+        _Case("fake_quantize", kind.short, lambda: ops.fake_quantize(x, scale, zero_point),
+              reference.fake_quantize(x, scale, zero_point, *q_range),
+              lambda: ops.fake_quantize(x_dev, scale, zero_point), 2 * f * n, error_of=lambda got: _rmse(got, x)),
+        _Case("quantize_per_tensor_backward", kind.short,
+              lambda: ops.quantize_per_tensor_backward(dy, x, scale, zero_point),
+              reference.quantize_backward(dy, x, scale, zero_point, *q_range)),
+        _Case("fake_quantize_backward", kind.short, lambda: ops.fake_quantize_backward(dy, x, scale, zero_point),
+              reference.fake_quantize_backward(dy, x, scale, zero_point, *q_range)),
+        _Case("dequantize_per_tensor_backward", kind.short, lambda: ops.dequantize_per_tensor_backward(dy, scale),
+              reference.dequantize_backward(dy, scale)),
     ]
 
 
-def _demo(args: argparse.Namespace) -> int:
+DEMO_COLUMNS = 64  # the row length of the matrix the per-axis, dynamic and linear rows use
+DEMO_GROUP = 32
+
+
+def _linear_problem(kind, m: int, k: int, n: int) -> tuple:
+    """``x [m, k]``, an int8 weight ``[n, k]`` with absmax per-channel scales, the float result of the
+    first rows (without activation rounding) and how many rows are checked against the reference
+    (at most 16: the int64 NumPy matmul of a large GEMM would dominate the demo; rows are independent)."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((m, k)).astype(kind.numpy_dtype)
+    w_float = rng.standard_normal((n, k))
+    w_scale = (np.abs(w_float).max(axis=1) / 127).astype(np.float32)
+    w_q = np.rint(w_float / w_scale[:, None].astype(np.float64)).clip(-127, 127).astype(np.int8)
+    checked = min(m, 16)
+    y_float = x[:checked].astype(np.float64) @ (w_q.astype(np.float64) * w_scale[:, None]).T
+    return x, w_q, w_scale, y_float, checked
+
+
+def _family_cases(kind, x2: np.ndarray, linear: tuple[int, int, int]) -> list[_Case]:
+    """One op of each other family on the ``[rows, DEMO_COLUMNS]`` matrix ``x2`` with absmax scales, and
+    the W8A8 linear of shape ``linear = (M, K, N)``."""
+    from . import ops, reference
+    from .reference import dynamic as dynamic_ref
+    from .reference import linear as linear_ref
+
+    rows = x2.shape[0]
+    n, f = x2.size, kind.itemsize
+    m = np.float64 if kind.short == "f64" else np.float32  # scales in the math precision
+    wide = x2.astype(np.float64)
+    channel_scales = (np.abs(wide).max(axis=0) / 127).astype(m)  # one per column: axis 1
+    token_scales = (np.abs(wide).max(axis=1) / 127).astype(m)
+    group_scales = (np.abs(wide.reshape(rows, -1, DEMO_GROUP)).max(axis=2) / 127).astype(m).reshape(-1)
+    expand = {"channel": reference.expand_channels(channel_scales, x2.shape, 1),
+              "token": reference.expand_tokens(token_scales, x2.shape),
+              "group": reference.expand_groups(group_scales, x2.shape, DEMO_GROUP)}
+    x_dev = _on_device(x2, kind)
+    dev = {name: _plain_device(v)
+           for name, v in (("channel", channel_scales), ("token", token_scales), ("group", group_scales))}
+
+    def quantize_error(scales):
+        return lambda got: _rmse(reference.dequantize(got, scales, 0, np.float64), wide)
+
+    xm, w_q, w_scale, y_float, checked = _linear_problem(kind, *linear)
+    xm_dev, wq_dev, ws_dev = _on_device(xm, kind), _plain_device(w_q), _plain_device(w_scale)
+    lm, lk, ln = linear
+    return [
+        _Case("quantize_per_channel", f"{kind.short}->s8",
+              lambda: ops.quantize_per_channel(x2, channel_scales, None, 1),
+              reference.quantize(x2, expand["channel"], 0, -128, 127, np.int8),
+              lambda: ops.quantize_per_channel(x_dev, dev["channel"], None, 1), (f + 1) * n,
+              error_of=quantize_error(expand["channel"])),
+        _Case("quantize_per_token", f"{kind.short}->s8", lambda: ops.quantize_per_token(x2, token_scales),
+              reference.quantize(x2, expand["token"], 0, -128, 127, np.int8),
+              lambda: ops.quantize_per_token(x_dev, dev["token"]), (f + 1) * n,
+              error_of=quantize_error(expand["token"])),
+        _Case(f"quantize_per_group (g={DEMO_GROUP})", f"{kind.short}->s8",
+              lambda: ops.quantize_per_group(x2, group_scales, None, DEMO_GROUP),
+              reference.quantize(x2, expand["group"], 0, -128, 127, np.int8),
+              lambda: ops.quantize_per_group(x_dev, dev["group"], None, DEMO_GROUP), (f + 1) * n,
+              error_of=quantize_error(expand["group"])),
+        _Case("dynamic_range_quantize", f"{kind.short}->s8", lambda: ops.dynamic_range_quantize(x2).q,
+              dynamic_ref.dynamic_range_quantize(x2, "symmetric", "token", -127, 127, np.int8)[0],
+              lambda: ops.dynamic_range_quantize(x_dev), (f + 1) * n,
+              error_of=lambda got: _rmse(reference.dequantize(
+                  got, reference.expand_tokens(dynamic_ref.dynamic_range_params(
+                      x2, "symmetric", "token", -127, 127)[0], x2.shape), 0, np.float64), wide)),
+        _Case(f"quantized_linear {lm}x{lk}x{ln}", f"{kind.short}.s8",
+              lambda: np.asarray(ops.quantized_linear(xm, w_q, w_scale))[:checked],
+              linear_ref.quantized_linear(xm[:checked], w_q, w_scale),
+              lambda: ops.quantized_linear(xm_dev, wq_dev, ws_dev), ops=2 * lm * lk * ln,
+              error_of=lambda got: _rmse(got, y_float)),
+    ]
+
+
+def _plain_device(a: np.ndarray):
     from numba import cuda
 
+    from . import platform
+
+    return a if platform.SIMULATOR else cuda.to_device(a)
+
+
+def _copy_bandwidth(nbytes: int, repeats: int) -> float:
+    """GB/s of a device-to-device copy of ``nbytes`` (read + write), timed like the ops."""
+    from numba import cuda
+
+    src = cuda.device_array(nbytes // 4, np.float32)
+    dst = cuda.device_array(nbytes // 4, np.float32)
+    ms = _time_call(lambda: dst.copy_to_device(src), repeats)
+    return 2 * (nbytes // 4) * 4 / ms / 1e6
+
+
+def _demo(args: argparse.Namespace) -> int:
     from . import ops, platform
     from .vocabulary import element_kind
 
-    size = args.size or (4096 if platform.SIMULATOR else 1 << 24)
-    repeats = 1 if platform.SIMULATOR else 20
+    size = args.size or (2048 if platform.SIMULATOR else 1 << 24)
+    repeats = 0 if platform.SIMULATOR else 20
+    rows = max(1, size // DEMO_COLUMNS)
+    linear = (4, 32, 32) if platform.SIMULATOR else (4096, 4096, 4096)  # the simulated mma is slow: tiny there
     rng = np.random.default_rng(0)
-    print(f"baracuda-numba demo: {size} elements, on the {_backend_line()}")
-    header = f"{'op':<32}{'dtypes':<10}{'mismatches':>11}{'max|diff|':>11}{'quant RMSE':>12}{'ms':>10}{'GB/s':>9}"
+    print(f"baracuda-numba demo: {size} elements ({rows} x {DEMO_COLUMNS} for the per-axis and dynamic rows), "
+          f"on the {_backend_line()}")
+    copy = None if platform.SIMULATOR else _copy_bandwidth(4 * size, repeats)
+    if copy is not None:
+        print(f"copy bandwidth (device-to-device, {4 * size / 1e6:.0f} MB, this run): {copy:.0f} GB/s")
+    header = (f"{'op':<36}{'dtypes':<10}{'mismatches':>11}{'max|diff|':>11}{'quant RMSE':>12}{'ms':>10}"
+              f"{'GB/s|TOPS':>11}{'% copy':>8}")
     print(header)
     print("-" * len(header))
     failures = 0
     scale, zero_point = 0.02, 3
     for name in args.dtype:
         kind = element_kind(name)
-        x_host = (rng.standard_normal(size) * 1.5).astype(kind.numpy_dtype)
-        dy_host = rng.standard_normal(size).astype(kind.numpy_dtype)
-        q_host = ops.quantize_per_tensor(x_host, scale, zero_point)
-        x_dev = x_host if platform.SIMULATOR else cuda.to_device(x_host.view(kind.storage_dtype))
-        if kind.short == "bf16" and not platform.SIMULATOR:
-            from .arrays import bfloat16_view
-
-            x_dev = bfloat16_view(x_dev)
-        cases = _demo_cases(kind, x_host, x_dev, dy_host, q_host, scale, zero_point)
-        for op_name, dtypes, run_host, expected, run_device, bytes_per_element in cases:
-            got = np.asarray(run_host())
-            diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
-            same = (got.astype(np.float64) == expected.astype(np.float64)) | (np.isnan(diff) & np.isnan(
-                expected.astype(np.float64)))
-            mismatches = int(size - same.sum())
+        if not kind.is_float:
+            raise ValueError(f"--dtype expected a float dtype, got {name}")
+        x = (rng.standard_normal(size) * 1.5).astype(kind.numpy_dtype)
+        dy = rng.standard_normal(size).astype(kind.numpy_dtype)
+        q = ops.quantize_per_tensor(x, scale, zero_point)
+        x2 = (rng.standard_normal((rows, DEMO_COLUMNS)) * np.linspace(0.5, 4, DEMO_COLUMNS)).astype(kind.numpy_dtype)
+        for case in (*_per_tensor_cases(kind, x, dy, q, scale, zero_point), *_family_cases(kind, x2, linear)):
+            start = time.perf_counter()
+            got = np.asarray(case.run_host())
+            host_ms = (time.perf_counter() - start) * 1e3
+            g, e = got.astype(np.float64), np.asarray(case.expected).astype(np.float64)
+            same = (g == e) | (np.isnan(g) & np.isnan(e))
+            mismatches = int(same.size - same.sum())
             failures += mismatches > 0
-            rmse = ""
-            if op_name == "fake_quantize":
-                err = got.astype(np.float64) - x_host.astype(np.float64)
-                rmse = f"{np.sqrt(np.mean(err ** 2)):.3e}"
-            ms = _time_call(run_device or run_host, repeats)
-            gbps = "" if run_device is None or platform.SIMULATOR else f"{bytes_per_element * size / ms / 1e6:.0f}"
+            diff = np.abs(g - e)
             max_diff = float(np.nanmax(diff)) if diff.size else 0.0
-            print(f"{op_name:<32}{dtypes:<10}{mismatches:>11}{max_diff:>11.2e}{rmse:>12}{ms:>10.3f}{gbps:>9}")
-    note = "host arrays (times include transfers)" if platform.SIMULATOR else \
-        "ms: median of device arrays where GB/s is shown, else host round trips"
-    print(f"\n{note}. mismatches: elements differing from the NumPy reference of SPEC section 5.")
+            rmse = f"{case.error_of(got):.3e}" if case.error_of else ""
+            ms = host_ms if platform.SIMULATOR else _time_call(case.run_device or case.run_host, repeats)
+            rate = share = ""
+            if case.run_device is not None and not platform.SIMULATOR:
+                if case.ops:
+                    rate = f"{case.ops / ms / 1e9:.0f} T"
+                else:
+                    rate = f"{case.nbytes / ms / 1e6:.0f}"
+                    share = f"{100 * case.nbytes / ms / 1e6 / copy:.0f}%"
+            print(f"{case.op:<36}{case.dtypes:<10}{mismatches:>11}{max_diff:>11.2e}{rmse:>12}{ms:>10.3f}"
+                  f"{rate:>11}{share:>8}")
+    if platform.SIMULATOR:
+        note = "ms: host arrays on the simulator (includes staging; not a speed measurement)"
+    else:
+        note = ("ms: median of device arrays where a rate is shown (GB/s: the bytes the op must read and write; "
+                "T: tera int8 ops/s), else host round trips")
+    print(f"\n{note}.\nmismatches: elements differing from the NumPy float64 reference (baracuda_numba.reference; "
+          "semantics in the README's \"Semantics\" section). quant RMSE: the dequantized result against the float "
+          "input (linear: against the float matmul with the dequantized weight).")
     return 1 if failures else 0
 
 
@@ -305,7 +443,8 @@ def _dist_version(name: str) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="baracuda-numba", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run every per-tensor op on generated data against the reference")
+    demo = sub.add_parser("demo", help="one op of every family and the W8A8 linear on generated data, "
+                                       "against the reference")
     demo.add_argument("--size", type=int, default=None, help="elements (default 2^24 on a GPU, 4096 simulated)")
     demo.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"], help="float dtypes to run")
     demo.set_defaults(func=_demo)

@@ -3,17 +3,65 @@
 from __future__ import annotations
 
 import pytest
+from conftest import requires_gpu
 
 from baracuda_numba import cli
 
+DEMO_ROWS = ("quantize_per_tensor", "dequantize_per_tensor", "fake_quantize", "quantize_per_tensor_backward",
+             "fake_quantize_backward", "dequantize_per_tensor_backward", "quantize_per_channel", "quantize_per_token",
+             "quantize_per_group (g=32)", "dynamic_range_quantize", "quantized_linear")
 
-def test_demo_runs_and_finds_no_mismatch(capsys):
+
+def _demo_table(out: str) -> list[tuple[str, str, list[str]]]:
+    """``(op, dtypes, [mismatches, max|diff|, ...])`` of every row of the demo's table."""
+    rows = []
+    for line in out.splitlines():
+        if line[:36].strip().startswith(DEMO_ROWS) and len(line) > 46:
+            rows.append((line[:36].strip(), line[36:46].strip(), line[46:].split()))
+    return rows
+
+
+def test_demo_shows_every_family_and_finds_no_mismatch(capsys):
     assert cli.main(["demo", "--size", "257", "--dtype", "float32", "float16"]) == 0
     out = capsys.readouterr().out
-    assert "quantize_per_tensor" in out and "fake_quantize_backward" in out
-    for line in out.splitlines():
-        if line.startswith(("quantize", "dequantize", "fake")):
-            assert line.split()[2] == "0", line
+    table = _demo_table(out)
+    assert len(table) == 2 * len(DEMO_ROWS)
+    for expected, (op, dtypes, cells) in zip(DEMO_ROWS * 2, table, strict=True):
+        assert op.startswith(expected)
+        assert cells[0] == "0" and float(cells[1]) == 0.0, (op, dtypes, cells)  # mismatches, max|diff|
+    assert [d for _, d, _ in table[:len(DEMO_ROWS)]][-1] == "f32.s8"
+    # quantization error: fake quantize's RMSE is that of a uniform grid of step 0.02 (0.02 / sqrt(12)), plus
+    # the clipped tails of N(0, 1.5); per-axis absmax scales are much finer than 0.02 here
+    fq = float(dict((op, c) for op, _, c in table[:len(DEMO_ROWS)])["fake_quantize"][2])
+    assert 0.02 / 12 ** 0.5 * 0.8 < fq < 1.0
+    assert "SPEC" not in out and "README" in out
+
+
+def test_demo_rejects_an_integer_dtype_in_one_line(capsys):
+    assert cli.main(["demo", "--size", "8", "--dtype", "int8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "float dtype" in err
+
+
+@requires_gpu
+def test_demo_on_a_gpu_shows_rates_next_to_the_copy_bandwidth(capsys):
+    assert cli.main(["demo", "--size", str(1 << 22), "--dtype", "float32", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    assert "copy bandwidth (device-to-device" in out
+    table = _demo_table(out)
+    rated = [cells for op, _, cells in table if op.startswith(("quantize_per_tensor", "fake_quantize", "dynamic"))
+             and not op.endswith("backward")]
+    assert rated and all(cells[-1].endswith("%") for cells in rated)
+    assert all(cells[-1] == "T" for op, _, cells in table if op.startswith("quantized_linear"))
+
+
+def test_no_user_facing_text_points_to_the_unshipped_spec():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = [*root.joinpath("baracuda_numba").rglob("*.py"), *root.joinpath("notebooks").glob("*.ipynb"),
+             root / "README.md"]
+    assert not [str(f) for f in files if "SPEC" in f.read_text()]
 
 
 def test_demo_says_where_it_runs(capsys):
