@@ -174,3 +174,11 @@ def test_fallback_warning_says_what_the_variable_does():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0
     assert "running on Numba's CUDA simulator" in done.stderr and "DeviceUnavailable" in done.stderr
+
+
+def test_hypothesis_profile_is_reproducible_under_load():
+    from hypothesis import HealthCheck, settings
+
+    current = settings()
+    assert current.derandomize and current.database is None and current.deadline is None
+    assert set(current.suppress_health_check) == set(HealthCheck)
