@@ -106,8 +106,8 @@ def quantize_per_channel(x: Any, scales: Any, zero_points: Any, axis: int, *, dt
     """``q[..., c, ...] = clamp(round(x[..., c, ...] * (1/scales[c])) + zero_points[c], q_min, q_max)``.
 
     ``x`` of any rank; ``scales`` / ``zero_points`` of length ``x.shape[axis]``. With integer zero
-    points, ``dequantize_per_channel(quantize_per_channel(x))`` equals
-    ``torch.fake_quantize_per_channel_affine`` bit for bit.
+    points and f16/bf16/f32 ``x``, ``dequantize_per_channel(quantize_per_channel(x))`` equals
+    ``torch.fake_quantize_per_channel_affine`` bit for bit (f64: see the README, "PyTorch and float64").
     """
     return _quantize("channel", "quantize", "quantize_per_channel", x, scales, zero_points, axis, None, dtype,
                      q_min, q_max, None, out, stream)

@@ -144,8 +144,10 @@ def fake_quantize(x: Any, scale: float, zero_point: int = 0, q_min: int = -128, 
     """Quantize and dequantize in one pass, in ``x``'s dtype.
 
     ``y = (clamp(round(x * (1/scale)) + zero_point, q_min, q_max) - zero_point) * scale``,
-    computed in the math precision and rounded once; matches
-    ``torch.fake_quantize_per_tensor_affine`` bit for bit. NaN propagates.
+    computed in the math precision and rounded once; for f16/bf16/f32 ``x`` it matches
+    ``torch.fake_quantize_per_tensor_affine`` bit for bit. For f64 ``x`` it is float64 throughout, while
+    PyTorch uses a float32 scale, reciprocal and product (see the README, "PyTorch and float64").
+    NaN propagates.
     """
     where = "fake_quantize"
     xo = operand(x, where, "x")
