@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidOperand, InvalidProblem, MisalignedOperand, problem_message
-from .platform import SIMULATOR
+from .platform import SIMULATOR, require_device
 from .vocabulary import ElementKind, element_kind
 
 __all__ = ["Operand", "Bfloat16Array", "bfloat16_view", "adapt", "allocate_like", "scalar_value"]
@@ -134,6 +134,7 @@ def _from_host(array: np.ndarray, obj, origin, where, argument, element=None, co
     flat = array.reshape(-1).view(element.storage_dtype)
     if SIMULATOR:
         return Operand(obj, origin, element, shape, 0, True, host=flat)
+    require_device(where)
     from numba import cuda
 
     staged = cuda.to_device(flat) if copy else cuda.device_array(flat.shape, flat.dtype)
@@ -159,10 +160,7 @@ def _from_torch(tensor, where, argument) -> Operand:
             raise InvalidOperand(problem_message(where, argument, "a CPU tensor under the simulator", "a CUDA tensor"))
         if not contiguous:
             return Operand(tensor, "torch_cpu", element, shape, 0, False)
-        import torch
-
-        storage = tensor.view(torch.int16) if element is ElementKind.BF16 else tensor
-        return _from_host(storage.numpy(), tensor, "torch_cpu", where, argument, element)
+        return _from_host(_numpy_storage(tensor, element), tensor, "torch_cpu", where, argument, element)
     return Operand(tensor, "torch", element, shape, tensor.data_ptr(), contiguous,
                    device_id=tensor.get_device())
 
@@ -272,7 +270,19 @@ def _torch_dtype(element: ElementKind):
 
     return {ElementKind.F16: torch.float16, ElementKind.BF16: torch.bfloat16, ElementKind.F32: torch.float32,
             ElementKind.F64: torch.float64, ElementKind.S8: torch.int8, ElementKind.U8: torch.uint8,
-            ElementKind.I32: torch.int32}[element]
+            ElementKind.I32: torch.int32, ElementKind.FP8_E4M3: torch.float8_e4m3fn,
+            ElementKind.FP8_E5M2: torch.float8_e5m2}[element]
+
+
+def _numpy_storage(tensor: Any, element: ElementKind) -> np.ndarray:
+    """A CPU tensor as a NumPy array of its bits where NumPy lacks the dtype (bf16, float8)."""
+    import torch
+
+    if element is ElementKind.BF16:
+        return tensor.view(torch.int16).numpy()
+    if element.is_fp8:
+        return tensor.view(torch.uint8).numpy()
+    return tensor.numpy()
 
 
 def allocate_like(like: Operand, shape: tuple[int, ...], element: ElementKind) -> Operand:
@@ -286,12 +296,12 @@ def allocate_like(like: Operand, shape: tuple[int, ...], element: ElementKind) -
         import torch
 
         tensor = torch.empty(shape, dtype=_torch_dtype(element))
-        storage = tensor.view(torch.int16) if element is ElementKind.BF16 else tensor
-        return _from_host(storage.numpy(), tensor, "torch_cpu", "allocate", "out", element, copy=False)
+        return _from_host(_numpy_storage(tensor, element), tensor, "torch_cpu", "allocate", "out", element,
+                          copy=False)
     if origin == "numpy" or (SIMULATOR and origin != "numba"):
         array = np.empty(shape, element.numpy_dtype)
         return _from_host(array, array, "numpy", "allocate", "out", copy=False)
-    if origin == "cupy" and element is not ElementKind.BF16:
+    if origin == "cupy" and element is not ElementKind.BF16 and not element.is_fp8:
         import cupy
 
         with cupy.cuda.Device(like.device_id):
@@ -299,7 +309,10 @@ def allocate_like(like: Operand, shape: tuple[int, ...], element: ElementKind) -
     from numba import cuda
 
     storage = cuda.device_array(shape, dtype=element.storage_dtype)
-    return adapt(bfloat16_view(storage) if element is ElementKind.BF16 else storage, "allocate", "out")
+    op = adapt(bfloat16_view(storage) if element is ElementKind.BF16 else storage, "allocate", "out")
+    if element.is_fp8:  # numba has no float8 dtype: the result is a uint8 device array of FP8 bits
+        op.element = element
+    return op
 
 
 def finish(op: Operand) -> Any:

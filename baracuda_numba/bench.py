@@ -187,7 +187,7 @@ def per_segment(bench: Bench, family: str, n: int, dtypes: list[str]) -> None:
         torch.cuda.empty_cache()
 
 
-def dynamic(bench: Bench, n: int, host: dict[str, float]) -> None:
+def dynamic(bench: Bench, n: int, pairs: list[dict]) -> None:
     """Dynamic-range quantize against eager and compiled PyTorch compositions."""
     cols = 4096
     rows = n // cols
@@ -220,10 +220,71 @@ def dynamic(bench: Bench, n: int, host: dict[str, float]) -> None:
     torch.cuda.empty_cache()
     for tokens in (1, 16):
         small = torch.randn(tokens, cols, device="cuda", dtype=torch.bfloat16)
-        host[f"dynamic_range_quantize() ({tokens}x4096 bf16)"] = host_us(lambda s=small: bn.dynamic_range_quantize(s),
-                                                                         500)
-        host[f"eager torch composition ({tokens}x4096 bf16)"] = host_us(lambda s=small: torch_token(s), 500)
-        host[f"torch.compile composition ({tokens}x4096 bf16)"] = host_us(lambda s=small: compiled_token(s), 500)
+        ours = host_us(lambda s=small: bn.dynamic_range_quantize(s), 500)
+        for label, fn in (("torch.compile composition", compiled_token), ("eager composition", torch_token)):
+            pairs.append({"family": "dynamic", "call": f"dynamic_range_quantize() ({tokens}x4096 bf16)", "us": ours,
+                          "torch_op": label, "torch_us": host_us(lambda s=small, fn=fn: fn(s), 500)})
+
+
+def lowbit(bench: Bench, n: int) -> None:
+    """FP8 (E4M3fn, E5M2) and packed int4 next to the PyTorch compositions they replace: the cast
+    ``(x * inv).clamp(-max, max).to(float8)`` after scaling (eager), and vLLM-style dynamic FP8
+    (amax, scale clamp, cast) and int4 group packing composed in ``torch.compile``."""
+    cols = 4096
+    rows = n // cols
+    x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
+    e4m3, top = torch.float8_e4m3fn, 448.0
+    inv = torch.tensor(1.0 / 0.02, device="cuda")
+    token_scales = torch.full((rows,), 0.02, device="cuda")
+
+    def torch_cast(x, fp8=e4m3, top=top):
+        return (x.float() * inv).clamp(-top, top).to(fp8)
+
+    def torch_dynamic_token(x):  # vLLM's dynamic per-token FP8: scale = max(amax / 448, 1 / (448 * 512))
+        scale = (x.float().abs().amax(dim=1, keepdim=True) / top).clamp(min=1.0 / (top * 512.0))
+        return (x.float() / scale).clamp(-top, top).to(e4m3), scale
+
+    def torch_dynamic_tensor(x):
+        scale = (x.float().abs().amax() / top).clamp(min=1.0 / (top * 512.0))
+        return (x.float() / scale).clamp(-top, top).to(e4m3), scale
+
+    def torch_int4_group(x, scales):  # symmetric int4 per group of 128, packed low nibble first
+        q = (x.float().view(rows, -1, 128) / scales[..., None]).round().clamp(-8, 7).to(torch.int8).view(rows, cols)
+        return ((q[:, 0::2] & 0xF) | (q[:, 1::2] << 4)).to(torch.uint8)
+
+    compiled_token, compiled_tensor = torch.compile(torch_dynamic_token), torch.compile(torch_dynamic_tensor)
+    compiled_int4 = torch.compile(torch_int4_group)
+    cast = "(x*inv).clamp().to(e4m3fn)"
+    bench.add("fp8", "quantize_per_tensor e4m3", "bf16", 3 * n,
+              lambda: bn.quantize_per_tensor(x, 0.02, dtype=e4m3), lambda: torch_cast(x), cast)
+    bench.add("fp8", "quantize_per_tensor e5m2", "bf16", 3 * n,
+              lambda: bn.quantize_per_tensor(x, 0.02, dtype=torch.float8_e5m2),
+              lambda: torch_cast(x, torch.float8_e5m2, 57344.0), "(x*inv).clamp().to(e5m2)")
+    bench.add("fp8", "quantize_per_token e4m3", "bf16", 3 * n,
+              lambda: bn.quantize_per_token(x, token_scales, dtype=e4m3), lambda: torch_cast(x), cast)
+    q = bn.quantize_per_tensor(x, 0.02, dtype=e4m3)
+    bench.add("fp8", "dequantize_per_tensor e4m3", "bf16", 3 * n,
+              lambda: bn.dequantize_per_tensor(q, 0.02, dtype=torch.bfloat16),
+              lambda: (q.float() * 0.02).to(torch.bfloat16), "(q.float()*s).to(bf16)")
+    bench.add("fp8", "fake_quantize e4m3", "bf16", 4 * n, lambda: bn.fake_quantize(x, 0.02, dtype=e4m3),
+              lambda: (torch_cast(x).float() * 0.02).to(torch.bfloat16), "cast round trip")
+    bench.add("fp8", "dynamic token e4m3", "bf16", 3 * n, lambda: bn.dynamic_range_quantize(x, dtype=e4m3),
+              lambda: compiled_token(x), "torch.compile(vLLM-style)")
+    bench.add("fp8", "dynamic tensor e4m3", "bf16", 3 * n,
+              lambda: bn.dynamic_range_quantize(x, scope="tensor", dtype=e4m3),
+              lambda: compiled_tensor(x), "torch.compile(vLLM-style)")
+    scales = torch.full((rows, cols // 128), 0.3, device="cuda")
+    nbytes = 2 * n + n // 2
+    bench.add("int4", "quantize_per_group_packed", "bf16", nbytes,
+              lambda: bn.quantize_per_group_packed(x, scales, None, 128),
+              lambda: compiled_int4(x, scales), "torch.compile(round/clamp/pack)")
+    packed = bn.quantize_per_group_packed(x, scales, None, 128)
+    bench.add("int4", "dequantize_per_group_packed", "bf16", nbytes,
+              lambda: bn.dequantize_per_group_packed(packed, scales, None, 128, dtype=torch.bfloat16))
+    bench.add("int4", "dynamic group128 int4", "bf16", nbytes,
+              lambda: bn.dynamic_range_quantize_packed(x, group_size=128))
+    x = q = packed = None  # free the device memory before the next family
+    torch.cuda.empty_cache()
 
 
 def linear(bench: Bench, host: dict[str, float]) -> None:
@@ -256,30 +317,60 @@ def linear(bench: Bench, host: dict[str, float]) -> None:
     host["quantized_linear() (16x4096 @ 4096x4096)"] = host_us(lambda: bn.quantized_linear(x, w, ws), 200)
 
 
-def host_overhead() -> dict[str, float]:
+def host_pairs() -> list[dict]:
+    """Host time per call on small problems, each family's call next to the nearest PyTorch op
+    (timed in the same loop shape): what a serving or training step pays per launch."""
     small = torch.randn(4096, device="cuda")
     small_q = torch.empty(4096, device="cuda", dtype=torch.int8)
     plan = bn.QuantizePerTensorPlan.select(bn.QuantizePerTensorDescriptor(4096, -128, 127, "f32", "s8"))
     args = bn.QuantizePerTensorArgs(small, 0.02, 3, small_q)
+    tq = torch.quantize_per_tensor(small, 0.02, 3, torch.qint8)
     rows, cols = 16, 256
     tokens = torch.randn(rows, cols, device="cuda")
     scales = torch.full((rows,), 0.02, device="cuda")
     zps = torch.zeros(rows, device="cuda", dtype=torch.int32)
+    scales64, zps64 = scales.double(), zps.long()
+    col_scales, col_zps = torch.full((cols,), 0.02, device="cuda"), torch.zeros(cols, device="cuda", dtype=torch.int32)
+    col_scales64, col_zps64 = col_scales.double(), col_zps.long()
     token_plan = bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(rows, cols, -128, 127, "f32", "s8"))
     token_args = bn.QuantizePerTokenArgs(tokens, scales, zps, torch.empty(rows, cols, device="cuda",
                                                                           dtype=torch.int8))
-    return {
-        "QuantizePerTensorPlan.run (4096, torch)": host_us(lambda: plan.run(args)),
-        "QuantizePerTokenPlan.run (16x256, torch)": host_us(lambda: token_plan.run(token_args)),
-        "quantize_per_tensor() (4096, torch)": host_us(lambda: bn.quantize_per_tensor(small, 0.02, 3)),
-        "quantize_per_token() (16x256, torch)": host_us(lambda: bn.quantize_per_token(tokens, scales, zps)),
-        "torch.quantize_per_tensor (4096)": host_us(lambda: torch.quantize_per_tensor(small, 0.02, 3, torch.qint8)),
-        "torch.fake_quantize_per_tensor_affine (4096)": host_us(
-            lambda: torch.fake_quantize_per_tensor_affine(small, 0.02, 3, -128, 127)),
-    }
+    group_scales = torch.full((rows, cols // 128), 0.02, device="cuda")
+    group_zps = torch.zeros(rows, cols // 128, device="cuda", dtype=torch.int32)
+
+    def torch_group():  # no grouped quantize op in PyTorch: the eager composition
+        y = torch.round(tokens.view(rows, -1, 128) / group_scales[..., None]) + group_zps[..., None]
+        return torch.clamp(y, -128, 127).to(torch.int8)
+
+    cases = [
+        ("per_tensor", "QuantizePerTensorPlan.run (4096 f32)", lambda: plan.run(args),
+         "torch.quantize_per_tensor", lambda: torch.quantize_per_tensor(small, 0.02, 3, torch.qint8)),
+        ("per_tensor", "quantize_per_tensor() (4096 f32)", lambda: bn.quantize_per_tensor(small, 0.02, 3),
+         "torch.quantize_per_tensor", lambda: torch.quantize_per_tensor(small, 0.02, 3, torch.qint8)),
+        ("per_tensor", "dequantize_per_tensor() (4096 s8)", lambda: bn.dequantize_per_tensor(small_q, 0.02, 3),
+         "Tensor.dequantize", tq.dequantize),
+        ("per_tensor", "fake_quantize() (4096 f32)", lambda: bn.fake_quantize(small, 0.02, 3),
+         "torch.fake_quantize_per_tensor_affine",
+         lambda: torch.fake_quantize_per_tensor_affine(small, 0.02, 3, -128, 127)),
+        ("per_channel", "quantize_per_channel() (16x256 f32, axis 1)",
+         lambda: bn.quantize_per_channel(tokens, col_scales, col_zps, 1),
+         "torch.quantize_per_channel", lambda: torch.quantize_per_channel(tokens, col_scales64, col_zps64, 1,
+                                                                          torch.qint8)),
+        ("per_token", "QuantizePerTokenPlan.run (16x256 f32)", lambda: token_plan.run(token_args),
+         "torch.quantize_per_channel (axis 0)",
+         lambda: torch.quantize_per_channel(tokens, scales64, zps64, 0, torch.qint8)),
+        ("per_token", "quantize_per_token() (16x256 f32)", lambda: bn.quantize_per_token(tokens, scales, zps),
+         "torch.quantize_per_channel (axis 0)",
+         lambda: torch.quantize_per_channel(tokens, scales64, zps64, 0, torch.qint8)),
+        ("per_group", "quantize_per_group() (16x256 f32, g128)",
+         lambda: bn.quantize_per_group(tokens, group_scales, group_zps, 128),
+         "eager round/clamp composition", torch_group),
+    ]
+    return [{"family": family, "call": label, "us": host_us(ours), "torch_op": torch_label,
+             "torch_us": host_us(theirs)} for family, label, ours, torch_label, theirs in cases]
 
 
-def markdown(bench: Bench, host: dict[str, float], device: str, n: int) -> str:
+def markdown(bench: Bench, pairs: list[dict], host: dict[str, float], device: str, n: int) -> str:
     lines = [f"device: {device}; n = {n} elements; device-to-device copy: {bench.copy_gbs:.0f} GB/s", "",
              "| family | op | dtype | GB/s | % of copy | PyTorch op | PyTorch GB/s | ratio |",
              "|---|---|---|---:|---:|---|---:|---:|"]
@@ -291,7 +382,13 @@ def markdown(bench: Bench, host: dict[str, float], device: str, n: int) -> str:
         torch_cols = (f"{r['torch_op']} | {r['torch_GB/s']:.0f} | {r['ratio']:.2f}x" if "torch_op" in r else " | | ")
         lines.append(f"| {r['family']} | {r['op']} | {r['dtype']} | {r['GB/s']:.0f} | {r['pct_copy']:.1f}% | "
                      f"{torch_cols} |")
-    lines += ["", "| host time per call | us |", "|---|---:|"] + [f"| {k} | {v:.1f} |" for k, v in host.items()]
+    if pairs:
+        lines += ["", "| family | host time per call | us | PyTorch op | us | PyTorch / ours |",
+                  "|---|---|---:|---|---:|---:|"]
+        lines += [f"| {p['family']} | {p['call']} | {p['us']:.1f} | {p['torch_op']} | {p['torch_us']:.1f} | "
+                  f"{p['torch_us'] / p['us']:.2f}x |" for p in pairs]
+    if host:
+        lines += ["", "| host time per call | us |", "|---|---:|"] + [f"| {k} | {v:.1f} |" for k, v in host.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -318,7 +415,8 @@ def chart(bench: Bench, path: Path) -> bool:
     return True
 
 
-EXPECTED_CASES = {"per_tensor": 6, "per_channel": 8, "per_token": 4, "per_group": 4, "dynamic": 6, "linear": 5}
+EXPECTED_CASES = {"per_tensor": 6, "per_channel": 8, "per_token": 4, "per_group": 4, "dynamic": 6, "linear": 5,
+                  "lowbit": 10}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -327,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--dtypes", nargs="+", default=["f32", "bf16", "f16", "f64"])
     parser.add_argument("--only", nargs="+",
-                        default=["per_tensor", "per_channel", "per_token", "per_group", "dynamic", "linear", "host"])
+                        default=["per_tensor", "per_channel", "per_token", "per_group", "dynamic", "lowbit", "linear",
+                                 "host"])
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
     if torch is None or not torch.cuda.is_available():
@@ -336,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     n = 1 << args.log2n
     per_dtype = {"per_tensor": len(args.dtypes)}
     segment_dtypes = len([d for d in args.dtypes if d in ("f32", "bf16")])
-    total = sum(EXPECTED_CASES[k] * per_dtype.get(k, segment_dtypes if k not in ("dynamic", "linear") else 1)
+    total = sum(EXPECTED_CASES[k] * per_dtype.get(k, segment_dtypes if k not in ("dynamic", "linear", "lowbit") else 1)
                 for k in EXPECTED_CASES if k in args.only)
     bench = Bench(args.repeats, total)
     bench.copy(n)
@@ -347,18 +446,21 @@ def main(argv: list[str] | None = None) -> int:
     for family in ("per_channel", "per_token", "per_group"):
         if family in args.only:
             per_segment(bench, family, n, [d for d in args.dtypes if d in ("f32", "bf16")])
-    host = host_overhead() if "host" in args.only else {}
+    pairs = host_pairs() if "host" in args.only else []
+    host: dict[str, float] = {}
     if "dynamic" in args.only:
-        dynamic(bench, n, host)
+        dynamic(bench, n, pairs)
+    if "lowbit" in args.only:
+        lowbit(bench, n)
     if "linear" in args.only:
         linear(bench, host)
-    text = markdown(bench, host, device, n)
+    text = markdown(bench, pairs, host, device, n)
     print("\n" + text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.md").write_text(text)
     (out / "bench.json").write_text(json.dumps({"device": device, "n": n, "copy_GB/s": bench.copy_gbs,
-                                                "rows": bench.rows, "host_us": host}, indent=1))
+                                                "rows": bench.rows, "host_pairs": pairs, "host_us": host}, indent=1))
     if not chart(bench, out / "bench.png"):
         print("matplotlib not installed: no bench.png")
     return 0

@@ -23,8 +23,6 @@ def _backend_line() -> str:
 
     if platform.SIMULATOR:
         return "CUDA simulator (no GPU found: slow, small sizes; set NUMBA_ENABLE_CUDASIM=0 to require a GPU)"
-    if platform.UNAVAILABLE:
-        return f"no usable GPU ({platform.UNAVAILABLE}) and the simulator refused by NUMBA_ENABLE_CUDASIM=0"
     return f"GPU: {platform.backend_name()}"
 
 
@@ -51,214 +49,130 @@ def _time_call(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(samples)
 
 
-def _on_device(a: np.ndarray, kind):
-    """``a`` as a device array of ``kind`` (unchanged under the simulator, where ops stage host arrays)."""
+# One op of each family, as named in ``_recipe``; the per-tensor ops are all shown.
+DEMO_OPS = ("quantize_per_tensor", "dequantize_per_tensor", "fake_quantize", "quantize_per_tensor_backward",
+            "fake_quantize_backward", "dequantize_per_tensor_backward", "quantize_per_channel",
+            "dequantize_per_channel", "quantize_per_token", "quantize_per_group", "dequantize_per_group",
+            "dynamic_range_quantize", "quantized_linear")
+
+
+def _device_placer():
+    """``place(host array) -> device array`` (bf16 through a tagged uint16 view); identity under the
+    simulator, where the ops take host arrays."""
     from numba import cuda
 
     from . import platform
+    from .arrays import bfloat16_view
+    from .vocabulary import ElementKind
 
     if platform.SIMULATOR:
-        return a
-    if kind.short == "bf16":
-        from .arrays import bfloat16_view
+        return lambda a: a
 
-        return bfloat16_view(cuda.to_device(a.view(kind.storage_dtype)))
-    return cuda.to_device(a)
+    def place(a):
+        if a.dtype == ElementKind.BF16.numpy_dtype:
+            return bfloat16_view(cuda.to_device(a.view(np.uint16)))
+        return cuda.to_device(a)
 
-
-class _Case:
-    """One demo row: the op on host arrays (checked against ``expected``), the same op on device arrays
-    (timed on a GPU), the bytes it must move (GB/s) or the operations it does (TOPS), and the arrays
-    whose quantization error the row reports (``error_of(got)`` -> RMSE)."""
-
-    def __init__(self, op: str, dtypes: str, run_host, expected, run_device=None, nbytes: int = 0,
-                 ops: int = 0, error_of=None) -> None:
-        self.op, self.dtypes, self.run_host, self.expected = op, dtypes, run_host, expected
-        self.run_device, self.nbytes, self.ops, self.error_of = run_device, nbytes, ops, error_of
+    return place
 
 
-def _rmse(a: np.ndarray, b: np.ndarray) -> float:
-    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
-    return float(np.sqrt(np.mean(d[np.isfinite(d)] ** 2))) if d.size else 0.0
-
-
-def _per_tensor_cases(kind, x, dy, q, scale: float, zero_point: int) -> list[_Case]:
-    """The six per-tensor ops on the flat ``x``."""
-    from . import ops, reference
-
-    q_range, n, f = (-128, 127), x.size, kind.itemsize
-    x_dev = _on_device(x, kind)
-    return [
-        _Case("quantize_per_tensor", f"{kind.short}->s8", lambda: ops.quantize_per_tensor(x, scale, zero_point),
-              reference.quantize(x, scale, zero_point, *q_range, np.int8),
-              lambda: ops.quantize_per_tensor(x_dev, scale, zero_point), (f + 1) * n,
-              error_of=lambda got: _rmse(reference.dequantize(got, scale, zero_point, np.float64), x)),
-        _Case("dequantize_per_tensor", f"s8->{kind.short}",
-              lambda: ops.dequantize_per_tensor(q, scale, zero_point, dtype=kind),
-              reference.dequantize(q, scale, zero_point, kind.numpy_dtype)),
-        _Case("fake_quantize", kind.short, lambda: ops.fake_quantize(x, scale, zero_point),
-              reference.fake_quantize(x, scale, zero_point, *q_range),
-              lambda: ops.fake_quantize(x_dev, scale, zero_point), 2 * f * n, error_of=lambda got: _rmse(got, x)),
-        _Case("quantize_per_tensor_backward", kind.short,
-              lambda: ops.quantize_per_tensor_backward(dy, x, scale, zero_point),
-              reference.quantize_backward(dy, x, scale, zero_point, *q_range)),
-        _Case("fake_quantize_backward", kind.short, lambda: ops.fake_quantize_backward(dy, x, scale, zero_point),
-              reference.fake_quantize_backward(dy, x, scale, zero_point, *q_range)),
-        _Case("dequantize_per_tensor_backward", kind.short, lambda: ops.dequantize_per_tensor_backward(dy, scale),
-              reference.dequantize_backward(dy, scale)),
-    ]
-
-
-DEMO_COLUMNS = 64  # the row length of the matrix the per-axis, dynamic and linear rows use
-DEMO_GROUP = 32
-
-
-def _linear_problem(kind, m: int, k: int, n: int) -> tuple:
-    """``x [m, k]``, an int8 weight ``[n, k]`` with absmax per-channel scales, the float result of the
-    first rows (without activation rounding) and how many rows are checked against the reference
-    (at most 16: the int64 NumPy matmul of a large GEMM would dominate the demo; rows are independent)."""
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((m, k)).astype(kind.numpy_dtype)
-    w_float = rng.standard_normal((n, k))
-    w_scale = (np.abs(w_float).max(axis=1) / 127).astype(np.float32)
-    w_q = np.rint(w_float / w_scale[:, None].astype(np.float64)).clip(-127, 127).astype(np.int8)
-    checked = min(m, 16)
-    y_float = x[:checked].astype(np.float64) @ (w_q.astype(np.float64) * w_scale[:, None]).T
-    return x, w_q, w_scale, y_float, checked
-
-
-def _family_cases(kind, x2: np.ndarray, linear: tuple[int, int, int]) -> list[_Case]:
-    """One op of each other family on the ``[rows, DEMO_COLUMNS]`` matrix ``x2`` with absmax scales, and
-    the W8A8 linear of shape ``linear = (M, K, N)``."""
-    from . import ops, reference
-    from .reference import dynamic as dynamic_ref
-    from .reference import linear as linear_ref
-
-    rows = x2.shape[0]
-    n, f = x2.size, kind.itemsize
-    m = np.float64 if kind.short == "f64" else np.float32  # scales in the math precision
-    wide = x2.astype(np.float64)
-    channel_scales = (np.abs(wide).max(axis=0) / 127).astype(m)  # one per column: axis 1
-    token_scales = (np.abs(wide).max(axis=1) / 127).astype(m)
-    group_scales = (np.abs(wide.reshape(rows, -1, DEMO_GROUP)).max(axis=2) / 127).astype(m).reshape(-1)
-    expand = {"channel": reference.expand_channels(channel_scales, x2.shape, 1),
-              "token": reference.expand_tokens(token_scales, x2.shape),
-              "group": reference.expand_groups(group_scales, x2.shape, DEMO_GROUP)}
-    x_dev = _on_device(x2, kind)
-    dev = {name: _plain_device(v)
-           for name, v in (("channel", channel_scales), ("token", token_scales), ("group", group_scales))}
-
-    def quantize_error(scales):
-        return lambda got: _rmse(reference.dequantize(got, scales, 0, np.float64), wide)
-
-    xm, w_q, w_scale, y_float, checked = _linear_problem(kind, *linear)
-    xm_dev, wq_dev, ws_dev = _on_device(xm, kind), _plain_device(w_q), _plain_device(w_scale)
-    lm, lk, ln = linear
-    return [
-        _Case("quantize_per_channel", f"{kind.short}->s8",
-              lambda: ops.quantize_per_channel(x2, channel_scales, None, 1),
-              reference.quantize(x2, expand["channel"], 0, -128, 127, np.int8),
-              lambda: ops.quantize_per_channel(x_dev, dev["channel"], None, 1), (f + 1) * n,
-              error_of=quantize_error(expand["channel"])),
-        _Case("quantize_per_token", f"{kind.short}->s8", lambda: ops.quantize_per_token(x2, token_scales),
-              reference.quantize(x2, expand["token"], 0, -128, 127, np.int8),
-              lambda: ops.quantize_per_token(x_dev, dev["token"]), (f + 1) * n,
-              error_of=quantize_error(expand["token"])),
-        _Case(f"quantize_per_group (g={DEMO_GROUP})", f"{kind.short}->s8",
-              lambda: ops.quantize_per_group(x2, group_scales, None, DEMO_GROUP),
-              reference.quantize(x2, expand["group"], 0, -128, 127, np.int8),
-              lambda: ops.quantize_per_group(x_dev, dev["group"], None, DEMO_GROUP), (f + 1) * n,
-              error_of=quantize_error(expand["group"])),
-        _Case("dynamic_range_quantize", f"{kind.short}->s8", lambda: ops.dynamic_range_quantize(x2).q,
-              dynamic_ref.dynamic_range_quantize(x2, "symmetric", "token", -127, 127, np.int8)[0],
-              lambda: ops.dynamic_range_quantize(x_dev), (f + 1) * n,
-              error_of=lambda got: _rmse(reference.dequantize(
-                  got, reference.expand_tokens(dynamic_ref.dynamic_range_params(
-                      x2, "symmetric", "token", -127, 127)[0], x2.shape), 0, np.float64), wide)),
-        _Case(f"quantized_linear {lm}x{lk}x{ln}", f"{kind.short}.s8",
-              lambda: np.asarray(ops.quantized_linear(xm, w_q, w_scale))[:checked],
-              linear_ref.quantized_linear(xm[:checked], w_q, w_scale),
-              lambda: ops.quantized_linear(xm_dev, wq_dev, ws_dev), ops=2 * lm * lk * ln,
-              error_of=lambda got: _rmse(got, y_float)),
-    ]
-
-
-def _plain_device(a: np.ndarray):
+def _copy_bandwidth(size_bytes: int, repeats: int) -> float:
+    """GB/s of a device-to-device copy (bytes read + written): the ceiling of a memory-bound op."""
     from numba import cuda
 
-    from . import platform
-
-    return a if platform.SIMULATOR else cuda.to_device(a)
-
-
-def _copy_bandwidth(nbytes: int, repeats: int) -> float:
-    """GB/s of a device-to-device copy of ``nbytes`` (read + write), timed like the ops."""
-    from numba import cuda
-
-    src = cuda.device_array(nbytes // 4, np.float32)
-    dst = cuda.device_array(nbytes // 4, np.float32)
+    src = cuda.device_array(size_bytes // 4, np.float32)
+    dst = cuda.device_array_like(src)
     ms = _time_call(lambda: dst.copy_to_device(src), repeats)
-    return 2 * (nbytes // 4) * 4 / ms / 1e6
+    return 2 * src.nbytes / ms / 1e6
+
+
+def _compare(got: np.ndarray, expected: np.ndarray) -> tuple[int, float]:
+    """``(mismatches, max |diff|)``: elements whose value differs (NaN equals NaN)."""
+    g, e = got.astype(np.float64), expected.astype(np.float64)
+    same = (g == e) | (np.isnan(g) & np.isnan(e))
+    diff = np.abs(g - e)
+    return int(same.size - same.sum()), (float(np.nanmax(diff)) if diff.size and not np.isnan(diff).all() else 0.0)
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from . import ops, platform
+    from . import platform
     from .vocabulary import element_kind
 
-    size = args.size or (2048 if platform.SIMULATOR else 1 << 24)
-    repeats = 0 if platform.SIMULATOR else 20
-    rows = max(1, size // DEMO_COLUMNS)
-    linear = (4, 32, 32) if platform.SIMULATOR else (4096, 4096, 4096)  # the simulated mma is slow: tiny there
+    simulated = platform.SIMULATOR
+    cols = 128 if simulated else 4096
+    size = args.size or (2048 if simulated else 1 << 24)
+    shape = (max(1, -(-size // cols)), cols) if size >= cols else (1, size)
+    # the linear row: checked on a small problem, timed (GPU) at 4096^3
+    linear_shape = (4, 32) if simulated else (256, 1024)
+    repeats = 1 if simulated else 20
+    place = _device_placer()
     rng = np.random.default_rng(0)
-    print(f"baracuda-numba demo: {size} elements ({rows} x {DEMO_COLUMNS} for the per-axis and dynamic rows), "
-          f"on the {_backend_line()}")
-    copy = None if platform.SIMULATOR else _copy_bandwidth(4 * size, repeats)
-    if copy is not None:
-        print(f"copy bandwidth (device-to-device, {4 * size / 1e6:.0f} MB, this run): {copy:.0f} GB/s")
-    header = (f"{'op':<36}{'dtypes':<10}{'mismatches':>11}{'max|diff|':>11}{'quant RMSE':>12}{'ms':>10}"
-              f"{'GB/s|TOPS':>11}{'% copy':>8}")
+    print(f"baracuda-numba demo: every per-tensor op and one op of each other family, {shape[0]} x {shape[1]} "
+          f"elements, on the {_backend_line()}")
+    copy = None
+    if not simulated:
+        copy = _copy_bandwidth(4 * shape[0] * shape[1], repeats)
+        print(f"device-to-device copy (bytes read + written): {copy:.0f} GB/s, the memory-bound ceiling")
+    header = (f"{'op':<32}{'dtypes':<11}{'mismatches':>11}{'max|diff|':>11}{'quant RMSE':>12}{'ms':>10}"
+              f"{'GB/s':>8}{'% copy':>8}{'TOPS':>8}")
     print(header)
     print("-" * len(header))
     failures = 0
-    scale, zero_point = 0.02, 3
     for name in args.dtype:
-        kind = element_kind(name)
+        kind, out_kind = element_kind(name), element_kind("int8")
         if not kind.is_float:
-            raise ValueError(f"--dtype expected a float dtype, got {name}")
-        x = (rng.standard_normal(size) * 1.5).astype(kind.numpy_dtype)
-        dy = rng.standard_normal(size).astype(kind.numpy_dtype)
-        q = ops.quantize_per_tensor(x, scale, zero_point)
-        x2 = (rng.standard_normal((rows, DEMO_COLUMNS)) * np.linspace(0.5, 4, DEMO_COLUMNS)).astype(kind.numpy_dtype)
-        for case in (*_per_tensor_cases(kind, x, dy, q, scale, zero_point), *_family_cases(kind, x2, linear)):
-            start = time.perf_counter()
-            got = np.asarray(case.run_host())
-            host_ms = (time.perf_counter() - start) * 1e3
-            g, e = got.astype(np.float64), np.asarray(case.expected).astype(np.float64)
-            same = (g == e) | (np.isnan(g) & np.isnan(e))
-            mismatches = int(same.size - same.sum())
+            raise ValueError(f"--dtype expected float dtypes, got {name}")
+        for op in DEMO_OPS:
+            linear = op.endswith("linear")
+            op_shape = linear_shape if linear else shape
+            x = (rng.standard_normal(op_shape) * 1.5).astype(kind.numpy_dtype)
+            q = rng.integers(-128, 128, op_shape).astype(np.int8)
+            call, expected_of, reads = _recipe(op, x, q, kind, out_kind, op_shape, args.group_size)
+            began = time.perf_counter()
+            got = np.asarray(call())
+            elapsed_ms = (time.perf_counter() - began) * 1e3
+            mismatches, max_diff = _compare(got, np.asarray(expected_of()))
             failures += mismatches > 0
-            diff = np.abs(g - e)
-            max_diff = float(np.nanmax(diff)) if diff.size else 0.0
-            rmse = f"{case.error_of(got):.3e}" if case.error_of else ""
-            ms = host_ms if platform.SIMULATOR else _time_call(case.run_device or case.run_host, repeats)
-            rate = share = ""
-            if case.run_device is not None and not platform.SIMULATOR:
-                if case.ops:
-                    rate = f"{case.ops / ms / 1e9:.0f} T"
-                else:
-                    rate = f"{case.nbytes / ms / 1e6:.0f}"
-                    share = f"{100 * case.nbytes / ms / 1e6 / copy:.0f}%"
-            print(f"{case.op:<36}{case.dtypes:<10}{mismatches:>11}{max_diff:>11.2e}{rmse:>12}{ms:>10.3f}"
-                  f"{rate:>11}{share:>8}")
-    if platform.SIMULATOR:
-        note = "ms: host arrays on the simulator (includes staging; not a speed measurement)"
-    else:
-        note = ("ms: median of device arrays where a rate is shown (GB/s: the bytes the op must read and write; "
-                "T: tera int8 ops/s), else host round trips")
-    print(f"\n{note}.\nmismatches: elements differing from the NumPy float64 reference (baracuda_numba.reference; "
-          "semantics in the README's \"Semantics\" section). quant RMSE: the dequantized result against the float "
-          "input (linear: against the float matmul with the dequantized weight).")
+            rmse = ""
+            if op in ("fake_quantize", "quantized_linear"):  # the error quantization itself introduces
+                exact = x.astype(np.float64)
+                if linear:
+                    weight, weight_scale = _linear_weight(op_shape[-1])
+                    exact = exact @ (weight.astype(np.float64) * weight_scale[:, None]).T
+                rmse = f"{np.sqrt(np.mean((got.astype(np.float64) - exact) ** 2)):.2e}"
+            dtypes = f"{element_kind(reads[0].dtype).short}->{element_kind(got.dtype).short}"
+            ms_text = gbps = pct = tops = ""
+            if simulated:
+                ms_text = f"{elapsed_ms:.2f}"  # one simulated call is slow enough to time alone
+            elif linear:
+                m = n = k = 4096
+                xd = place((rng.standard_normal((m, k))).astype(kind.numpy_dtype))
+                weight, weight_scale = _linear_weight(k)
+                from . import ops
+
+                wd, sd = place(weight), place(weight_scale)
+                ms = _time_call(lambda xd=xd, wd=wd, sd=sd: ops.quantized_linear(xd, wd, sd), repeats)
+                ms_text, tops = f"{ms:.3f}", f"{2 * m * n * k / ms / 1e9:.0f}"
+                dtypes += " 4096^3"
+            else:
+                device_call, _, _ = _recipe(op, x, q, kind, out_kind, op_shape, args.group_size, place)
+                ms = _time_call(device_call, repeats)
+                moved = sum(a.nbytes for a in reads) + got.nbytes
+                rate = moved / ms / 1e6
+                ms_text, gbps, pct = f"{ms:.3f}", f"{rate:.0f}", f"{100 * rate / copy:.0f}%"
+            print(f"{op:<32}{dtypes:<11}{mismatches:>11}{max_diff:>11.2e}{rmse:>12}{ms_text:>10}{gbps:>8}"
+                  f"{pct:>8}{tops:>8}")
+    note = ("simulator: host arrays, times include the simulation" if simulated else
+            "ms: median of CUDA-event timings on device arrays; GB/s counts bytes read + written once")
+    print(f"\n{note}. mismatches: elements differing from the NumPy float64 reference (README, Semantics); "
+          "quant RMSE: error of the quantized result against unquantized float64 math.")
     return 1 if failures else 0
+
+
+def _linear_weight(k: int) -> tuple[np.ndarray, np.ndarray]:
+    """A ``[k, k]`` int8 weight and its per-output-channel scales (float32), always the same."""
+    weight = np.random.default_rng(1).integers(-128, 128, (k, k)).astype(np.int8)
+    return weight, np.linspace(0.001, 0.01, k).astype(np.float32)
 
 
 RUNNABLE = ("quantize_per_tensor", "dequantize_per_tensor", "fake_quantize", "quantize_per_tensor_backward",
@@ -270,8 +184,10 @@ RUNNABLE = ("quantize_per_tensor", "dequantize_per_tensor", "fake_quantize", "qu
             "quantized_linear", "smoothquant_linear")
 
 
-def _recipe(op: str, x, q, kind, out_kind, shape, group_size: int):
-    """``(call, reference)`` for ``op`` on the generated ``x`` (float) and ``q`` (int)."""
+def _recipe(op: str, x, q, kind, out_kind, shape, group_size: int, place=None):
+    """``(call, reference, arrays the op reads)`` for ``op`` on the generated ``x`` (float) and ``q``
+    (int), all NumPy. With ``place`` (host array -> device array) the call runs on device copies of its
+    operands, for timing; the reference and the listed arrays stay on the host."""
     from . import ops, reference
 
     scale, zp = 0.02, 3
@@ -285,62 +201,81 @@ def _recipe(op: str, x, q, kind, out_kind, shape, group_size: int):
               "token": reference.expand_tokens(token_scales, shape),
               "group": reference.expand_groups(group_scales, shape, group_size)}
     # the linear ops: x [..., K] against a [K, K] int8 weight with per-output-channel scales
-    k = shape[-1]
-    weight = np.random.default_rng(1).integers(-128, 128, (k, k)).astype(np.int8)
-    weight_scale = np.linspace(0.001, 0.01, k).astype(np.float32)
+    weight, weight_scale = _linear_weight(shape[-1])
     act = q.astype(np.int8) if out_kind.short == "s8" else (q.astype(np.int16) - 128).astype(np.int8)
+    named = {"x": x, "q": q, "channel": channel_scales, "token": token_scales, "group": group_scales,
+             "weight": weight, "weight_scale": weight_scale, "act": act}
+    hx, hq, hw, hws, hact = x, q, weight, weight_scale, act  # the reference reads host arrays
+    if place is not None:  # the same calls on device copies of every operand
+        x, q, channel_scales, token_scales, group_scales, weight, weight_scale, act = (
+            place(a) for a in (x, q, channel_scales, token_scales, group_scales, weight, weight_scale, act))
     table = {
         "quantize_per_tensor": (lambda: ops.quantize_per_tensor(x, scale, zp, dtype=out_kind),
-                                lambda: reference.quantize(x, scale, zp, q_min, q_max, out_kind.numpy_dtype)),
+                                lambda: reference.quantize(hx, scale, zp, q_min, q_max, out_kind.numpy_dtype)),
         "dequantize_per_tensor": (lambda: ops.dequantize_per_tensor(q, scale, zp, dtype=kind),
-                                  lambda: reference.dequantize(q, scale, zp, f)),
+                                  lambda: reference.dequantize(hq, scale, zp, f)),
         "fake_quantize": (lambda: ops.fake_quantize(x, scale, zp),
-                          lambda: reference.fake_quantize(x, scale, zp, -128, 127)),
+                          lambda: reference.fake_quantize(hx, scale, zp, -128, 127)),
         "quantize_per_tensor_backward": (lambda: ops.quantize_per_tensor_backward(x, x, scale, zp, dtype=out_kind),
-                                         lambda: reference.quantize_backward(x, x, scale, zp, q_min, q_max)),
+                                         lambda: reference.quantize_backward(hx, hx, scale, zp, q_min, q_max)),
         "fake_quantize_backward": (lambda: ops.fake_quantize_backward(x, x, scale, zp),
-                                   lambda: reference.fake_quantize_backward(x, x, scale, zp, -128, 127)),
+                                   lambda: reference.fake_quantize_backward(hx, hx, scale, zp, -128, 127)),
         "dequantize_per_tensor_backward": (lambda: ops.dequantize_per_tensor_backward(x, scale, dtype=out_kind),
-                                           lambda: reference.dequantize_backward(x, scale)),
+                                           lambda: reference.dequantize_backward(hx, scale)),
         "quantize_per_channel": (lambda: ops.quantize_per_channel(x, channel_scales, None, 0, dtype=out_kind),
-                                 lambda: reference.quantize(x, expand["channel"], 0, q_min, q_max,
+                                 lambda: reference.quantize(hx, expand["channel"], 0, q_min, q_max,
                                                             out_kind.numpy_dtype)),
         "dequantize_per_channel": (lambda: ops.dequantize_per_channel(q, channel_scales, None, 0, dtype=kind),
-                                   lambda: reference.dequantize(q, expand["channel"], 0, f)),
+                                   lambda: reference.dequantize(hq, expand["channel"], 0, f)),
         "quantize_per_token": (lambda: ops.quantize_per_token(x, token_scales, dtype=out_kind),
-                               lambda: reference.quantize(x, expand["token"], 0, q_min, q_max, out_kind.numpy_dtype)),
+                               lambda: reference.quantize(hx, expand["token"], 0, q_min, q_max, out_kind.numpy_dtype)),
         "dequantize_per_token": (lambda: ops.dequantize_per_token(q, token_scales, dtype=kind),
-                                 lambda: reference.dequantize(q, expand["token"], 0, f)),
+                                 lambda: reference.dequantize(hq, expand["token"], 0, f)),
         "quantize_per_group": (lambda: ops.quantize_per_group(x, group_scales, None, group_size, dtype=out_kind),
-                               lambda: reference.quantize(x, expand["group"], 0, q_min, q_max, out_kind.numpy_dtype)),
+                               lambda: reference.quantize(hx, expand["group"], 0, q_min, q_max, out_kind.numpy_dtype)),
         "dequantize_per_group": (lambda: ops.dequantize_per_group(q, group_scales, None, group_size, dtype=kind),
-                                 lambda: reference.dequantize(q, expand["group"], 0, f)),
+                                 lambda: reference.dequantize(hq, expand["group"], 0, f)),
         "quantize_per_channel_backward": (
             lambda: ops.quantize_per_channel_backward(x, x, channel_scales, None, 0, dtype=out_kind),
-            lambda: reference.quantize_backward(x, x, expand["channel"], 0, q_min, q_max)),
+            lambda: reference.quantize_backward(hx, hx, expand["channel"], 0, q_min, q_max)),
         "dequantize_per_channel_backward": (
             lambda: ops.dequantize_per_channel_backward(x, channel_scales, 0, dtype=out_kind),
-            lambda: reference.dequantize_backward(x, expand["channel"])),
+            lambda: reference.dequantize_backward(hx, expand["channel"])),
         "quantize_per_token_backward": (lambda: ops.quantize_per_token_backward(x, x, token_scales, dtype=out_kind),
-                                        lambda: reference.quantize_backward(x, x, expand["token"], 0, q_min, q_max)),
+                                        lambda: reference.quantize_backward(hx, hx, expand["token"], 0, q_min, q_max)),
         "dequantize_per_token_backward": (lambda: ops.dequantize_per_token_backward(x, token_scales, dtype=out_kind),
-                                          lambda: reference.dequantize_backward(x, expand["token"])),
+                                          lambda: reference.dequantize_backward(hx, expand["token"])),
         "quantize_per_group_backward": (
             lambda: ops.quantize_per_group_backward(x, x, group_scales, None, group_size, dtype=out_kind),
-            lambda: reference.quantize_backward(x, x, expand["group"], 0, q_min, q_max)),
+            lambda: reference.quantize_backward(hx, hx, expand["group"], 0, q_min, q_max)),
         "dequantize_per_group_backward": (
             lambda: ops.dequantize_per_group_backward(x, group_scales, group_size, dtype=out_kind),
-            lambda: reference.dequantize_backward(x, expand["group"])),
+            lambda: reference.dequantize_backward(hx, expand["group"])),
         "quantized_linear": (lambda: ops.quantized_linear(x, weight, weight_scale),
-                             lambda: reference.linear.quantized_linear(x, weight, weight_scale)),
+                             lambda: reference.linear.quantized_linear(hx, hw, hws)),
         "smoothquant_linear": (lambda: ops.smoothquant_linear(act, weight, weight_scale, scale, dtype=kind),
-                               lambda: reference.linear.smoothquant_linear(act, weight, weight_scale, scale, None, f)),
+                               lambda: reference.linear.smoothquant_linear(hact, hw, hws, scale, None, f)),
         "dynamic_range_quantize": (lambda: ops.dynamic_range_quantize(x, dtype=out_kind).q,
                                    lambda: reference.dynamic.dynamic_range_quantize(
-                                       x, "symmetric", "token", -127 if q_min < 0 else 0, q_max,
+                                       hx, "symmetric", "token", -127 if q_min < 0 else 0, q_max,
                                        out_kind.numpy_dtype)[0]),
     }
-    return table[op]
+    call, expected = table[op]
+    return call, expected, [named[name] for name in _READS[op].split()]
+
+
+_READS = {  # the generated arrays each op reads, for the bytes it moves
+    "quantize_per_tensor": "x", "dequantize_per_tensor": "q", "fake_quantize": "x",
+    "quantize_per_tensor_backward": "x x", "fake_quantize_backward": "x x", "dequantize_per_tensor_backward": "x",
+    "quantize_per_channel": "x channel", "dequantize_per_channel": "q channel",
+    "quantize_per_token": "x token", "dequantize_per_token": "q token",
+    "quantize_per_group": "x group", "dequantize_per_group": "q group",
+    "quantize_per_channel_backward": "x x channel", "dequantize_per_channel_backward": "x channel",
+    "quantize_per_token_backward": "x x token", "dequantize_per_token_backward": "x token",
+    "quantize_per_group_backward": "x x group", "dequantize_per_group_backward": "x group",
+    "quantized_linear": "x weight weight_scale", "smoothquant_linear": "act weight weight_scale",
+    "dynamic_range_quantize": "x",
+}
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -361,7 +296,7 @@ def _run(args: argparse.Namespace) -> int:
     x = (rng.standard_normal(shape) * 1.5).astype(kind.numpy_dtype)
     low, high = out_kind.int_range
     q = rng.integers(low, high + 1, shape).astype(out_kind.numpy_dtype)
-    call, expected_of = _recipe(args.op, x, q, kind, out_kind, shape, args.group_size)
+    call, expected_of, _ = _recipe(args.op, x, q, kind, out_kind, shape, args.group_size)
     got = np.asarray(call())
     expected = np.asarray(expected_of())
     g, e = got.astype(np.float64), expected.astype(np.float64)
@@ -390,9 +325,9 @@ def _list(args: argparse.Namespace) -> int:
         kinds = sorted({e.kind.name.lower() for e in registry.entries()})
         print(f"baracuda-numba list: --kind expected one of {kinds}, got {args.kind!r}", file=sys.stderr)
         return 2
-    print(f"{'kind':<34}{'input':<7}{'output':<8}{'math':<6}sku")
+    print(f"{'kind':<34}{'input':<7}{'output':<10}{'math':<6}sku")
     for e in rows:
-        print(f"{e.kind.name:<34}{e.input_element.short:<7}{e.output_element.short:<8}"
+        print(f"{e.kind.name:<34}{e.input_element.short:<7}{e.output_element.short:<10}"
               f"{e.sku.precision_guarantee.math_precision.value:<6}{e.sku}")
     print(f"{len(rows)} entries")
     return 0
@@ -443,10 +378,12 @@ def _dist_version(name: str) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="baracuda-numba", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="one op of every family and the W8A8 linear on generated data, "
-                                       "against the reference")
-    demo.add_argument("--size", type=int, default=None, help="elements (default 2^24 on a GPU, 4096 simulated)")
+    demo = sub.add_parser("demo", help="every per-tensor op and one op of each other family "
+                          "(channel, token, group, dynamic, W8A8) against the reference, timed")
+    demo.add_argument("--size", type=int, default=None, help="elements, as rows of 4096 (128 simulated); "
+                      "default 2^24 on a GPU, 2048 simulated")
     demo.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"], help="float dtypes to run")
+    demo.add_argument("--group-size", type=int, default=32, help="per-group quantize group size (default 32)")
     demo.set_defaults(func=_demo)
     lst = sub.add_parser("list", help="the registry as a table")
     lst.add_argument("--kind", default=None, help="only this QuantizeKind (e.g. per_tensor)")
@@ -474,15 +411,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from . import platform
     from .errors import BaracudaError
 
     try:
-        if args.command in ("demo", "run", "bench"):
-            platform.require_device()
         return args.func(args)
     except (BaracudaError, TypeError, ValueError) as exc:
-        print(f"baracuda-numba {args.command}: {exc}".splitlines()[0], file=sys.stderr)
+        print(f"baracuda-numba {args.command}: {exc}", file=sys.stderr)
         return 2
 
 

@@ -49,4 +49,4 @@ class WorkspaceTooSmall(InvalidProblem):
 
 
 class DeviceUnavailable(BaracudaError, RuntimeError):
-    """``NUMBA_ENABLE_CUDASIM=0`` refused the simulator and the CUDA driver offers no usable GPU."""
+    """No GPU to run on, and the simulator fallback is forbidden (``NUMBA_ENABLE_CUDASIM=0``)."""

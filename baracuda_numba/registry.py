@@ -2,7 +2,9 @@
 
 Element roles follow ``baracuda-kernels``: for the whole quantize family ``input_element`` is the
 float element (the forward quantize's input) and ``output_element`` the integer element, whichever
-way the op moves data; fake-quantize has the float element on both sides. Each entry holds its
+way the op moves data; fake-quantize has the float element on both sides (its FP8 / 4-bit entries
+are keyed by the simulated element). FP8 entries carry their element as ``grid``; packed S4 / U4
+quantize, dequantize and dynamic range are :class:`PackedEntry` (two values per byte). Each entry holds its
 kernel specialisation(s) (compiled on first use), its launch policy and its :class:`KernelSku`.
 """
 
@@ -16,6 +18,7 @@ from .errors import Unsupported
 from .kernels.dynamic import DynamicKernels, dynamic_kernels
 from .kernels.elementwise import ElementwiseKernel, ElementwiseOp, ScaleMode, elementwise_kernel
 from .kernels.linear import TILE_THREADS, linear_kernel
+from .kernels.packed import PACKED_ELEMENTS, dequantize_kernel, pack_kernel, quantize_kernel
 from .platform import SIMULATOR
 from .vocabulary import (
     ArchSku,
@@ -28,11 +31,12 @@ from .vocabulary import (
     QuantizeKind,
 )
 
-__all__ = ["LaunchPolicy", "Entry", "RegistryEntry", "DynamicRangeEntry", "LinearEntry", "lookup", "entries",
-           "FLOAT_ELEMENTS", "INT_ELEMENTS"]
+__all__ = ["LaunchPolicy", "Entry", "RegistryEntry", "DynamicRangeEntry", "LinearEntry", "PackedEntry", "lookup",
+           "entries", "FLOAT_ELEMENTS", "INT_ELEMENTS", "FP8_ELEMENTS", "PACKED_ELEMENTS"]
 
 FLOAT_ELEMENTS = (ElementKind.F32, ElementKind.F64, ElementKind.F16, ElementKind.BF16)
 INT_ELEMENTS = (ElementKind.S8, ElementKind.U8)
+FP8_ELEMENTS = (ElementKind.FP8_E4M3, ElementKind.FP8_E5M2)
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class RegistryEntry(Entry):
     out: ElementKind
     mode: ScaleMode
     policy: LaunchPolicy
+    grid: ElementKind | None = None  # the FP8 element of an FP8 op (its rounding and range)
 
     @property
     def kernel_name(self) -> str:
@@ -85,10 +90,11 @@ class RegistryEntry(Entry):
     def scales(self) -> str:
         return self.mode.value
 
-    def kernel(self, uniform_chunk: bool = True) -> ElementwiseKernel:
-        """The kernel specialisation (built once per key; compiled on first launch)."""
-        return elementwise_kernel(self.op, self.a, self.b, self.out, self.sku.precision_guarantee.math_precision,
-                                  self.mode, uniform_chunk or self.mode is ScaleMode.SCALAR)
+    def kernel(self, uniform_chunk: bool = True, op: ElementwiseOp | None = None) -> ElementwiseKernel:
+        """The kernel specialisation (built once per key; compiled on first launch); ``op`` replaces
+        the entry's op by a variant over the same operands (PyTorch's float64 fake quantize)."""
+        return elementwise_kernel(op or self.op, self.a, self.b, self.out, self.sku.precision_guarantee.math_precision,
+                                  self.mode, uniform_chunk or self.mode is ScaleMode.SCALAR, self.grid)
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,42 @@ class LinearEntry(Entry):
     def kernel(self, has_bias: bool, skinny: bool = False) -> ElementwiseKernel:
         """The tiled GEMM, or the skinny one for decode-like ``M``."""
         return linear_kernel(self.output_element, has_bias, self.input_element is ElementKind.S8, skinny)
+
+
+@dataclass(frozen=True)
+class PackedEntry(Entry):
+    """Packed 4-bit (S4 / U4) per-group quantize, dequantize or dynamic-range quantize
+    (:mod:`baracuda_numba.kernels.packed`): ``input_element`` the float, ``output_element`` S4 / U4."""
+
+    policy: LaunchPolicy
+    kernel_name: str = "quantize_packed"
+    scales: str = "rows"
+
+    def kernel(self) -> ElementwiseKernel:
+        """The packing kernel of this entry's direction (dynamic range: the nibble packer)."""
+        precision = self.sku.precision_guarantee.math_precision
+        if self.kernel_name == "quantize_packed":
+            return quantize_kernel(self.input_element, self.output_element, precision)
+        if self.kernel_name == "dequantize_packed":
+            return dequantize_kernel(self.input_element, self.output_element, precision)
+        return pack_kernel()
+
+
+def _packed_entries() -> Iterator[Entry]:
+    """S4 / U4: packed quantize / dequantize / dynamic range per group; the float-only ops (backward,
+    fake-quantize per group) are elementwise entries with the 4-bit range."""
+    for f in FLOAT_ELEMENTS:
+        for p in PACKED_ELEMENTS:
+            for kind, name, scales in ((QuantizeKind.PER_GROUP, "quantize_packed", "rows"),
+                                       (QuantizeKind.DEQUANTIZE_PER_GROUP, "dequantize_packed", "rows"),
+                                       (QuantizeKind.DYNAMIC_RANGE, "dynamic_range_packed", "runtime")):
+                yield PackedEntry(kind, f, p, _sku(kind, f, p), ELEMENTWISE_POLICY, name, scales)
+            for kind, op in ((QuantizeKind.PER_GROUP_BACKWARD, ElementwiseOp.QUANTIZE_BACKWARD),
+                             (QuantizeKind.DEQUANTIZE_PER_GROUP_BACKWARD, ElementwiseOp.DEQUANTIZE_BACKWARD),
+                             (QuantizeKind.FAKE_QUANTIZE, ElementwiseOp.FAKE_QUANTIZE),
+                             (QuantizeKind.FAKE_QUANTIZE_BACKWARD, ElementwiseOp.FAKE_QUANTIZE_BACKWARD)):
+                b = f if op.reads_saved_input else None
+                yield RegistryEntry(kind, f, p, _sku(kind, f, p), op, f, b, f, ScaleMode.ROWS, ELEMENTWISE_POLICY)
 
 
 def _linear_sku(input_element: ElementKind, output_element: ElementKind) -> KernelSku:
@@ -179,18 +221,27 @@ def _elementwise_entries() -> Iterator[RegistryEntry]:
                 role = {"f": f, "i": i, None: None}
                 yield RegistryEntry(kind, f, i, _sku(kind, f, None if kind in _FAKE else i), op,
                                     role[a], role[b], role[out], mode, ELEMENTWISE_POLICY)
+    # FP8: keyed (kind, float element, FP8 element), fake-quantize included (its FP8 element names
+    # the grid; its operands are both float).
+    for kind, (op, mode, a, b, out) in _ELEMENTWISE_KINDS.items():
+        for f in FLOAT_ELEMENTS:
+            for g in FP8_ELEMENTS:
+                role = {"f": f, "i": f if kind in _FAKE else g, None: None}
+                yield RegistryEntry(kind, f, g, _sku(kind, f, g), op, role[a], role[b], role[out], mode,
+                                    ELEMENTWISE_POLICY, g)
 
 
 def _dynamic_entries() -> Iterator[DynamicRangeEntry]:
     for f in FLOAT_ELEMENTS:
-        for i in INT_ELEMENTS:
+        for i in (*INT_ELEMENTS, *FP8_ELEMENTS):
             yield DynamicRangeEntry(QuantizeKind.DYNAMIC_RANGE, f, i, _sku(QuantizeKind.DYNAMIC_RANGE, f, i),
                                     ELEMENTWISE_POLICY)
 
 
 @functools.cache
 def _table() -> dict[tuple[QuantizeKind, ElementKind, ElementKind], Entry]:
-    return {entry.key: entry for entry in (*_elementwise_entries(), *_dynamic_entries(), *_linear_entries())}
+    return {entry.key: entry for entry in (*_elementwise_entries(), *_dynamic_entries(), *_linear_entries(),
+                                           *_packed_entries())}
 
 
 def entries() -> tuple[Entry, ...]:

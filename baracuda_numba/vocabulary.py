@@ -37,9 +37,11 @@ class ElementKind(enum.Enum):
     S8 = "s8"
     U8 = "u8"
     I32 = "i32"
-    # Reserved: named so SKUs and catalogues can mention them; no kernel handles them yet.
+    # Packed two per byte (low nibble first); ``itemsize`` 0: arrays hold them as uint8 bytes.
     S4 = "s4"
     U4 = "u4"
+    # OCP 8-bit floats: E4M3 is the ``fn`` variant (no infinities, NaN = S.1111.111, max 448),
+    # E5M2 the IEEE-like one (infinities, max 57344).
     FP8_E4M3 = "fp8_e4m3"
     FP8_E5M2 = "fp8_e5m2"
 
@@ -47,10 +49,26 @@ class ElementKind(enum.Enum):
     def short(self) -> str:
         return self.value
 
-    # is_float, is_integer and itemsize are plain attributes, set below: they sit on the launch path.
+    # is_float, is_integer, is_fp8 and itemsize are plain attributes, set below: they sit on the launch path.
     is_float: bool
     is_integer: bool
+    is_fp8: bool
     itemsize: int
+
+    @property
+    def fp8_max(self) -> float:
+        """Largest finite value of an FP8 element (448 for E4M3, 57344 for E5M2)."""
+        try:
+            return _FP8_MAX[self]
+        except KeyError:
+            raise ValueError(f"ElementKind.{self.name} is not an FP8 element") from None
+
+    @property
+    def q_range(self) -> tuple[int, int]:
+        """Inclusive clamp range of a quantized element: the integer range, or ``+-fp8_max``."""
+        if self in _FP8_MAX:
+            return -int(_FP8_MAX[self]), int(_FP8_MAX[self])
+        return self.int_range
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -62,8 +80,11 @@ class ElementKind(enum.Enum):
 
     @property
     def storage_dtype(self) -> np.dtype:
-        """Dtype a kernel sees for this element: BF16 travels as its uint16 bit pattern."""
-        return np.dtype(np.uint16) if self is ElementKind.BF16 else self.numpy_dtype
+        """Dtype a kernel sees for this element: BF16 travels as its uint16 bit pattern, FP8 as uint8
+        (numba knows neither ``ml_dtypes`` type)."""
+        if self is ElementKind.BF16:
+            return np.dtype(np.uint16)
+        return np.dtype(np.uint8) if self.is_fp8 else self.numpy_dtype
 
     @property
     def int_range(self) -> tuple[int, int]:
@@ -93,6 +114,7 @@ _INT_RANGES = {
     ElementKind.S4: (-8, 7),
     ElementKind.U4: (0, 15),
 }
+_FP8_MAX = {ElementKind.FP8_E4M3: 448.0, ElementKind.FP8_E5M2: 57344.0}
 _ITEMSIZE = {
     ElementKind.F16: 2, ElementKind.BF16: 2, ElementKind.F32: 4, ElementKind.F64: 8,
     ElementKind.S8: 1, ElementKind.U8: 1, ElementKind.I32: 4,
@@ -110,9 +132,12 @@ _NUMPY = {
     ElementKind.FP8_E5M2: np.dtype(ml_dtypes.float8_e5m2),
 }
 _BY_NUMPY = {dt: kind for kind, dt in _NUMPY.items()}
+# ml_dtypes' int4 / uint4 name the element (one per byte there); packed storage is uint8.
+_BY_NUMPY.update({np.dtype(ml_dtypes.int4): ElementKind.S4, np.dtype(ml_dtypes.uint4): ElementKind.U4})
 for _kind in ElementKind:
     _kind.is_float = _kind in _FLOATS
     _kind.is_integer = _kind in _INT_RANGES
+    _kind.is_fp8 = _kind in _FP8_MAX
     _kind.itemsize = _ITEMSIZE.get(_kind, 0)  # 0: sub-byte (S4 / U4)
 del _kind
 _BY_NAME = {
@@ -126,6 +151,8 @@ _BY_NAME = {
     "uint8": ElementKind.U8, "quint8": ElementKind.U8,
     "int32": ElementKind.I32, "qint32": ElementKind.I32,
     "float8_e4m3fn": ElementKind.FP8_E4M3, "float8_e5m2": ElementKind.FP8_E5M2,
+    "e4m3": ElementKind.FP8_E4M3, "e5m2": ElementKind.FP8_E5M2,
+    "int4": ElementKind.S4, "uint4": ElementKind.U4, "quint4x2": ElementKind.U4,
 }
 
 

@@ -8,7 +8,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import numpy, numba, numba_cuda, torch; print('numpy', numpy.__version__, 'numba', numba.__version__, 'torch', torch.__version__)"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  timeout 480 python3 -m pytest -q ${PYTEST_X:--x} -p no:cacheprovider -n ${WORKERS:-8} "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
+  timeout ${TEST_TIMEOUT:-480} python3 -m pytest -q ${PYTEST_X:--x} -p no:cacheprovider -n ${WORKERS:-8} "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
 fi
 if [ "${SANITIZE:-0}" = 1 ]; then
   # memcheck over kernels of every family: sizes around chunk boundaries, unaligned views, group sizes,
@@ -19,6 +19,9 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     "tests/test_dynamic.py::test_identity_with_the_static_plans" tests/test_linear.py::test_gpu_against_torch_int_mm \
     > "$OUT/sanitizer.log" 2>&1
   echo "compute-sanitizer exit: $?"; grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer.log" | tail -3
+fi
+if [ "${DEMO:-0}" = 1 ]; then  # the README's main job, on the GPU
+  timeout 180 python3 -m baracuda_numba demo 2>&1 | tee "$OUT/demo.log" | tail -40
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   timeout 300 python3 -m benchmarks ${BENCH_ARGS:-} --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -80

@@ -36,16 +36,18 @@ def fingerprints() -> dict[str, tuple[int, str]]:
         counts[family] = counts.get(family, 0) + 1
 
     for entry in registry.entries():
+        # FP8 kernels are families of their own, so the integer families' hashes stay comparable.
         if isinstance(entry, registry.RegistryEntry):
             for uniform in (True, False):
-                add("elementwise", _ptx(entry.kernel(uniform)))
+                add("elementwise" + ("_fp8" if entry.grid else ""), _ptx(entry.kernel(uniform)))
         elif isinstance(entry, registry.DynamicRangeEntry):
-            for symmetric in (True, False):
+            fp8 = entry.output_element.is_fp8
+            for symmetric in (True,) if fp8 else (True, False):
                 kernels = entry.kernels(symmetric)
                 for name in sorted(vars(kernels)):
                     kernel = getattr(kernels, name)
                     if hasattr(kernel, "py_func") and hasattr(kernel, "signature"):
-                        add("dynamic", _ptx(kernel))
+                        add("dynamic" + ("_fp8" if fp8 else ""), _ptx(kernel))
     for variant in itertools.product(registry.FLOAT_ELEMENTS, (False, True), (False, True), (False, True)):
         add("linear", _ptx(linear_kernel(*variant)))  # output, bias, per-tensor rows, skinny
     return {family: (counts[family], digest.hexdigest()) for family, digest in digests.items()}

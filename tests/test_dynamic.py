@@ -13,9 +13,10 @@ from test_per_tensor import assert_same
 import baracuda_numba as bn
 from baracuda_numba import registry
 from baracuda_numba.reference import dynamic as ref_dynamic
-from baracuda_numba.vocabulary import QuantizeKind as K
 
-ENTRIES = [e for e in registry.entries() if e.kind is K.DYNAMIC_RANGE]
+# int8 / uint8 (FP8: test_fp8.py, packed int4: test_int4.py)
+ENTRIES = [e for e in registry.entries()
+           if isinstance(e, registry.DynamicRangeEntry) and e.output_element in registry.INT_ELEMENTS]
 SCOPES = ["tensor", "channel", "token", "group"]
 MODES = ["symmetric", "asymmetric"]
 

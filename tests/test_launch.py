@@ -1,5 +1,6 @@
-"""The host side of a launch, which the simulator never runs: the parameter block a GPU launch
-hands ``cuLaunchKernel`` (checked with a recording stand-in for libcuda), and scalar scale checks."""
+"""The host side of a launch: the kernel parameter block (template + patched slots must be the
+bytes a full pack writes) and the memo of validated scalar scales. Pure host code: the same on
+the simulator and on a GPU."""
 
 from __future__ import annotations
 
@@ -13,28 +14,104 @@ from hypothesis import strategies as st
 
 import baracuda_numba as bn
 from baracuda_numba import launch
-from baracuda_numba.plans.base import checked_scale
+from baracuda_numba.launch import ParameterBlock
+from baracuda_numba.plans.base import _PATCHED_INT_SLOTS, checked_scale
+
+POINTERS = st.integers(0, 2**63 - 1)
+
+
+def _plans():
+    yield bn.QuantizePerTensorPlan.select(bn.QuantizePerTensorDescriptor(1000, -128, 127, "f32", "s8"))
+    yield bn.FakeQuantizePlan.select(bn.FakeQuantizeDescriptor(77, -128, 127, "f64"))
+    yield bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(8, 96, -128, 127, "bf16", "s8"))
+
+
+@pytest.mark.parametrize("plan", list(_plans()), ids=lambda p: p.name)
+def test_patched_template_is_the_full_pack(plan):
+    math_type = plan._math
+    types = (np.int64,) * 6 + (math_type,) * 5
+    template = plan._values((0, 0, 0, 0, 0), plan._n // plan._chunk, (0, 0), (math_type(0),) * 5)
+
+    @given(st.tuples(*[POINTERS] * 5), st.integers(0, 2**40), st.integers(0, 2**40),
+           st.tuples(*[st.floats(width=32, allow_nan=False)] * 5), st.booleans())
+    def check(pointers, step_q, step_r, scalars, dirty):
+        scalars = tuple(math_type(v) for v in scalars)
+        block, full = ParameterBlock(8, types), ParameterBlock(8, types)
+        block.set_template(template, _PATCHED_INT_SLOTS, range(62, 67), math_type)
+        if dirty:  # a full pack in between (the misaligned path) must not leak into the next patch
+            block.pack(plan._values(pointers, 0, (1, 2), scalars))
+        a, b, out, s, z = pointers
+        block.patch(((a, a, b, b, out, out, s, z), (step_q, step_r)), scalars)
+        full.pack(plan._values(pointers, plan._n // plan._chunk, (step_q, step_r), scalars))
+        assert block.raw() == full.raw()
+
+    check()
+
+
+def test_parameter_block_rejects_a_patch_of_the_wrong_length():
+    block = ParameterBlock(1, (np.int64, np.float32))
+    block.set_template((0,) * 7 + (0, np.float32(0)), (slice(4, 8, 3),), range(8, 9), np.float32)
+    with pytest.raises(ValueError):
+        block.patch(((1,),), (np.float32(1),))
+
+
+@pytest.mark.parametrize("math_type", [np.float32, np.float64])
+def test_scale_memo_returns_what_a_fresh_check_computes(math_type):
+    for scale in (0.02, 1.0, 3e-7, 1234.5):
+        first = checked_scale("P", scale, math_type)
+        again = checked_scale("P", scale, math_type)
+        assert first == again == (math_type(1) / math_type(scale), math_type(scale))
+        assert type(again[0]) is math_type
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.0, -1.0, math.nan, math.inf, 1e-45, 1e300])
+def test_scale_memo_never_admits_an_invalid_scale(bad):
+    for _ in range(2):  # the second call must not find it remembered
+        with pytest.raises(bn.InvalidProblem, match="scale expected a finite value > 0"):
+            checked_scale("P", bad, np.float32)
 
 
 class _RecordingDriver:
-    """Stands in for libcuda: records each cuLaunchKernel call and the parameter bytes it points at."""
+    """Stands in for libcuda: records what cuLaunchKernel was given (the parameter bytes it points at)."""
 
-    def __init__(self, launcher: launch.KernelLauncher) -> None:
-        self.launcher, self.calls = launcher, []
+    def __init__(self, params: ParameterBlock) -> None:
+        self.params, self.calls = params, []
 
     def current_device(self) -> int:
         return 0
 
     def launch_kernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params_address, extra):
-        assert params_address == self.launcher._params_address and extra is None
-        self.calls.append(((function, gx, gy, gz, bx, by, bz, shared, stream), self.launcher._buffer.raw))
+        assert params_address == self.params.params_address and extra is None
+        self.calls.append(((function, gx, gy, gz, bx, by, bz, shared, stream), self.params.raw()))
         return 0
+
+
+def test_gpu_launch_path_hands_the_driver_the_packed_block(monkeypatch):
+    monkeypatch.setattr(launch, "SIMULATOR", False)
+    types = (np.int64, np.float32)
+    launcher = launch.KernelLauncher(lambda: None, 1, types)
+    driver = _RecordingDriver(launcher.params)
+    monkeypatch.setattr(launch, "_driver", lambda: driver)
+    monkeypatch.setattr(launcher, "_function", lambda device_id: 0xF00)
+    launcher.params.set_template((0, 0, 16, 1, 0, 16, 1, 7, np.float32(0)), (slice(4, 5),), range(8, 9), np.float32)
+    launcher.launch_patched(3, 128, 0x5, ((0xABC,),), (np.float32(2.5),))
+    launcher.launch_values(4, 64, 0, (0, 0, 16, 1, 0xDEF, 16, 1, 9, np.float32(-1)))
+    launcher.launch_patched(3, 128, 0x5, ((0x123,),), (np.float32(0.5),))
+    expected = ParameterBlock(1, types)
+    raws = []
+    for values in ((0, 0, 16, 1, 0xABC, 16, 1, 7, np.float32(2.5)), (0, 0, 16, 1, 0xDEF, 16, 1, 9, np.float32(-1)),
+                   (0, 0, 16, 1, 0x123, 16, 1, 7, np.float32(0.5))):
+        expected.pack(values)
+        raws.append(expected.raw())
+    assert [call[0] for call in driver.calls] == [(0xF00, 3, 1, 1, 128, 1, 1, 0, 0x5), (0xF00, 4, 1, 1, 64, 1, 1, 0, 0),
+                                                  (0xF00, 3, 1, 1, 128, 1, 1, 0, 0x5)]
+    assert [call[1] for call in driver.calls] == raws
 
 
 def _gpu_launcher(monkeypatch, n_arrays, scalar_types):
     monkeypatch.setattr(launch, "SIMULATOR", False)
     launcher = launch.KernelLauncher(lambda: None, n_arrays, scalar_types)
-    driver = _RecordingDriver(launcher)
+    driver = _RecordingDriver(launcher.params)
     monkeypatch.setattr(launch, "_driver", lambda: driver)
     monkeypatch.setattr(launcher, "_function", lambda device_id: 0xF00)
     return launcher, driver
@@ -75,3 +152,60 @@ def test_plan_template_puts_pointers_where_the_kernel_reads_them():
 def test_checked_scale_rejects_what_has_no_finite_float32_reciprocal(bad):
     with pytest.raises(bn.InvalidProblem, match="scale expected a finite value > 0"):
         checked_scale("P", bad, np.float32)
+
+
+def _gpu_plan(monkeypatch, plan):
+    """``plan`` rebuilt for the GPU launch path with a recording driver (no GPU needed)."""
+    from baracuda_numba.plans import base
+
+    monkeypatch.setattr(launch, "SIMULATOR", False)
+    monkeypatch.setattr(base, "SIMULATOR", False)
+    monkeypatch.setitem(base._SM_COUNT, 0, 132)
+    old = plan._launcher
+    plan._launcher = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types)
+    plan._launcher._functions[0] = 0xF00  # compiled: launches take the inline hot path
+    plan._geometry_cache.clear()
+    plan._install_template()
+    plan._fast = plan._fast_fields()
+    driver = _RecordingDriver(plan._launcher.params)
+    monkeypatch.setattr(launch, "_driver", lambda: driver)
+    monkeypatch.setattr(launch, "_torch_stream_getter", lambda: (lambda device_id: 0x77))
+    return driver
+
+
+def _torch_operand(element, shape, ptr):
+    return bn.arrays.Operand(None, "torch", element, shape, ptr, True)
+
+
+@pytest.mark.parametrize("case", ["per_tensor", "per_token_backward", "per_channel_last"])
+def test_fast_path_launches_what_the_checked_path_launches(case):
+    E = bn.ElementKind
+    if case == "per_tensor":
+        plan = bn.QuantizePerTensorPlan.select(bn.QuantizePerTensorDescriptor(4096, -128, 127, "bf16", "s8"))
+        fields = {"input": (E.BF16, 0x10000), "output": (E.S8, 0x20000)}
+        make = lambda ops: bn.QuantizePerTensorArgs(ops["input"], 0.02, 3, ops["output"])  # noqa: E731
+    elif case == "per_token_backward":
+        plan = bn.QuantizePerTokenBackwardPlan.select(bn.QuantizePerTokenBackwardDescriptor(16, 256, -128, 127,
+                                                                                            "f32", "s8"))
+        fields = {"input": (E.F32, 0x10000), "scale": (E.F32, 0x30000), "zero_point": (E.I32, 0x40000),
+                  "d_output": (E.F32, 0x50000), "d_input": (E.F32, 0x60000)}
+        make = lambda ops: bn.QuantizePerTokenBackwardArgs(**ops)  # noqa: E731
+    else:
+        plan = bn.DequantizePerChannelPlan.select(bn.DequantizePerChannelDescriptor((64, 48), 1, "f16", "s8"))
+        fields = {"input": (E.S8, 0x10000), "scale": (E.F32, 0x30000), "zero_point": (E.I32, 0x40000),
+                  "output": (E.F16, 0x60000)}
+        make = lambda ops: bn.DequantizePerChannelArgs(**ops)  # noqa: E731
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        driver = _gpu_plan(monkeypatch, plan)
+        counts = {"scale": plan._segment_count(), "zero_point": plan._segment_count()}
+        ops = {f: _torch_operand(e, (counts.get(f, plan._n),), ptr) for f, (e, ptr) in fields.items()}
+        args = make(ops)
+        assert plan._fast_pointers(args) is not None
+        plan.run(args)  # fast path
+        bn.plans.base.Plan.run(plan, args)  # the checked path
+        ops["input"] = _torch_operand(fields["input"][0], (plan._n,), fields["input"][1] + 2)  # off its chunk
+        misaligned = make(ops)
+        assert plan._fast_pointers(misaligned) is None
+    (fast_config, fast_raw), (checked_config, checked_raw) = driver.calls
+    assert fast_config == checked_config and fast_config[8] == 0x77
+    assert fast_raw == checked_raw

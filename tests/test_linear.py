@@ -194,3 +194,104 @@ def test_empty_problems():
     # M = 0 or N = 0: nothing to compute, shapes still right
     assert bn.quantized_linear(np.zeros((0, 4), np.float32), np.zeros((5, 4), np.int8), ws).shape == (0, 5)
     assert bn.quantized_linear(np.ones((2, 4), np.float32), np.zeros((0, 4), np.int8), ws[:0]).shape == (2, 0)
+
+
+# Each GEMM variant the plans may pick, on the simulator: the cp.async pipeline through more K chunks
+# than it has stages (its ring of stages wraps; zero-filled chunks past K), the skinny kernel with
+# several column tiles per block (ragged N) and several chunks in flight; which kernel ran is checked.
+@pytest.mark.parametrize(("m", "n", "k", "skinny_chunks", "skinny_tiles", "variant"), [
+    (70, 9, 272, 2, 1, "pipelined"),
+    (70, 9, 200, 2, 1, "tiled"),
+    (17, 20, 208, 2, 2, "skinny"),
+    (3, 37, 200, 4, 4, "skinny"),
+])
+def test_gemm_variants_match_reference(monkeypatch, m, n, k, skinny_chunks, skinny_tiles, variant):
+    from baracuda_numba.kernels import linear as gemm
+    from baracuda_numba.ops.common import clear_plan_cache
+
+    monkeypatch.setattr(gemm, "SKINNY_CHUNKS", skinny_chunks)
+    monkeypatch.setattr(gemm, "SKINNY_TILES", skinny_tiles)
+    clear_plan_cache()
+    rng = np.random.default_rng(m * n + k)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w, ws = weights(rng, n, k)
+    bias = rng.standard_normal(n).astype(np.float32)
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32", True))
+    out = np.zeros((m, n), np.float32)
+    args = bn.QuantizedLinearArgs(x, w, ws, out, bias)
+    assert plan.kernel_variant(args) == variant
+    plan.run(args)
+    np.testing.assert_array_equal(out, ref.linear.quantized_linear(x, w, ws, bias))
+    clear_plan_cache()
+
+
+def _torch_w8a8(torch, x, w, ws, bias):
+    """``quantized_linear`` in torch ops, each rounded on its own: per-token quantize (our dynamic
+    quantizer, itself tested against torch), exact int32 products, then the float32 epilogue."""
+    r = bn.dynamic_range_quantize(x)
+    m, k = x.shape
+    if m > 16 and k % 8 == 0 and w.shape[0] % 8 == 0:
+        acc = torch._int_mm(r.q, w.t())
+    else:
+        acc = (r.q.double() @ w.double().t()).to(torch.int32)
+    y = (acc.float() * r.scale.float()[:, None]) * ws[None, :]
+    return (y + bias[None, :] if bias is not None else y).to(x.dtype)
+
+
+@requires_gpu
+@pytest.mark.parametrize(("m", "n", "k"), [
+    (1, 4096, 4096), (16, 264, 8192), (64, 1000, 528),  # skinny, 2 and 4 column tiles per block
+    (65, 264, 512), (333, 1000, 4096), (2048, 4096, 512), (2048, 11008, 256),  # pipelined, both tile shapes
+    (300, 264, 520),  # K % 16 != 0: the register-staged tiled kernel
+])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_gpu_bit_identical_to_torch_ops(m, n, k, dtype):
+    torch = pytest.importorskip("torch")
+    tdtype = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    x = torch.randn(m, k, device="cuda", generator=g).to(tdtype)
+    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
+    bias = torch.randn(n, device="cuda", generator=g) if m % 2 else None
+    y = bn.quantized_linear(x, w, ws, bias=bias)
+    bits = torch.int32 if dtype == "float32" else torch.int16
+    assert torch.equal(y.view(bits), _torch_w8a8(torch, x, w, ws, bias).view(bits))
+
+
+@requires_gpu
+@pytest.mark.parametrize(("m", "n", "k"), [(16, 4096, 4096), (300, 1000, 512), (2048, 4096, 512)])
+def test_gpu_cuda_graph_replay_equals_eager(m, n, k):
+    """The whole call (quantize, GEMM, output allocated outside) is capturable in a CUDA graph."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator(device="cuda").manual_seed(m)
+    x = torch.randn(m, k, device="cuda", generator=g, dtype=torch.bfloat16)
+    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
+    bias = torch.randn(n, device="cuda", generator=g)
+    eager = bn.quantized_linear(x, w, ws, bias=bias)
+    out = torch.empty_like(eager)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        bn.quantized_linear(x, w, ws, bias=bias, out=out)  # warm up (plan selection, workspace pool)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        bn.quantized_linear(x, w, ws, bias=bias, out=out)
+    out.zero_()
+    x.mul_(-1.0)  # new inputs in the captured buffers: the replay must recompute, not replay old results
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, bn.quantized_linear(x, w, ws, bias=bias))
+    assert not torch.equal(out, eager)
+
+
+def test_pipeline_shape_fills_waves():
+    from baracuda_numba.kernels import linear as gemm
+
+    large = gemm.PIPELINE_LARGE
+    # 4096 x 4096: 512 large tiles on 132 multiprocessors, 4 waves 97 % full
+    assert gemm.pipeline_shape(4096, 4096, 132) == large
+    assert gemm.pipeline_shape(2048, 11008, 132) == gemm.PIPELINE  # 688 large tiles: 6 waves, 87 %
+    assert gemm.pipeline_shape(300, 264, 132) == gemm.PIPELINE  # a few tiles: the small ones spread wider
+    assert gemm.skinny_tiles(4096) == 2 and gemm.skinny_tiles(8192) == 4

@@ -14,6 +14,7 @@ from test_per_tensor import assert_same, make_values
 import baracuda_numba as bn
 from baracuda_numba import reference as ref
 from baracuda_numba import registry
+from baracuda_numba.platform import SIMULATOR
 from baracuda_numba.vocabulary import QuantizeKind as K
 
 FAMILIES = {
@@ -22,7 +23,9 @@ FAMILIES = {
     "group": (K.PER_GROUP, K.PER_GROUP_BACKWARD, K.DEQUANTIZE_PER_GROUP, K.DEQUANTIZE_PER_GROUP_BACKWARD),
 }
 FAMILY_OF = {kind: family for family, kinds in FAMILIES.items() for kind in kinds}
-ENTRIES = [e for e in registry.entries() if e.kind in FAMILY_OF]
+# int8 / uint8 (FP8: test_fp8.py, 4-bit: test_int4.py)
+ENTRIES = [e for e in registry.entries() if e.kind in FAMILY_OF and isinstance(e, registry.RegistryEntry)
+           and e.grid is None and e.output_element not in registry.PACKED_ELEMENTS]
 
 
 def entry_id(entry) -> str:
@@ -245,3 +248,37 @@ def test_empty_and_degenerate_shapes():
     assert bn.quantize_per_channel(np.zeros((3, 0), np.float32), np.ones(3, np.float32), None, 0).shape == (3, 0)
     assert bn.quantize_per_token(np.zeros((0, 5), np.float32), np.ones(0, np.float32)).shape == (0, 5)
     assert bn.quantize_per_group(np.zeros((2, 0), np.float32), np.ones((2, 0), np.float32), None, 8).shape == (2, 0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+@pytest.mark.parametrize("shape", [(5, 2, 8), (9, 16), (7, 24), (4, 3, 5)])
+def test_last_axis_channels_thread_stationary_and_not(shape, dtype):
+    # channels along the last axes: one grid stride is a whole number of channel periods (each thread
+    # loads its chunk's parameters once) for 8 / 16 channels, and not for 24 or 15 elements per period
+    # on the simulator's 2 x 32-thread grid; every op against the reference either way
+    rng = np.random.default_rng(len(shape) * 100 + shape[-1])
+    f = bn.element_kind(dtype).numpy_dtype
+    scale_dtype = np.float64 if dtype == "float64" else np.float32
+    for axis in (len(shape) - 1, len(shape) - 2):
+        count = shape[axis]
+        scales = rng.choice([0.5, 2.0**-6, 0.013, 0.1, 1.7], count).astype(scale_dtype)
+        scales[rng.integers(0, count)] = 0
+        zps = rng.integers(-6, 6, count).astype(np.int32)
+        full_s, full_z = ref.expand_channels(scales, shape, axis), ref.expand_channels(zps, shape, axis)
+        x = (rng.standard_normal(shape) * 2).astype(np.float32).astype(f)
+        dy = rng.standard_normal(shape).astype(np.float32).astype(f)
+        q = bn.quantize_per_channel(x, scales, zps, axis)
+        assert_same(q, ref.quantize(x, full_s, full_z, -128, 127, np.int8))
+        assert_same(bn.dequantize_per_channel(q, scales, zps, axis, dtype=dtype), ref.dequantize(q, full_s, full_z, f))
+        assert_same(bn.quantize_per_channel_backward(dy, x, scales, zps, axis),
+                    ref.quantize_backward(dy, x, full_s, full_z, -128, 127))
+        assert_same(bn.dequantize_per_channel_backward(dy, scales, axis), ref.dequantize_backward(dy, full_s))
+    plan = bn.QuantizePerChannelPlan.select(bn.QuantizePerChannelDescriptor(shape, len(shape) - 1, -128, 127,
+                                                                            bn.element_kind(dtype), "s8"))
+    if not plan._uniform:
+        period = shape[-1]
+        blocks, step_q, step_r = plan._geometry(plan._n // plan._chunk, 0)
+        stride = blocks * plan.entry.policy.threads_per_block * plan._chunk
+        assert (step_q == step_r == 0) == (stride % period == 0)
+        if SIMULATOR:  # a 2-block grid: stationary exactly where 8 or 16 divide the 32-thread stride
+            assert (step_q == step_r == 0) == (period in (8, 16))

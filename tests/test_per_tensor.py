@@ -19,7 +19,9 @@ from baracuda_numba.vocabulary import QuantizeKind as K
 
 PER_TENSOR_KINDS = (K.PER_TENSOR, K.PER_TENSOR_BACKWARD, K.DEQUANTIZE_PER_TENSOR,
                     K.DEQUANTIZE_PER_TENSOR_BACKWARD, K.FAKE_QUANTIZE, K.FAKE_QUANTIZE_BACKWARD)
-ENTRIES = [e for e in registry.entries() if e.kind in PER_TENSOR_KINDS]
+# int8 / uint8 (FP8: test_fp8.py, 4-bit: test_int4.py)
+ENTRIES = [e for e in registry.entries() if e.kind in PER_TENSOR_KINDS and isinstance(e, registry.RegistryEntry)
+           and e.grid is None and e.output_element not in registry.PACKED_ELEMENTS]
 
 
 def entry_id(entry) -> str:

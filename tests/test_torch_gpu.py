@@ -118,3 +118,47 @@ def test_per_token_matches_a_torch_composition():
     q = bn.quantize_per_token(x, scales)
     expected = torch.clamp(torch.round(x.float() * (1.0 / scales)[:, None]), -128, 127).to(torch.int8)
     assert torch.equal(q, expected)
+
+
+def test_repeat_calls_through_the_remembered_plan_match_torch():
+    # the first call of a (dtypes, shapes, options) combination takes the full path and remembers the
+    # plan; the repeats (new data and scales, same layout) and the variants (another dtype argument,
+    # float64 scales the op must convert) must give torch's bits too
+    bn.clear_plan_cache()
+    g = torch.Generator(device="cuda").manual_seed(7)
+    for i in range(3):
+        x = (torch.randn(48, 4096, device="cuda", generator=g) * 3).to(torch.bfloat16)
+        scales = torch.rand(4096, device="cuda", generator=g) * 0.05 + 0.01
+        zps = torch.randint(-9, 9, (4096,), device="cuda", generator=g, dtype=torch.int32)
+        fake = torch.fake_quantize_per_channel_affine(x.float(), scales, zps, 1, -128, 127)
+        for scale_arg in (scales, scales.double()):
+            q = bn.quantize_per_channel(x, scale_arg, zps, 1)
+            assert q.dtype == torch.int8
+            assert torch.equal(bn.dequantize_per_channel(q, scales, zps, 1), fake), i
+        rows = torch.rand(48, device="cuda", generator=g) * 0.05 + 0.01
+        expected = torch.clamp(torch.round(x.float() * (1.0 / rows)[:, None]), -128, 127).to(torch.int8)
+        assert torch.equal(bn.quantize_per_token(x, rows, torch.zeros(48, device="cuda", dtype=torch.int32)),
+                           expected), i
+        scale = 0.0213 * (i + 1)
+        for dtype, torch_dtype in (("int8", torch.qint8), ("uint8", torch.quint8)):
+            zp = 0 if dtype == "int8" else 128
+            got = bn.quantize_per_tensor(x.float(), scale, zp, dtype=dtype)
+            assert torch.equal(got, torch.quantize_per_tensor(x.float(), scale, zp, torch_dtype).int_repr()), i
+            f32_scale = torch.tensor(scale, dtype=torch.float32, device="cuda")  # SPEC: a float32 scale
+            assert torch.equal(bn.dequantize_per_tensor(got, scale, zp), (got.float() - zp) * f32_scale), i
+
+
+@pytest.mark.parametrize("scale", [0.02, 0.0213, 0.00214854861, 3.7])
+@pytest.mark.parametrize(("q_min", "q_max", "zp"), [(-128, 127, 0), (0, 255, 128)])
+def test_float64_default_differs_and_torch_compat_matches_cuda(scale, q_min, q_max, zp):
+    x = inputs(torch.float64, seed=21).requires_grad_(True)
+    expected = torch.fake_quantize_per_tensor_affine(x, scale, zp, q_min, q_max)
+    dy = torch.randn_like(x)
+    expected.backward(dy)
+    got = bn.fake_quantize(x.detach(), scale, zp, q_min, q_max, torch_compat=True)
+    assert torch.equal(got, expected.detach()), scale
+    grad = bn.fake_quantize_backward(dy, x.detach(), scale, zp, q_min, q_max, torch_compat=True)
+    assert torch.equal(grad, x.grad), scale
+    default = bn.fake_quantize(x.detach(), scale, zp, q_min, q_max)
+    finite = torch.isfinite(expected)
+    assert (default != expected.detach())[finite].float().mean() > 0.5  # float64 math, on purpose

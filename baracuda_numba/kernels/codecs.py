@@ -17,9 +17,113 @@ from ..vocabulary import ElementKind, MathPrecision
 from . import device
 from .device import device_function
 
-__all__ = ["Codec", "codec", "math_type"]
+__all__ = ["Codec", "codec", "math_type", "Fp8Format", "fp8_format", "fp8_bits_codec"]
 
 _BYTE = np.uint64(0xFF)
+
+
+@dataclass(frozen=True)
+class Fp8Format:
+    """Bit layout of an 8-bit float: 1 sign, ``exponent_bits``, ``mantissa_bits``, biased exponent.
+
+    ``max_bits`` is the largest finite magnitude's encoding (0x7E for E4M3fn: S.1111.111 is NaN;
+    0x7B for E5M2: S.11111.00 is infinity).
+    """
+
+    mantissa_bits: int
+    exponent_bias: int
+    max_bits: int
+    infinities: bool
+
+
+_FP8 = {
+    ElementKind.FP8_E4M3: Fp8Format(3, 7, 0x7E, False),
+    ElementKind.FP8_E5M2: Fp8Format(2, 15, 0x7B, True),
+}
+
+
+def fp8_format(element: ElementKind) -> Fp8Format:
+    """The :class:`Fp8Format` of an FP8 element."""
+    return _FP8[element]
+
+
+@functools.cache
+def fp8_bits_codec(element: ElementKind):
+    """``(decode, encode)`` device functions between FP8 bits and float32 *bits* (both uint64).
+
+    ``encode(f32 bits)``: round to nearest even with subnormals (one rounding from float32), finite
+    values beyond the largest finite one and +-inf saturate to ``+-max`` (E5M2 too: saturating,
+    as a quantizer must), NaN -> ``0x7F`` with the NaN's sign (PyTorch's encoding in both formats).
+    Integer arithmetic only: the same on the GPU and the simulator, no ``cvt.e4m3`` needed.
+    ``decode(fp8 bits)``: exact (every FP8 value is a float32), NaN -> quiet NaN, +-inf for E5M2.
+    """
+    fmt = _FP8[element]
+    u64 = np.uint64
+    m = fmt.mantissa_bits
+    shift = u64(23 - m)  # float32 mantissa bits dropped
+    rebias = u64((127 - fmt.exponent_bias) << 23)  # float32 -> FP8 exponent bias, in place
+    # A float32 whose biased exponent is below this is subnormal (or zero) in FP8.
+    min_normal_exponent = u64(127 - fmt.exponent_bias + 1)
+    sub_shift_base = u64(23 - m + 127 - fmt.exponent_bias + 1)  # shift = base - exponent
+    max_bits, nan_bits = u64(fmt.max_bits), u64(0x7F)
+    sign_bit, abs_mask, f32_inf = u64(0x80000000), u64(0x7FFFFFFF), u64(0x7F800000)
+    implicit, mantissa_mask = u64(0x800000), u64(0x7FFFFF)
+    one, zero, sign_shift = u64(1), u64(0), u64(24)
+    round_bias = (one << (shift - one)) - one
+    exp_mask = u64((1 << (7 - m)) - 1)
+    fp8_mantissa_mask = u64((1 << m) - 1)
+    top_exponent = exp_mask
+    has_inf = fmt.infinities
+    f32_nan = u64(0x7FC00000)
+
+    @device_function
+    def encode(bits):
+        sign = (bits & sign_bit) >> sign_shift
+        a = bits & abs_mask
+        if a > f32_inf:
+            return sign | nan_bits
+        exponent = a >> u64(23)
+        if exponent >= min_normal_exponent:
+            r = a - rebias
+            r = (r + round_bias + ((r >> shift) & one)) >> shift
+        else:
+            r = zero
+            s = sub_shift_base - exponent
+            if exponent > zero and s <= u64(24):
+                mant = (a & mantissa_mask) | implicit
+                q = mant >> s
+                rem = mant & ((one << s) - one)
+                half = one << (s - one)
+                if rem > half or (rem == half and (q & one) == one):
+                    q += one
+                r = q
+        if r > max_bits:
+            r = max_bits
+        return sign | r
+
+    @device_function
+    def decode(w):
+        b = w & _BYTE
+        sign = (b & u64(0x80)) << sign_shift
+        e = (b >> u64(m)) & exp_mask
+        mant = b & fp8_mantissa_mask
+        if e == top_exponent and (has_inf or mant == fp8_mantissa_mask):
+            if has_inf and mant == zero:
+                return sign | f32_inf
+            return sign | f32_nan
+        if e == zero:
+            if mant == zero:
+                return sign
+            # Subnormal: shift the mantissa up to its leading one (k places), into a float32 normal.
+            k = one
+            mant <<= one
+            while (mant & (one << u64(m))) == zero:
+                mant <<= one
+                k += one
+            return sign | ((min_normal_exponent - k) << u64(23)) | ((mant & fp8_mantissa_mask) << shift)
+        return sign | ((e + min_normal_exponent - one) << u64(23)) | (mant << shift)
+
+    return decode, encode
 
 
 def math_type(precision: MathPrecision) -> type:
@@ -70,6 +174,21 @@ def codec(element: ElementKind, precision: MathPrecision) -> Codec:
             return to_bits(q + magic) & _BYTE
 
         return Codec(element, decode_int, encode_int, 8)
+    elif element.is_fp8:
+        # FP8 through float32 bits. Float64 math values are rounded to float32 first, as PyTorch's
+        # conversion does (``Float8_e4m3fn(float)``); the scaled values are clamped to the finite
+        # range before this, so that double rounding only touches ties below float32 precision.
+        fp8_decode, fp8_encode = fp8_bits_codec(element)
+
+        @device_function
+        def decode_fp8(w):
+            return M(device.bits_to_f32(fp8_decode(w)))
+
+        @device_function
+        def encode_fp8(x):
+            return fp8_encode(device.f32_to_bits(np.float32(x)))
+
+        return Codec(element, decode_fp8, encode_fp8, 8)
     else:
         raise ValueError(f"no codec for {element!r}")
 

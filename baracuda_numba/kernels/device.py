@@ -29,6 +29,19 @@ unsigned integers (Numba types that mix as float64).
   (``[threads, 6]`` int32), so every thread of the block must call it alike.
 - ``load_u64x2(words, c)`` / ``store_u64x2(words, c, lo, hi)``: words ``2c`` and ``2c + 1`` of a
   uint64 array as one 16-byte access (``ld/st.global.v2.u64``; numba never emits these itself).
+- ``cp_async_16(stage, c, words, s, valid)``: start copying words ``2s, 2s + 1`` of the global uint64
+  array ``words`` into words ``2c, 2c + 1`` of the shared array ``stage`` without passing through
+  registers (``cp.async.cg.shared.global``, 16 bytes, sm_80+); zeros instead when ``valid`` is false
+  (the source address must still be inside ``words``). ``cp_async_commit()`` closes the group of
+  copies this thread started since the last commit; ``cp_async_wait_group(n)`` returns the device
+  function waiting until at most ``n`` of this thread's groups are still in flight (``n`` is baked
+  into the instruction). Other threads' copies are visible only after a barrier. The simulator
+  copies at once and waits for nothing.
+- ``ldmatrix_x4(stage, c, scratch, tid)``: the warp-wide ``ldmatrix.sync.aligned.m8n8.x4.shared.b16``:
+  lanes ``8i .. 8i + 7`` give (as ``c``, a 16-byte pair index into the shared uint64 array ``stage``)
+  the eight 16-byte rows of matrix ``i``; lane ``4g + t`` receives word ``t`` of row ``g`` of each of
+  the four matrices (uint32). For int8 those are exactly the ``m16n8k32`` fragments of
+  :func:`mma_s8`. The simulator exchanges the addresses through ``scratch`` (every thread alike).
 """
 
 from __future__ import annotations
@@ -57,6 +70,10 @@ __all__ = [
     "add_rn",
     "shuffle_xor",
     "mma_s8",
+    "cp_async_16",
+    "cp_async_commit",
+    "cp_async_wait_group",
+    "ldmatrix_x4",
 ]
 
 if SIMULATOR:
@@ -395,3 +412,104 @@ else:
             return context.make_tuple(builder, result, [builder.extract_value(out, i) for i in range(4)])
 
         return result(*operands, scratch, tid), codegen
+
+
+if SIMULATOR:
+
+    def cp_async_16(stage, c, words, s, valid):
+        if valid:
+            stage[2 * c], stage[2 * c + 1] = words[2 * s], words[2 * s + 1]
+        else:
+            stage[2 * c], stage[2 * c + 1] = 0, 0
+
+    def cp_async_commit():
+        pass
+
+    def cp_async_wait_group(n: int):
+        def cp_async_wait():
+            pass
+
+        return cp_async_wait
+
+else:
+    # the shared destination as a state-space address; src-size 0 makes the copy write zeros
+    _CP_ASYNC = ("{ .reg .u64 dst; cvta.to.shared.u64 dst, $0; "
+                 "cp.async.cg.shared.global [dst], [$1], 16, $2; }")
+
+    @intrinsic
+    def cp_async_16(typingctx, stage, c, words, s, valid):
+        arrays = (stage, words)
+        if not (all(isinstance(a, types.Array) and a.dtype == types.uint64 for a in arrays)
+                and isinstance(c, types.Integer) and isinstance(s, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            stage_value, chunk, words_value, source, flag = args
+            pointers = []
+            for ty, value, index, index_ty in ((stage, stage_value, chunk, c), (words, words_value, source, s)):
+                data = context.make_array(ty)(context, builder, value).data
+                offset = builder.mul(_to_i64(builder, index, index_ty), ir.Constant(_I64, 2))
+                pointers.append(builder.ptrtoint(builder.gep(data, [offset]), _I64))
+            flag_bool = context.cast(builder, flag, sig.args[4], types.boolean)
+            size = builder.select(flag_bool, ir.Constant(_I32, 16), ir.Constant(_I32, 0))
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I64, _I64, _I32]), _CP_ASYNC, "l,l,r,~{memory}",
+                               side_effect=True)
+            builder.call(asm, [*pointers, size])
+            return context.get_dummy_value()
+
+        return types.void(stage, c, words, s, valid), codegen
+
+    def _asm_statement(text: str):
+        @intrinsic
+        def statement(typingctx):
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True)
+                builder.call(asm, [])
+                return context.get_dummy_value()
+
+            return types.void(), codegen
+
+        return statement
+
+    cp_async_commit = _asm_statement("cp.async.commit_group;")
+
+    def cp_async_wait_group(n: int):
+        return _asm_statement(f"cp.async.wait_group {int(n)};")
+
+
+if SIMULATOR:
+
+    @cuda.jit(device=True)  # simulated: the warp's row addresses meet in shared memory
+    def ldmatrix_x4(stage, c, scratch, tid):
+        scratch[tid, 0] = c
+        cuda.syncthreads()
+        warp, lane = tid - tid % 32, tid % 32
+        words = []
+        for i in range(4):
+            pair = int(scratch[warp + 8 * i + lane // 4, 0])
+            word = int(stage[2 * pair + (lane % 4) // 2]) >> (32 * (lane % 2))
+            words.append(np.uint32(word & _M32))
+        cuda.syncthreads()
+        return words[0], words[1], words[2], words[3]
+
+else:
+    _LDMATRIX = ("{ .reg .u64 src; cvta.to.shared.u64 src, $4; "
+                 "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0, $1, $2, $3}, [src]; }")
+
+    @intrinsic
+    def ldmatrix_x4(typingctx, stage, c, scratch, tid):
+        if not (isinstance(stage, types.Array) and stage.dtype == types.uint64 and isinstance(c, types.Integer)):
+            return None
+        result = types.UniTuple(types.uint32, 4)
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(stage)(context, builder, args[0]).data
+            offset = builder.mul(_to_i64(builder, args[1], c), ir.Constant(_I64, 2))
+            address = builder.ptrtoint(builder.gep(data, [offset]), _I64)
+            struct = ir.LiteralStructType([_I32] * 4)
+            asm = ir.InlineAsm(ir.FunctionType(struct, [_I64]), _LDMATRIX, "=r,=r,=r,=r,l,~{memory}",
+                               side_effect=True)
+            out = builder.call(asm, [address])
+            return context.make_tuple(builder, result, [builder.extract_value(out, i) for i in range(4)])
+
+        return result(stage, c, scratch, tid), codegen

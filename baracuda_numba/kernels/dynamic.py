@@ -12,8 +12,9 @@ Parameters from the range (math precision ``M``, ``tiny`` its smallest normal nu
 - asymmetric (torchao ASYMMETRIC): ``scale = (hi - lo) / (q_max - q_min)`` (1 when 0),
   ``zp = clamp(q_min - rint(lo / scale), q_min, q_max)``;
 
-then ``scale = max(scale, tiny)`` so that ``1 / scale`` stays finite. Quantization itself is the
-elementwise ``quantize`` of :mod:`.elementwise`, bit for bit.
+then ``scale = max(scale, tiny)`` so that ``1 / scale`` stays finite. FP8 outputs (symmetric only):
+``scale = max(hi / fp8_max, 1 / (fp8_max * 512))``, vLLM's dynamic FP8 rule (``hi == 0`` included).
+Quantization itself is the elementwise ``quantize`` of :mod:`.elementwise`, bit for bit.
 
 Kernels:
 
@@ -86,7 +87,10 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     G = chunk_elements(a, out)
     zero, one = M(0.0), M(1.0)
     inf = M(np.inf)
-    tiny = M(np.finfo(M).tiny)
+    fp8 = out.is_fp8
+    # The smallest scale: the math precision's smallest normal (1 / scale stays finite), or for FP8
+    # vLLM's ``1 / (fp8_max * 512)`` (its dynamic per-token quantizer's ``min_scaling_factor``).
+    min_scale = M(1.0 / (out.fp8_max * 512.0)) if fp8 else M(np.finfo(M).tiny)
     u64 = np.uint64
     word_zero = u64(0)
     a_decode = codec(a, precision).decode
@@ -94,7 +98,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     a_bits, o_bits = 8 * a.itemsize, 8 * out.itemsize
     a_load, _ = chunk_io(G * a.itemsize)
     _, o_store = chunk_io(G * out.itemsize)
-    quantize = op_functions(precision)[ElementwiseOp.QUANTIZE]
+    quantize = op_functions(precision, out if fp8 else None)[ElementwiseOp.QUANTIZE]
     rint, reciprocal, shuffle_xor = device.rint, device.reciprocal, device.shuffle_xor
     tpb = threads or TPB
     keep = keep or KEEP_CHUNKS
@@ -120,12 +124,12 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     def range_params(hi, lo, q_min, q_max, zp_sym):
         """``(inv, scale, zero_point)`` of a segment whose range is ``[lo, hi]``."""
         if symmetric:
-            scale = hi / (q_max - zp_sym) if hi > zero else one
+            scale = hi / (q_max - zp_sym) if (hi > zero or fp8) else one
         else:
             span = hi - lo
             scale = span / (q_max - q_min) if span > zero else one
-        if scale < tiny:
-            scale = tiny
+        if scale < min_scale:
+            scale = min_scale
         zp = zp_sym
         if not symmetric:
             zp = q_min - rint(lo / scale)

@@ -29,6 +29,7 @@ layout, identically for ``a`` and ``w``, so the dot products are unchanged while
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 from numba import cuda
@@ -41,7 +42,8 @@ from .device import device_function
 from .elementwise import ElementwiseKernel, uint_name
 
 __all__ = ["TILE_M", "TILE_N", "TILE_THREADS", "SKINNY_MAX_M", "SKINNY_M", "SKINNY_N", "SKINNY_THREADS", "MAX_EXACT_K",
-           "CHUNK_K", "linear_kernel"]
+           "CHUNK_K", "PipelineShape", "PIPELINE", "PIPELINE_LARGE", "SKINNY_CHUNKS", "SKINNY_TILES", "linear_kernel",
+           "pipeline_shape", "skinny_tiles"]
 
 CHUNK_K = 64  # k per step: 16 bytes per lane, 4 lanes per row
 # tiled: warps arranged WARPS_M x WARPS_N, each MT x NT mma tiles (16 rows x 8 columns each)
@@ -54,13 +56,81 @@ assert TILE_M == TILE_N == 2 * (TILE_THREADS // 4), "each thread stages two rows
 # skinny (M <= SKINNY_MAX_M): SKINNY_WARPS warps split K for one 16 x 8 mma tile per block
 SKINNY_MAX_M, SKINNY_M, SKINNY_N, SKINNY_WARPS = 64, 16, 8, 8
 SKINNY_THREADS = 32 * SKINNY_WARPS
+SKINNY_CHUNKS = 2  # 64-byte weight chunks each warp has in flight per iteration (16 bytes each per lane)
+SKINNY_TILES: int | None = None  # 8-column tiles per block sharing each activation fragment; None: skinny_tiles(k)
 # |acc| <= K * 127 * 128 (activations in [-127, 127], weights in [-128, 127]) must stay below 2**31.
 MAX_EXACT_K = (2**31 - 1) // (127 * 128)
 
 # 16-byte vector accesses need 16-byte aligned staging (the simulator takes no alignment argument)
 STAGE_ALIGNMENT = None if SIMULATOR else 16
+# the simulator sizes a dynamic shared array by its dtype's itemsize: it needs a dtype instance there
+_DYNAMIC_STAGE_DTYPE = np.dtype(np.uint64) if SIMULATOR else np.uint64
 _U64 = np.uint64
 _LOW32 = _U64(0xFFFFFFFF)
+
+
+@dataclass(frozen=True)
+class PipelineShape:
+    """Geometry of the ``pipelined`` kernel: ``warps_m x warps_n`` warps, each ``mt x nt`` mma tiles
+    (16 rows x 8 columns each), ``stages`` 64-k chunks of both operand tiles in flight through
+    shared memory (``shared_bytes`` of dynamic shared memory)."""
+
+    warps_m: int = 2
+    warps_n: int = 4
+    mt: int = 4
+    nt: int = 4
+    stages: int = 3
+
+    @property
+    def tile_m(self) -> int:
+        return 16 * self.mt * self.warps_m
+
+    @property
+    def tile_n(self) -> int:
+        return 8 * self.nt * self.warps_n
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n
+
+    @property
+    def stage_pairs(self) -> int:
+        """16-byte pairs of one stage: both tiles' rows, 64 bytes (4 pairs) each."""
+        return 4 * (self.tile_m + self.tile_n)
+
+    @property
+    def shared_bytes(self) -> int:
+        return 16 * self.stages * self.stage_pairs
+
+    @property
+    def name(self) -> str:
+        return f"{self.tile_m}x{self.tile_n}_w{self.warps_m}x{self.warps_n}_s{self.stages}"
+
+
+# Measured on an H100 (benchmarks/tune_linear.py, notes/gemm.md): 128 x 128 with 4 stages everywhere;
+# 256 x 128 (64 x 64 per warp, spills a little) is 2-5 % faster where its tiles fill the SMs' waves.
+PIPELINE = PipelineShape(stages=4)
+PIPELINE_LARGE: PipelineShape | None = PipelineShape(4, 2, 4, 8, 3)
+
+
+def pipeline_shape(m: int, n: int, multiprocessors: int) -> PipelineShape:
+    """The pipelined kernel's shape for an ``m x n`` output: the large tile when its last wave of
+    blocks is at least 90 % full (one block per multiprocessor), else the 128 x 128 one."""
+    large = PIPELINE_LARGE
+    if large is not None:
+        tiles = -(-m // large.tile_m) * -(-n // large.tile_n)
+        waves = -(-tiles // multiprocessors)
+        if tiles >= 0.9 * waves * multiprocessors:
+            return large
+    return PIPELINE
+
+
+def skinny_tiles(k: int) -> int:
+    """Column tiles per skinny block: measured best with 4 for K >= 8192, 2 below (rotating weights
+    past L2, M = 1 and 16)."""
+    if SKINNY_TILES is not None:
+        return SKINNY_TILES
+    return 4 if k >= 8192 else 2
 
 
 @device_function
@@ -196,62 +266,197 @@ def _tiled(store):
     return kernel
 
 
-def _skinny(store):
+@device_function
+def swizzled(row, piece):
+    """The 16-byte pair of shared memory holding 16-byte ``piece`` (0 .. 3) of staged 64-byte row
+    ``row``: pieces rotate by ``row / 2`` so that the eight rows an ``ldmatrix`` phase reads (one
+    piece each) fall in distinct banks."""
+    return 4 * row + (piece ^ ((row >> 1) & 3))
+
+
+@device_function
+def copy_rows(stage, first_pair, pairs_view, row0, rows, k_pairs, chunk, tid, copies, threads):
+    """Start the asynchronous copies of 64-byte chunk ``chunk`` of rows ``row0 ..`` of a ``[rows, K]``
+    int8 matrix (``k_pairs = K / 16``) into ``stage`` from pair ``first_pair`` on (swizzled rows):
+    ``copies`` 16-byte pieces per thread, consecutive threads on consecutive pieces; zeros past the edges."""
+    for i in range(copies):
+        index = tid + i * threads
+        local_row, piece = index // 4, index % 4
+        row = row0 + local_row
+        k_pair = 4 * chunk + piece
+        valid = row < rows and k_pair < k_pairs
+        device.cp_async_16(stage, first_pair + swizzled(local_row, piece), pairs_view,
+                           row * k_pairs + k_pair if valid else 0, valid)
+
+
+def _pipelined(store, shape: PipelineShape):
+    tile_m, tile_n, threads, stages = shape.tile_m, shape.tile_n, shape.threads, shape.stages
+    mt, nt, warps_m = shape.mt, shape.nt, shape.warps_m
+    slots, w_words = 4 * mt * nt, 2 * nt  # local array lengths must be compile-time constants
+    assert nt % 2 == 0, "one ldmatrix.x4 brings the weight fragments of two column tiles"
+    stage_pairs, w_offset = shape.stage_pairs, 4 * tile_m  # a stage: [a rows | w rows], 4 pairs a row
+    a_copies, w_copies = 4 * tile_m // threads, 4 * tile_n // threads
+    assert a_copies * threads == 4 * tile_m and w_copies * threads == 4 * tile_n
+    half_rows = tile_m // warps_m  # the epilogue stages the output tile in warps_m horizontal bands
+    band_words = half_rows * tile_n // 2  # int32 accumulators, two per uint64
+    assert band_words <= 2 * stages * stage_pairs, "an output band must fit in the staging buffer"
+    wait_previous = device.cp_async_wait_group(stages - 2)
+    wait_all = device.cp_async_wait_group(0)
+
+    def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
+               M, N, K, tiles_m, aligned, tensor_scale):
+        tid = cuda.threadIdx.x
+        scratch = cuda.shared.array((threads, 6), np.int32)  # used only by the simulator's mma
+        stage = cuda.shared.array(0, _DYNAMIC_STAGE_DTYPE, alignment=STAGE_ALIGNMENT)  # dynamic: shape.shared_bytes
+        acc = cuda.local.array(slots, np.int32)
+        w_frag = cuda.local.array(w_words, np.uint32)
+        warp, lane = tid // 32, tid % 32
+        group, t = lane // 4, lane % 4
+        tile_n_index = cuda.blockIdx.x // tiles_m
+        tile_m_index = cuda.blockIdx.x - tile_n_index * tiles_m
+        m_block, n_block = tile_m_index * tile_m, tile_n_index * tile_n
+        band = warp % warps_m
+        m_warp = band * (16 * mt)
+        n_warp = (warp // warps_m) * (8 * nt)
+        # ldmatrix rows this lane addresses: for `a`, matrices (rows 0-7 | 8-15) x (k 0-15 | 16-31) of
+        # a 16-row tile, the mma's a0 .. a3; for `w`, (k 0-15 | 16-31) x (column tile 2p | 2p + 1)
+        a_row = m_warp + lane % 8 + 8 * ((lane // 8) % 2)
+        a_piece = lane // 16
+        w_row = n_warp + lane % 8 + 8 * (lane // 16)
+        w_piece = (lane // 8) % 2
+        for i in range(slots):
+            acc[i] = 0
+        k_pairs = K // 16  # this kernel runs only for K % 16 == 0 and 16-byte aligned operands
+        steps = (K + CHUNK_K - 1) // CHUNK_K
+        # chunks 0 .. stages - 2 in flight before the first mma; one commit group per chunk (empty
+        # or zero-filled past K, so that the group count stays in step)
+        for chunk in range(stages - 1):
+            first = chunk * stage_pairs
+            copy_rows(stage, first, a_pairs, m_block, M, k_pairs, chunk, tid, a_copies, threads)
+            copy_rows(stage, first + w_offset, w_pairs, n_block, N, k_pairs, chunk, tid, w_copies, threads)
+            device.cp_async_commit()
+        for step in range(steps):
+            # this thread's copies of chunk `step` have landed; after the barrier everyone's have,
+            # and every warp is done reading the stage the next copies overwrite (chunk step - 1's)
+            wait_previous()
+            cuda.syncthreads()
+            chunk = step + stages - 1
+            first = (chunk % stages) * stage_pairs
+            copy_rows(stage, first, a_pairs, m_block, M, k_pairs, chunk, tid, a_copies, threads)
+            copy_rows(stage, first + w_offset, w_pairs, n_block, N, k_pairs, chunk, tid, w_copies, threads)
+            device.cp_async_commit()
+            current = (step % stages) * stage_pairs
+            for half in range(2):  # k 0-31, 32-63 of the chunk: one m16n8k32 each
+                for p in range(nt // 2):
+                    (w_frag[4 * p], w_frag[4 * p + 1], w_frag[4 * p + 2],
+                     w_frag[4 * p + 3]) = device.ldmatrix_x4(
+                        stage, current + w_offset + swizzled(w_row + 16 * p, 2 * half + w_piece), scratch, tid)
+                for mi in range(mt):
+                    a0, a1, a2, a3 = device.ldmatrix_x4(
+                        stage, current + swizzled(a_row + 16 * mi, 2 * half + a_piece), scratch, tid)
+                    for ni in range(nt):
+                        base = 4 * (mi * nt + ni)
+                        c0, c1, c2, c3 = device.mma_s8(a0, a1, a2, a3, w_frag[2 * ni], w_frag[2 * ni + 1],
+                                                       acc[base], acc[base + 1], acc[base + 2], acc[base + 3],
+                                                       scratch, tid)
+                        acc[base], acc[base + 1], acc[base + 2], acc[base + 3] = c0, c1, c2, c3
+        # the zero-filled copies past K may still be landing: drain them before reusing the stages
+        wait_all()
+        cuda.syncthreads()
+        for current_band in range(warps_m):
+            if band == current_band:
+                for mi in range(mt):
+                    for ni in range(nt):
+                        base = 4 * (mi * nt + ni)
+                        word = (16 * mi + group) * (tile_n // 2) + (n_warp + 8 * ni) // 2 + t
+                        stage[word] = (_U64(acc[base]) & _LOW32) | (_U64(acc[base + 1]) << _U64(32))
+                        stage[word + 4 * tile_n] = (_U64(acc[base + 2]) & _LOW32) | (_U64(acc[base + 3]) << _U64(32))
+            cuda.syncthreads()
+            for index in range(tid, 2 * band_words, threads):
+                r, c = index // tile_n, index % tile_n
+                word = stage[r * (tile_n // 2) + c // 2]
+                value = np.int64((word >> _U64(32 * (c % 2))) & _LOW32)
+                if value >= 2**31:  # back to the signed accumulator
+                    value -= 2**32
+                store(value, m_block + current_band * half_rows + r, n_block + c, M, N, row_scale, col_scale, bias,
+                      out_elems, tensor_scale)
+            cuda.syncthreads()
+
+    return kernel
+
+
+def _skinny(store, chunks_in_flight: int, n_tiles: int):
+    w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
+
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
         tid = cuda.threadIdx.x
         scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
-        partial = cuda.shared.array((SKINNY_WARPS, 32, 4), np.int32)
-        acc = cuda.local.array(4, np.int32)
+        partial = cuda.shared.array((SKINNY_WARPS, slots, 32), np.int32)
+        acc = cuda.local.array(slots, np.int32)
+        w_frag = cuda.local.array(w_words, np.uint64)
         warp, lane = tid // 32, tid % 32
         group, t = lane // 4, lane % 4
         # row tiles fastest: the blocks sharing a weight slice run together and share it through L2
         n_tile = cuda.blockIdx.x // tiles_m
         m_block = (cuda.blockIdx.x - n_tile * tiles_m) * SKINNY_M
-        n_block = n_tile * SKINNY_N
-        for i in range(4):
+        n_block = n_tile * (SKINNY_N * n_tiles)
+        for i in range(slots):
             acc[i] = 0
         chunks = (K + CHUNK_K - 1) // CHUNK_K
-        # warps take chunks round robin, two per iteration; every warp runs the same number of
-        # iterations (chunks past K read as zeros) because the simulated mma synchronises the block
-        for first in range(0, chunks, 2 * SKINNY_WARPS):
+        # warps take chunks round robin, `chunks_in_flight` per iteration, all weight loads first
+        # (each activation fragment then feeds the block's `n_tiles` column tiles); every warp runs
+        # the same number of iterations (chunks past K read as zeros) because the simulated mma
+        # synchronises the block
+        for first in range(0, chunks, chunks_in_flight * SKINNY_WARPS):
             k = CHUNK_K * (first + warp) + 16 * t
-            k_far = k + CHUNK_K * SKINNY_WARPS
-            w0, w1 = load_chunk(w_bytes, w_pairs, n_block + group, N, k, K, aligned)
-            w2, w3 = load_chunk(w_bytes, w_pairs, n_block + group, N, k_far, K, aligned)
-            x0, x1 = load_chunk(a_bytes, a_pairs, m_block + group, M, k, K, aligned)
-            y0, y1 = load_chunk(a_bytes, a_pairs, m_block + group + 8, M, k, K, aligned)
-            mma_chunk(acc, 0, x0, x1, y0, y1, w0, w1, scratch, tid)
-            x0, x1 = load_chunk(a_bytes, a_pairs, m_block + group, M, k_far, K, aligned)
-            y0, y1 = load_chunk(a_bytes, a_pairs, m_block + group + 8, M, k_far, K, aligned)
-            mma_chunk(acc, 0, x0, x1, y0, y1, w2, w3, scratch, tid)
-        for i in range(4):
-            partial[warp, lane, i] = acc[i]
+            for c in range(chunks_in_flight):
+                for j in range(n_tiles):
+                    w = 2 * (c * n_tiles + j)
+                    w_frag[w], w_frag[w + 1] = load_chunk(w_bytes, w_pairs, n_block + SKINNY_N * j + group, N,
+                                                          k + c * CHUNK_K * SKINNY_WARPS, K, aligned)
+            for c in range(chunks_in_flight):
+                kc = k + c * CHUNK_K * SKINNY_WARPS
+                x0, x1 = load_chunk(a_bytes, a_pairs, m_block + group, M, kc, K, aligned)
+                y0, y1 = load_chunk(a_bytes, a_pairs, m_block + group + 8, M, kc, K, aligned)
+                for j in range(n_tiles):
+                    w = 2 * (c * n_tiles + j)
+                    mma_chunk(acc, 4 * j, x0, x1, y0, y1, w_frag[w], w_frag[w + 1], scratch, tid)
+        for i in range(slots):
+            partial[warp, i, lane] = acc[i]
         cuda.syncthreads()
-        # warps 0 .. 3 finish fragment slot `warp` of every lane
-        if warp < 4:
+        # one thread per output: fragment slot `slot` of lane `source` in column tile `j`, summed over warps
+        for index in range(tid, 32 * slots, SKINNY_THREADS):
+            slot, source = index // 32, index % 32
             total = 0
             for other in range(SKINNY_WARPS):
-                total += partial[other, lane, warp]
-            m = m_block + group + (8 if warp >= 2 else 0)
-            n = n_block + 2 * t + warp % 2
+                total += partial[other, slot, source]
+            m = m_block + source // 4 + (8 if slot % 4 >= 2 else 0)
+            n = n_block + SKINNY_N * (slot // 4) + 2 * (source % 4) + slot % 2
             store(total, m, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale)
 
     return kernel
 
 
 @functools.cache
-def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinny: bool = False) -> ElementwiseKernel:
-    """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16), ``tiled`` or ``skinny``.
+def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinny: bool = False,
+                  pipeline: PipelineShape | None = None, skinny_chunks: int = SKINNY_CHUNKS,
+                  skinny_tiles: int = 2) -> ElementwiseKernel:
+    """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
+    ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
     activation scale), else ``row_scale[m]`` (per-token activation scales)."""
     store = _epilogue(out, has_bias, per_tensor_rows)
-    kernel = _skinny(store) if skinny else _tiled(store)
+    if skinny:
+        kernel, shape = _skinny(store, skinny_chunks, skinny_tiles), f"skinny{skinny_chunks}x{skinny_tiles}"
+    elif pipeline is not None:
+        kernel, shape = _pipelined(store, pipeline), f"pipelined_{pipeline.name}"
+    else:
+        kernel, shape = _tiled(store), "tiled"
     # per-token scales come from the dynamic quantizer: float64 for float64 activations
     row = "float64" if out is ElementKind.F64 and not per_tensor_rows else "float32"
     signature = (f"void(uint8[::1], uint64[::1], uint8[::1], uint64[::1], {row}[::1], float32[::1], float32[::1], "
                  f"{uint_name(out.itemsize)}[::1], int64, int64, int64, int64, boolean, float32)")
-    shape = "skinny" if skinny else "tiled"
     kernel.__name__ = kernel.__qualname__ = (f"w8a8_gemm_{shape}_{out.short}{'_bias' if has_bias else ''}"
                                              f"{'_tensor' if per_tensor_rows else '_token'}")
     return ElementwiseKernel(kernel, signature, ElementKind.S8, ElementKind.S8, out, MathPrecision.F32, CHUNK_K)

@@ -12,11 +12,11 @@ import numpy as np
 from ..arrays import Operand, adapt, allocate_like, require_contiguous
 from ..errors import InvalidOperand, InvalidProblem, problem_message
 from ..plans.base import Plan
-from ..platform import require_device
 from ..vocabulary import ElementKind, element_kind
 
-__all__ = ["coerced", "operand", "scale_operands", "select_plan", "resolve_dtype", "default_q_range", "output_operand",
-           "clear_plan_cache", "zeros_like_kind"]
+__all__ = ["coerced", "operand", "scale_operands", "select_plan", "resolve_dtype", "default_q_range",
+           "scalar_zero_point", "output_operand", "clear_plan_cache", "zeros_like_kind", "fast_key", "fast_run",
+           "remember_fast"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -28,11 +28,58 @@ def select_plan(plan_type: type[Plan], desc: Any) -> Plan:
 def clear_plan_cache() -> None:
     """Forget every cached plan (compiled kernels stay cached in the registry)."""
     select_plan.cache_clear()
+    _FAST_PLANS.clear()
+
+
+# Repeat calls on plain CUDA torch tensors skip adaptation, dtype resolution and plan lookup: the
+# first call goes the full way and remembers (plan, result dtype) under everything that decided them.
+_FAST_PLANS: dict[tuple, tuple[Plan, Any]] = {}
+_FAST_PLANS_LIMIT = 256
+
+
+def fast_key(where: str, arrays: tuple, *options: Any) -> tuple | None:
+    """The memo key of a call whose ``arrays`` are all contiguous CUDA ``torch.Tensor`` (exact type),
+    else None. The key holds each array's dtype, shape and device and the call's ``options``."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    key: list = [where]
+    tensor = torch.Tensor
+    for a in arrays:
+        if type(a) is not tensor or not a.is_cuda or not a.is_contiguous():
+            return None
+        key += (a.dtype, a.shape, a.get_device())
+    key += options
+    try:
+        hash(tuple(key))
+    except TypeError:  # an unhashable option (a list for dtype, say): the full path handles it
+        return None
+    return tuple(key)
+
+
+def fast_run(key: tuple | None, like: Any, make_args: Any, stream: Any) -> Any:
+    """The result of a remembered call (None when ``key`` is not remembered): a new tensor shaped
+    like ``like``, written by the remembered plan with ``make_args(result)``."""
+    if key is None:
+        return None
+    found = _FAST_PLANS.get(key)
+    if found is None:
+        return None
+    plan, dtype = found
+    result = sys.modules["torch"].empty(like.shape, dtype=dtype, device=like.device)
+    plan.run(make_args(result), stream=stream)
+    return result
+
+
+def remember_fast(key: tuple | None, plan: Plan, result: Any) -> None:
+    if key is not None:
+        if len(_FAST_PLANS) >= _FAST_PLANS_LIMIT:
+            _FAST_PLANS.clear()
+        _FAST_PLANS[key] = (plan, result.dtype)
 
 
 def operand(obj: Any, where: str, argument: str) -> Operand:
     """An input array, adapted and required C-contiguous, named ``argument`` in errors."""
-    require_device()  # before the first staging copy would hit numba's driver-init traceback
     op = adapt(obj, where, argument)
     require_contiguous(op, where, argument)
     return op
@@ -45,9 +92,14 @@ def resolve_dtype(dtype: Any, where: str, argument: str = "dtype") -> ElementKin
         raise InvalidProblem(f"{where}: {exc}".replace("dtype expected", f"{argument} expected", 1)) from None
 
 
+def scalar_zero_point(zero_point: Any, element: ElementKind) -> Any:
+    """A per-tensor zero point: None means 0 for integers; FP8 takes none (the plan rejects others)."""
+    return 0 if zero_point is None and not element.is_fp8 else zero_point
+
+
 def default_q_range(element: ElementKind, q_min: int | None, q_max: int | None) -> tuple[int, int]:
-    """``q_min`` / ``q_max``, defaulting to the integer element's full range."""
-    low, high = element.int_range if element.is_integer else (0, 0)
+    """``q_min`` / ``q_max``, defaulting to the integer element's full range (FP8: ``+-fp8_max``)."""
+    low, high = element.q_range if (element.is_integer or element.is_fp8) else (0, 0)
     return (low if q_min is None else q_min), (high if q_max is None else q_max)
 
 
@@ -113,11 +165,15 @@ def zeros_like_kind(like: Operand, count: int, element: ElementKind) -> Operand:
 
 
 def scale_operands(scales: Any, zero_points: Any, count: int, float_element: ElementKind, like: Operand,
-                   where: str) -> tuple[Operand, Operand]:
+                   where: str, quantized_element: ElementKind | None = None) -> tuple[Operand, Operand]:
     """``scales`` in the math precision of ``float_element`` and ``zero_points`` as int32, each of
-    ``count`` elements; converted by their own framework when needed (``zero_points=None``: zeros)."""
+    ``count`` elements; converted by their own framework when needed (``zero_points=None``: zeros).
+    An FP8 ``quantized_element`` has no zero points: ``zero_points`` passes through untouched for
+    the plan to accept (None) or reject."""
     scale_element = ElementKind.F64 if float_element is ElementKind.F64 else ElementKind.F32
     scale = coerced(scales, scale_element, count, where, "scales")
+    if quantized_element is not None and quantized_element.is_fp8:
+        return scale, zero_points
     if zero_points is None:
         return scale, zeros_like_kind(like, count, ElementKind.I32)
     return scale, coerced(zero_points, ElementKind.I32, count, where, "zero_points")

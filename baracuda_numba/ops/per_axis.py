@@ -1,6 +1,6 @@
 """Per-channel, per-token and per-group dispatch functions.
 
-Same math as the per-tensor functions (:mod:`baracuda_numba.ops.per_tensor`) with one ``(scale, zero_point)`` pair per
+Same math as the per-tensor functions (SPEC section 5) with one ``(scale, zero_point)`` pair per
 segment: the channel ``x[..., c, ...]`` (``scales[shape[axis]]``), the token row ``x[t, :]`` (``x`` of
 any rank, rows over the leading dimensions, ``scales`` one per row) or the group
 ``x[..., g*group_size:(g+1)*group_size]`` along the last axis (``scales[..., shape[-1] // group_size]``).
@@ -9,6 +9,11 @@ any rank, rows over the leading dimensions, ``scales`` one per row) or the group
 int32, converted by their own framework when given otherwise; ``zero_points=None`` means zeros. An
 element scale of 0 quantizes its segment to ``clamp(zero_point)`` with zero gradient. The result has
 the kind of the input.
+
+FP8 dtypes (``"float8_e4m3fn"``, ``"float8_e5m2"``): ``q = fp8_rne(clamp(x * (1/scales[s]), -max, max))``,
+no zero points (pass None), NaN kept, a zero scale gives 0; the STE mask is ``-max <= x / scale <= max``.
+``dtype="int4"`` / ``"uint4"`` in :func:`quantize_per_group` packs two values per byte (see
+:mod:`.packed`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,18 @@ from typing import Any
 
 from ..errors import InvalidProblem, problem_message
 from ..plans import per_axis as p
-from .common import default_q_range, operand, output_operand, resolve_dtype, scale_operands, select_plan
+from ..vocabulary import ElementKind
+from .common import (
+    default_q_range,
+    fast_key,
+    fast_run,
+    operand,
+    output_operand,
+    remember_fast,
+    resolve_dtype,
+    scale_operands,
+    select_plan,
+)
 
 __all__ = [
     "quantize_per_channel", "dequantize_per_channel", "quantize_per_channel_backward",
@@ -57,15 +73,28 @@ def _quantize(family, op, where, x, scales, zero_points, axis, group_size, dtype
               out, stream):
     """quantize (``grad_output`` None) or its backward, for one family."""
     plan_type, descriptor, args_type = _PLANS[(family, op)]
+    key = None
+    if grad_output is None and out is None:
+        key = fast_key(where, (x, scales, zero_points), axis, group_size, dtype, q_min, q_max)
+        fast = fast_run(key, x, lambda result: args_type(x, scales, zero_points, result), stream)
+        if fast is not None:
+            return fast
     xo = operand(x, where, "x")
     element = resolve_dtype(dtype, where)
+    if element in (ElementKind.S4, ElementKind.U4) and family == "group" and op == "quantize":
+        from .packed import quantize_per_group_packed  # int4 / uint4: packed two per byte
+
+        return quantize_per_group_packed(xo, scales, zero_points, group_size, dtype=element, q_min=q_min,
+                                         q_max=q_max, out=out, stream=stream)
     q_min, q_max = default_q_range(element, q_min, q_max)
     fields = _family_fields(family, xo.shape, where, axis, group_size)
     plan = select_plan(plan_type, descriptor(*fields, q_min, q_max, xo.element, element))
-    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), xo.element, xo, where)
+    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), xo.element, xo, where, element)
     if grad_output is None:
         result = output_operand(out, xo, xo.shape, element, where)
         plan.run(args_type(xo, scale, zero_point, result), stream=stream)
+        if scale.obj is scales and zero_point.obj is zero_points:  # used as given, not converted
+            remember_fast(key, plan, result.obj)
     else:
         go = operand(grad_output, where, "grad_output")
         result = output_operand(out, xo, xo.shape, xo.element, where)
@@ -75,13 +104,19 @@ def _quantize(family, op, where, x, scales, zero_points, axis, group_size, dtype
 
 def _dequantize(family, where, q, scales, zero_points, axis, group_size, dtype, out, stream):
     plan_type, descriptor, args_type = _PLANS[(family, "dequantize")]
+    key = fast_key(where, (q, scales, zero_points), axis, group_size, dtype) if out is None else None
+    fast = fast_run(key, q, lambda result: args_type(q, scales, zero_points, result), stream)
+    if fast is not None:
+        return fast
     qo = operand(q, where, "q")
     element = resolve_dtype(dtype, where)
     fields = _family_fields(family, qo.shape, where, axis, group_size)
     plan = select_plan(plan_type, descriptor(*fields, element, qo.element))
-    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), element, qo, where)
+    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), element, qo, where, qo.element)
     result = output_operand(out, qo, qo.shape, element, where)
     plan.run(args_type(qo, scale, zero_point, result), stream=stream)
+    if scale.obj is scales and zero_point.obj is zero_points:  # used as given, not converted
+        remember_fast(key, plan, result.obj)
     return result.obj
 
 
@@ -106,8 +141,8 @@ def quantize_per_channel(x: Any, scales: Any, zero_points: Any, axis: int, *, dt
     """``q[..., c, ...] = clamp(round(x[..., c, ...] * (1/scales[c])) + zero_points[c], q_min, q_max)``.
 
     ``x`` of any rank; ``scales`` / ``zero_points`` of length ``x.shape[axis]``. With integer zero
-    points and f16/bf16/f32 ``x``, ``dequantize_per_channel(quantize_per_channel(x))`` equals
-    ``torch.fake_quantize_per_channel_affine`` bit for bit (f64: see the README, "PyTorch and float64").
+    points, ``dequantize_per_channel(quantize_per_channel(x))`` equals
+    ``torch.fake_quantize_per_channel_affine`` bit for bit.
     """
     return _quantize("channel", "quantize", "quantize_per_channel", x, scales, zero_points, axis, None, dtype,
                      q_min, q_max, None, out, stream)

@@ -1,6 +1,6 @@
 """Per-tensor dispatch functions: one call per op on any supported array kind.
 
-Semantics (the README's "Semantics" section), with ``inv = 1/scale`` taken in the math precision (float32 for
+Semantics (SPEC section 5), with ``inv = 1/scale`` taken in the math precision (float32 for
 f16/bf16/f32 data, float64 for f64) and round half to even:
 
 - quantize: ``q = clamp(round(x * inv) + zero_point, q_min, q_max)``; +-inf saturate, NaN -> ``clamp(zero_point)``
@@ -8,6 +8,11 @@ f16/bf16/f32 data, float64 for f64) and round half to even:
 - fake quantize: ``(clamp(round(x * inv) + zero_point, q_min, q_max) - zero_point) * scale``; NaN propagates
 - backward (straight-through): ``mask = q_min <= round(x * inv) + zero_point <= q_max``;
   quantize: ``dx = dy * inv * mask``; fake quantize: ``dx = dy * mask``; dequantize: ``dq = dy * scale``
+
+FP8 (``dtype="float8_e4m3fn"`` / ``"float8_e5m2"``): ``q = fp8_rne(clamp(x * inv, q_min, q_max))`` with
+``q_min, q_max`` by default ``-+fp8_max`` (448 / 57344), bit for bit
+``(x * inv).clamp(-max, max).to(torch.float8_e4m3fn)``; NaN stays NaN; no zero point (pass None);
+``mask = q_min <= x * inv <= q_max``.
 
 The result has the kind of the input (NumPy, torch, CuPy or numba) and ``x``'s shape. Device
 results are asynchronous on ``stream`` (default: the current torch / CuPy stream for their tensors,
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import InvalidProblem, problem_message
 from ..plans.per_tensor import (
     DequantizePerTensorArgs,
     DequantizePerTensorBackwardArgs,
@@ -38,7 +44,18 @@ from ..plans.per_tensor import (
     QuantizePerTensorDescriptor,
     QuantizePerTensorPlan,
 )
-from .common import default_q_range, operand, output_operand, resolve_dtype, select_plan
+from ..vocabulary import ElementKind
+from .common import (
+    default_q_range,
+    fast_key,
+    fast_run,
+    operand,
+    output_operand,
+    remember_fast,
+    resolve_dtype,
+    scalar_zero_point,
+    select_plan,
+)
 
 __all__ = [
     "quantize_per_tensor",
@@ -50,7 +67,7 @@ __all__ = [
 ]
 
 
-def quantize_per_tensor(x: Any, scale: float, zero_point: int = 0, *, dtype: Any = "int8",
+def quantize_per_tensor(x: Any, scale: float, zero_point: int | None = None, *, dtype: Any = "int8",
                         q_min: int | None = None, q_max: int | None = None, out: Any = None,
                         stream: Any = None) -> Any:
     """Quantize ``x`` with one scale and zero point.
@@ -61,9 +78,10 @@ def quantize_per_tensor(x: Any, scale: float, zero_point: int = 0, *, dtype: Any
     ----------
     x : float array (f16, bf16, f32, f64), any shape, C-contiguous.
     scale : float > 0, finite, with a finite reciprocal in the math precision.
-    zero_point : int in ``[q_min, q_max]``.
-    dtype : ``"int8"`` or ``"uint8"`` (or a NumPy / torch dtype or :class:`ElementKind`).
-    q_min, q_max : the clamp range, by default ``dtype``'s full range.
+    zero_point : int in ``[q_min, q_max]`` (None: 0); must be None for FP8.
+    dtype : ``"int8"``, ``"uint8"``, ``"float8_e4m3fn"`` or ``"float8_e5m2"`` (or a NumPy / torch
+        dtype or :class:`ElementKind`).
+    q_min, q_max : the clamp range, by default ``dtype``'s full (finite) range.
 
     Returns
     -------
@@ -80,31 +98,41 @@ def quantize_per_tensor(x: Any, scale: float, zero_point: int = 0, *, dtype: Any
     array([128], dtype=uint8)
     """
     where = "quantize_per_tensor"
+    key = fast_key(where, (x,), dtype, q_min, q_max) if out is None else None
+    fast = fast_run(key, x, lambda result: QuantizePerTensorArgs(x, scale, zero_point, result), stream)
+    if fast is not None:
+        return fast
     xo = operand(x, where, "x")
     element = resolve_dtype(dtype, where)
     q_min, q_max = default_q_range(element, q_min, q_max)
     plan = select_plan(QuantizePerTensorPlan, QuantizePerTensorDescriptor(xo.size, q_min, q_max, xo.element, element))
     result = output_operand(out, xo, xo.shape, element, where)
-    plan.run(QuantizePerTensorArgs(xo, scale, zero_point, result), stream=stream)
+    plan.run(QuantizePerTensorArgs(xo, scale, scalar_zero_point(zero_point, element), result), stream=stream)
+    remember_fast(key, plan, result.obj)
     return result.obj
 
 
-def dequantize_per_tensor(q: Any, scale: float, zero_point: int = 0, *, dtype: Any = "float32",
+def dequantize_per_tensor(q: Any, scale: float, zero_point: int | None = None, *, dtype: Any = "float32",
                           out: Any = None, stream: Any = None) -> Any:
-    """Dequantize ``q`` (int8 / uint8): ``x = (q - zero_point) * scale`` in ``dtype`` (a float).
+    """Dequantize ``q`` (int8 / uint8 / FP8): ``x = (q - zero_point) * scale`` in ``dtype`` (a float).
 
     Computed in float32 (float64 for a float64 result) and rounded once to ``dtype``.
     """
     where = "dequantize_per_tensor"
+    key = fast_key(where, (q,), dtype) if out is None else None
+    fast = fast_run(key, q, lambda result: DequantizePerTensorArgs(q, scale, zero_point, result), stream)
+    if fast is not None:
+        return fast
     qo = operand(q, where, "q")
     element = resolve_dtype(dtype, where)
     plan = select_plan(DequantizePerTensorPlan, DequantizePerTensorDescriptor(qo.size, element, qo.element))
     result = output_operand(out, qo, qo.shape, element, where)
-    plan.run(DequantizePerTensorArgs(qo, scale, zero_point, result), stream=stream)
+    plan.run(DequantizePerTensorArgs(qo, scale, scalar_zero_point(zero_point, qo.element), result), stream=stream)
+    remember_fast(key, plan, result.obj)
     return result.obj
 
 
-def quantize_per_tensor_backward(grad_output: Any, x: Any, scale: float, zero_point: int = 0, *,
+def quantize_per_tensor_backward(grad_output: Any, x: Any, scale: float, zero_point: int | None = None, *,
                                  dtype: Any = "int8", q_min: int | None = None, q_max: int | None = None,
                                  out: Any = None, stream: Any = None) -> Any:
     """Straight-through gradient of :func:`quantize_per_tensor` with respect to ``x``.
@@ -119,7 +147,8 @@ def quantize_per_tensor_backward(grad_output: Any, x: Any, scale: float, zero_po
     desc = QuantizePerTensorBackwardDescriptor(xo.size, q_min, q_max, xo.element, element)
     plan = select_plan(QuantizePerTensorBackwardPlan, desc)
     result = output_operand(out, xo, xo.shape, xo.element, where)
-    plan.run(QuantizePerTensorBackwardArgs(xo, scale, zero_point, go, result), stream=stream)
+    plan.run(QuantizePerTensorBackwardArgs(xo, scale, scalar_zero_point(zero_point, element), go, result),
+             stream=stream)
     return result.obj
 
 
@@ -139,31 +168,67 @@ def dequantize_per_tensor_backward(grad_output: Any, scale: float, *, dtype: Any
     return result.obj
 
 
-def fake_quantize(x: Any, scale: float, zero_point: int = 0, q_min: int = -128, q_max: int = 127, *,
-                  out: Any = None, stream: Any = None) -> Any:
+def fake_quantize(x: Any, scale: float, zero_point: int | None = None, q_min: int | None = None,
+                  q_max: int | None = None, *, dtype: Any = None, torch_compat: bool = False, out: Any = None,
+                  stream: Any = None) -> Any:
     """Quantize and dequantize in one pass, in ``x``'s dtype.
 
     ``y = (clamp(round(x * (1/scale)) + zero_point, q_min, q_max) - zero_point) * scale``,
-    computed in the math precision and rounded once; for f16/bf16/f32 ``x`` it matches
-    ``torch.fake_quantize_per_tensor_affine`` bit for bit. For f64 ``x`` it is float64 throughout, while
-    PyTorch uses a float32 scale, reciprocal and product (see the README, "PyTorch and float64").
-    NaN propagates.
+    computed in the math precision (float32; float64 for float64 data) and rounded once; ``q_min,
+    q_max`` default to [-128, 127] (``dtype``'s range when an integer dtype is given). For f32, f16
+    and bf16 data this is ``torch.fake_quantize_per_tensor_affine`` bit for bit. For float64 data
+    PyTorch uses a float32 scale and reciprocal and multiplies back in float32 (its result is a
+    float32 value widened); ``torch_compat=True`` reproduces that, the default stays float64
+    throughout. NaN propagates.
+
+    ``dtype="float8_e4m3fn"`` / ``"float8_e5m2"`` simulates FP8 instead:
+    ``y = fp8_rne(clamp(x * (1/scale), q_min, q_max)) * scale`` (``q_min, q_max`` default
+    ``-+fp8_max``; no zero point), i.e. ``(x * inv).clamp(...).to(fp8).to(x.dtype) * scale``.
     """
     where = "fake_quantize"
+    key = fast_key(where, (x,), q_min, q_max, dtype, torch_compat) if out is None else None
+    fast = fast_run(key, x, lambda result: FakeQuantizeArgs(x, scale, zero_point, result), stream)
+    if fast is not None:
+        return fast
     xo = operand(x, where, "x")
-    plan = select_plan(FakeQuantizePlan, FakeQuantizeDescriptor(xo.size, q_min, q_max, xo.element))
+    simulated = _simulated(dtype, where)
+    grid = simulated if simulated.is_fp8 else None
+    q_min, q_max = default_q_range(simulated, q_min, q_max)
+    desc = FakeQuantizeDescriptor(xo.size, q_min, q_max, xo.element, grid, torch_compat)
+    plan = select_plan(FakeQuantizePlan, desc)
     result = output_operand(out, xo, xo.shape, xo.element, where)
-    plan.run(FakeQuantizeArgs(xo, scale, zero_point, result), stream=stream)
+    plan.run(FakeQuantizeArgs(xo, scale, _fake_zero_point(zero_point, grid), result), stream=stream)
+    remember_fast(key, plan, result.obj)
     return result.obj
 
 
-def fake_quantize_backward(grad_output: Any, x: Any, scale: float, zero_point: int = 0, q_min: int = -128,
-                           q_max: int = 127, *, out: Any = None, stream: Any = None) -> Any:
+def fake_quantize_backward(grad_output: Any, x: Any, scale: float, zero_point: int | None = None,
+                           q_min: int | None = None, q_max: int | None = None, *, dtype: Any = None,
+                           torch_compat: bool = False, out: Any = None, stream: Any = None) -> Any:
     """Straight-through gradient of :func:`fake_quantize`:
-    ``dx = grad_output * [q_min <= round(x * (1/scale)) + zero_point <= q_max]``."""
+    ``dx = grad_output * [q_min <= round(x * (1/scale)) + zero_point <= q_max]``
+    (FP8 ``dtype``: ``[q_min <= x * (1/scale) <= q_max]``, false for NaN); ``torch_compat`` as in
+    :func:`fake_quantize` (float64 data: the float32 reciprocal, as PyTorch's autograd)."""
     where = "fake_quantize_backward"
     go, xo = operand(grad_output, where, "grad_output"), operand(x, where, "x")
-    plan = select_plan(FakeQuantizeBackwardPlan, FakeQuantizeBackwardDescriptor(xo.size, q_min, q_max, xo.element))
+    simulated = _simulated(dtype, where)
+    grid = simulated if simulated.is_fp8 else None
+    q_min, q_max = default_q_range(simulated, q_min, q_max)
+    desc = FakeQuantizeBackwardDescriptor(xo.size, q_min, q_max, xo.element, grid, torch_compat)
+    plan = select_plan(FakeQuantizeBackwardPlan, desc)
     result = output_operand(out, xo, xo.shape, xo.element, where)
-    plan.run(FakeQuantizeBackwardArgs(xo, scale, zero_point, go, result), stream=stream)
+    plan.run(FakeQuantizeBackwardArgs(xo, scale, _fake_zero_point(zero_point, grid), go, result), stream=stream)
     return result.obj
+
+
+def _simulated(dtype: Any, where: str) -> ElementKind:
+    """The element fake-quantize simulates: an FP8 one, or an integer one (its range is the default
+    ``q_min, q_max``; None: int8)."""
+    element = ElementKind.S8 if dtype is None else resolve_dtype(dtype, where)
+    if not (element.is_fp8 or element.is_integer):
+        raise InvalidProblem(problem_message(where, "dtype", "an integer or FP8 dtype to simulate", element.short))
+    return element
+
+
+def _fake_zero_point(zero_point: Any, grid: ElementKind | None) -> Any:
+    return scalar_zero_point(zero_point, grid or ElementKind.S8)

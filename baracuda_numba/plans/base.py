@@ -8,6 +8,7 @@ only adapts the arrays, checks them against the cached descriptor and launches.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -17,8 +18,8 @@ from .. import registry
 from ..arrays import Operand, adapt, finish, require_contiguous, scalar_value
 from ..errors import BaracudaError, InvalidProblem, Unsupported, WorkspaceTooSmall, problem_message
 from ..kernels.codecs import math_type
-from ..kernels.elementwise import UNROLL, ScaleMode, chunk_elements, chunk_view_itemsize
-from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize
+from ..kernels.elementwise import UNROLL, ElementwiseOp, ScaleMode, chunk_elements, chunk_view_itemsize
+from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize, torch_current_stream
 from ..platform import SIMULATOR, require_device
 from ..vocabulary import ElementKind, KernelSku, PlanPreference, PrecisionGuarantee, QuantizeKind, element_kind
 
@@ -43,6 +44,8 @@ def normalise_descriptor(desc: Any, plan: str) -> None:
     """Coerce element fields to :class:`ElementKind` and check integer fields, in place (frozen ok)."""
     for f in fields(desc):
         value = getattr(desc, f.name)
+        if value is None and f.default is None:
+            continue  # an optional field left out
         if f.name.endswith("_element"):
             try:
                 object.__setattr__(desc, f.name, element_kind(value))
@@ -70,12 +73,17 @@ def sm_count(device_id: int) -> int:
     return count
 
 
+# Blocks per SM of the thread-stationary channel grid: the most 512-thread blocks an SM holds.
+STATIONARY_BLOCKS_PER_SM = 4
+
+
 class Plan:
     """Base of every plan. Subclasses set ``KIND``, ``Descriptor`` and ``Args``."""
 
     KIND: ClassVar[QuantizeKind]
     Descriptor: ClassVar[type]
     Args: ClassVar[type]
+    ENTRY: ClassVar[type] = registry.Entry  # the entry type this plan runs
 
     def __init__(self, desc: Any, entry: registry.RegistryEntry, pref: PlanPreference) -> None:
         self.desc = desc
@@ -94,12 +102,15 @@ class Plan:
         registry has no kernel for its elements.
         """
         name = cls.__name__
-        require_device()  # NUMBA_ENABLE_CUDASIM=0 without a GPU: one typed line, not numba's driver traceback
+        require_device(name)
         if type(desc) is not cls.Descriptor:
             raise InvalidProblem(problem_message(name, "desc", cls.Descriptor.__name__, type(desc).__name__))
         normalise_descriptor(desc, name)
         cls._validate(desc)
         entry = registry.lookup(cls.KIND, *cls._registry_elements(desc), where=name)
+        if not isinstance(entry, cls.ENTRY):  # e.g. packed int4, which has plans of its own
+            raise Unsupported(problem_message(name, "output_element", f"an element {name} handles",
+                                              f"{entry.output_element.short} (see {entry.kernel_name})"))
         plan = cls(desc, entry, pref)
         if pref.max_workspace_bytes is not None and plan.workspace_size() > pref.max_workspace_bytes:
             raise Unsupported(problem_message(name, "pref.max_workspace_bytes",
@@ -171,6 +182,11 @@ class _Bound:
     scale_operands: tuple[Operand, Operand | None] | None
 
 
+# The parameter slots an elementwise launch rewrites: the data pointers of the chunk and element views
+# of a, b and out, of scales and zero points (slot 4 of each 7-slot array struct), then step_q, step_r.
+_PATCHED_INT_SLOTS = (slice(4, 60, 7), slice(60, 62))
+
+
 class ElementwisePlan(Plan):
     """Plans whose kernel is :mod:`baracuda_numba.kernels.elementwise`.
 
@@ -178,6 +194,7 @@ class ElementwisePlan(Plan):
     (``OUT_FIELD``), and provide the scalar parameters through ``_scalars``.
     """
 
+    ENTRY = registry.RegistryEntry
     A_FIELD: ClassVar[str]
     B_FIELD: ClassVar[str | None] = None
     OUT_FIELD: ClassVar[str]
@@ -187,8 +204,17 @@ class ElementwisePlan(Plan):
     def _validate(cls, desc: Any) -> None:
         cls._validate_shape(desc)
         # An element pair the registry lacks is reported by the lookup, not as a range error.
-        if cls.HAS_Q_RANGE and getattr(desc, "output_element", ElementKind.S8).is_integer:
+        grid = cls._grid(desc)
+        if cls.HAS_Q_RANGE and (grid is not None or getattr(desc, "output_element", ElementKind.S8).is_integer):
             check_q_range(cls.__name__, desc.q_min, desc.q_max, *cls._q_limits(desc))
+            if grid is not None:
+                check_fp8_bounds(cls.__name__, desc.q_min, desc.q_max, grid)
+
+    @classmethod
+    def _grid(cls, desc: Any) -> ElementKind | None:
+        """The FP8 element whose grid the op rounds to (None: an integer grid)."""
+        element = getattr(desc, "output_element", None)
+        return element if element is not None and element.is_fp8 else None
 
     @classmethod
     def _validate_shape(cls, desc: Any) -> None:
@@ -196,11 +222,13 @@ class ElementwisePlan(Plan):
 
     @classmethod
     def _q_limits(cls, desc: Any) -> tuple[int, int]:
-        return desc.output_element.int_range
+        return desc.output_element.q_range
 
     def _prepare(self) -> None:
         entry = self.entry
-        kernel = entry.kernel(self._uniform_chunk())
+        self._uniform = self._uniform_chunk()
+        kernel = entry.kernel(self._uniform, self._kernel_op())
+        self._grid_element = entry.grid
         G = self._chunk = kernel.chunk
         M = self._math = math_type(kernel.precision)
         self._n = self._numel()
@@ -210,12 +238,93 @@ class ElementwisePlan(Plan):
         self._geometry_cache: dict[tuple[int, int], tuple[int, int, int]] = {}
         self._empty_scales = ArrayArg(0, 0, np.dtype(M).itemsize, np.zeros(0, M))
         self._empty_zero_points = ArrayArg(0, 0, 4, np.zeros(0, np.int32))
+        self._fast: tuple | None = None
         if not SIMULATOR:
             kernel.compiled()
-            self._template = self._values((0, 0, 0, 0, 0), self._n // G, (0, 0), (0,) * 5)
+            self._install_template()
+            self._fast = self._fast_fields()
+
+    def _fast_fields(self) -> tuple:
+        """``(field, element, count, alignment)`` of every array the kernel reads or writes, in the
+        order of the patched pointers (a, b, out, then scales and zero points), for :meth:`run`'s
+        fast path; the alignment is the chunk's so that a fast launch always takes the chunk path."""
+        entry, n = self.entry, self._n
+        al_a, al_b, al_o = self._alignments
+        specs = [(self.A_FIELD, entry.a, n, al_a)]
+        if self.B_FIELD:
+            specs.append((self.B_FIELD, entry.b, n, al_b))
+        specs.append((self.OUT_FIELD, entry.out, n, al_o))
+        return tuple(specs)
+
+    def _install_template(self) -> None:
+        """Pack the parameter block once: every call patches only the operand pointers (slots 4, 11,
+        ... of the array structs), the grid steps and the scalars."""
+        template = self._values((0, 0, 0, 0, 0), self._n // self._chunk, (0, 0), (0,) * 5)
+        self._launcher.params.set_template(template, _PATCHED_INT_SLOTS, range(62, 67), self._math)
+
+    def run(self, args: Any, workspace: Any = None, stream: Any = None) -> None:
+        """Launch on ``stream`` (see :func:`baracuda_numba.launch.stream_handle`). Asynchronous on
+        device arrays; host (NumPy) outputs are complete when it returns.
+
+        Plain CUDA ``torch.Tensor`` operands (or operands already adapted from them) of the expected
+        dtype, size, contiguity and chunk alignment, on one device and the current stream, take a
+        fast path: their pointers are patched into the parameter block without building operands.
+        Anything else goes through the full checks, with the same results and errors.
+        """
+        if self._fast is not None and stream is None and type(args) is self.Args and self._n:
+            found = self._fast_pointers(args)
+            if found is not None:
+                self._launch_fast(args, *found)
+                return
+        super().run(args, workspace, stream)
+
+    def _fast_pointers(self, args: Any) -> tuple[list[int], int] | None:
+        """Device pointers and device of ``args``'s arrays when all are plain, fitting torch CUDA tensors."""
+        tensor_type = _torch_tensor_type()
+        pointers: list[int] = []
+        device = -1
+        for field, element, count, alignment in self._fast:
+            value = getattr(args, field)
+            kind = type(value)
+            if kind is tensor_type:
+                if (_TORCH_DTYPES.get(value.dtype) is not element or not value.is_cuda or value.numel() != count
+                        or not value.is_contiguous()):
+                    return None
+                ptr, value_device = value.data_ptr(), value.get_device()
+            elif kind is Operand:
+                if value.origin != "torch" or value.element is not element or value.size != count \
+                        or not value.contiguous:
+                    return None
+                ptr, value_device = value.ptr, value.device_id
+            else:
+                return None
+            if ptr % alignment or (device != value_device and device != -1):
+                return None
+            device = value_device
+            pointers.append(ptr)
+        return pointers, device
+
+    def _launch_fast(self, args: Any, pointers: list[int], device: int) -> None:
+        scalars = self._scalars(args)
+        a_ptr = pointers[0]
+        if self.B_FIELD:
+            b_ptr, out_ptr = pointers[1], pointers[2]
+            rest = pointers[3:]
+        else:
+            b_ptr, out_ptr = a_ptr, pointers[1]
+            rest = pointers[2:]
+        s_ptr, z_ptr = (*rest, 0, 0)[:2]
+        blocks, step_q, step_r = self._geometry(self._n // self._chunk, device)
+        self._launcher.launch_patched(blocks, self.entry.policy.threads_per_block, torch_current_stream(device),
+                                      ((a_ptr, a_ptr, b_ptr, b_ptr, out_ptr, out_ptr, s_ptr, z_ptr),
+                                       (step_q, step_r)), scalars, device)
 
     def _uniform_chunk(self) -> bool:
         return True
+
+    def _kernel_op(self) -> ElementwiseOp | None:
+        """A variant of the entry's op to compile instead (None: the entry's own)."""
+        return None
 
     def _numel(self) -> int:
         return self.desc.numel
@@ -271,6 +380,12 @@ class ElementwisePlan(Plan):
             work = max(-(-nchunks // UNROLL), self._n - nchunks * self._chunk)
             blocks = policy.blocks(work, sm_count(device_id))
             seg_len, channels = self._segments()
+            if nchunks and self.entry.mode is ScaleMode.CHANNELS and not self._uniform:
+                # One wave of resident threads, each looping over many chunks: a stationary thread
+                # loads G parameter triples once, which a 16-wave grid would repeat for ~4 chunks.
+                resident = STATIONARY_BLOCKS_PER_SM * sm_count(device_id)
+                blocks = stationary_blocks(min(blocks, resident), policy.threads_per_block * self._chunk,
+                                           seg_len * channels, policy.blocks_per_sm * sm_count(device_id))
             step_q, step_r = divmod(blocks * policy.threads_per_block * self._chunk, seg_len)
             if self.entry.mode is ScaleMode.CHANNELS:
                 step_q %= channels
@@ -294,18 +409,13 @@ class ElementwisePlan(Plan):
             if a.ptr % al_a == 0 and b.ptr % al_b == 0 and out.ptr % al_o == 0:
                 nchunks = self._n // self._chunk
                 blocks, step_q, step_r = self._geometry(nchunks, a.device_id)
-                values = self._template.copy()
-                values[4] = values[11] = a.ptr
-                values[18] = values[25] = b.ptr
-                values[32] = values[39] = out.ptr
-                values[46], values[53] = s_ptr, z_ptr
-                values[60], values[61] = step_q, step_r
-                values[62:67] = bound.scalars
+                pointers = (a.ptr, a.ptr, b.ptr, b.ptr, out.ptr, out.ptr, s_ptr, z_ptr)
+                self._launcher.launch_patched(blocks, threads, handle, (pointers, (step_q, step_r)), bound.scalars,
+                                              a.device_id)
             else:  # an operand off its chunk alignment: every element through the element path
-                nchunks = 0
-                blocks, step_q, step_r = self._geometry(nchunks, a.device_id)
+                blocks, step_q, step_r = self._geometry(0, a.device_id)
                 values = self._values((a.ptr, b.ptr, out.ptr, s_ptr, z_ptr), 0, (step_q, step_r), bound.scalars)
-            self._launcher.launch_values(blocks, threads, handle, values, a.device_id)
+                self._launcher.launch_values(blocks, threads, handle, values, a.device_id)
         if a.on_host or b.on_host or out.on_host:
             synchronize(handle)
             finish(out)
@@ -345,14 +455,50 @@ class ArrayScalePlan(ElementwisePlan):
     def _uniform_chunk(self) -> bool:
         return self._segments()[0] % chunk_elements(self.entry.a, self.entry.b, self.entry.out) == 0
 
+    def _fast_fields(self) -> tuple:
+        count = self._segment_count()
+        specs = (("scale", ElementKind.F64 if self._math is np.float64 else ElementKind.F32, count,
+                  np.dtype(self._math).itemsize),)
+        if self.READS_ZERO_POINT:
+            specs += (("zero_point", ElementKind.I32, count, 4),)
+        return super()._fast_fields() + specs
+
     def _scalars(self, args: Any) -> tuple:
         return self._fixed_scalars
 
     def _scale_operands(self, args: Any) -> tuple[Operand, Operand | None]:
         count = self._segment_count()
         scale = self._operand(args, "scale", self._scale_element, count)
+        if self._grid_element is not None:
+            check_no_zero_point(self.name, getattr(args, "zero_point", None), self._grid_element)
+            return scale, None
         zero_point = self._operand(args, "zero_point", ElementKind.I32, count) if self.READS_ZERO_POINT else None
         return scale, zero_point
+
+
+def stationary_blocks(blocks: int, chunk_elements_per_block: int, period: int, cap: int) -> int:
+    """``blocks`` rounded up so that one grid stride (``blocks * chunk_elements_per_block``
+    elements) is a whole number of channel periods (``seg_len * channels`` elements), which lets
+    each thread of the channel kernel load its chunk's parameters once (``step_q == step_r == 0``);
+    unchanged when that would take more than ``cap`` blocks."""
+    multiple = period // math.gcd(period, chunk_elements_per_block)
+    rounded = -(-blocks // multiple) * multiple
+    return rounded if rounded <= cap else blocks
+
+
+_TORCH_DTYPES: dict[Any, ElementKind] = {}
+
+
+def _torch_tensor_type() -> type | None:
+    """``torch.Tensor`` once torch is imported (never imports it), and its dtype table."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    if not _TORCH_DTYPES:
+        _TORCH_DTYPES.update({torch.float16: ElementKind.F16, torch.bfloat16: ElementKind.BF16,
+                              torch.float32: ElementKind.F32, torch.float64: ElementKind.F64,
+                              torch.int8: ElementKind.S8, torch.uint8: ElementKind.U8, torch.int32: ElementKind.I32})
+    return torch.Tensor
 
 
 def chunk_views(op: Operand, n: int, nchunks: int, G: int) -> tuple[ArrayArg, ArrayArg]:
@@ -387,8 +533,18 @@ def checked_operand(plan: str, value: Any, field: str, element: ElementKind, cou
     return op
 
 
+# (math type, scale) -> (inv, scale) for scales seen recently: a training or serving loop passes the
+# same few scales every step, and NumPy scalar arithmetic and errstate cost ~3 us a call.
+_VALID_SCALES: dict[tuple[type, Any], tuple[Any, Any]] = {}
+_VALID_SCALES_LIMIT = 1024
+
+
 def checked_scale(plan: str, scale: Any, M: type, argument: str = "scale") -> tuple[Any, Any]:
     """``(inv, scale)`` in the math type; :class:`InvalidProblem` unless finite, > 0 and invertible."""
+    if type(scale) is float:
+        known = _VALID_SCALES.get((M, scale))
+        if known is not None:
+            return known
     value = scalar_value(scale, plan, argument)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # overflow is reported below
         try:
@@ -400,10 +556,17 @@ def checked_scale(plan: str, scale: Any, M: type, argument: str = "scale") -> tu
         precision = np.dtype(M).name
         raise InvalidProblem(problem_message(
             plan, argument, f"a finite value > 0 with a finite reciprocal in {precision}", value))
+    if type(scale) is float:
+        if len(_VALID_SCALES) >= _VALID_SCALES_LIMIT:
+            _VALID_SCALES.clear()
+        _VALID_SCALES[(M, scale)] = (inv, s)
     return inv, s
 
 
 def checked_zero_point(plan: str, zero_point: Any, low: int, high: int) -> int:
+    """The integer zero point in ``[low, high]`` (None means 0); else :class:`InvalidProblem`."""
+    if zero_point is None:
+        zero_point = 0
     value = scalar_value(zero_point, plan, "zero_point")
     if isinstance(value, (float, np.floating)):
         if not float(value).is_integer():
@@ -419,6 +582,20 @@ def check_q_range(plan: str, q_min: int, q_max: int, low: int, high: int) -> Non
         raise InvalidProblem(problem_message(plan, "q_min", f"<= q_max ({q_max})", q_min))
     if q_min < low or q_max > high:
         raise InvalidProblem(problem_message(plan, "(q_min, q_max)", f"within [{low}, {high}]", f"[{q_min}, {q_max}]"))
+
+
+def check_no_zero_point(plan: str, zero_point: Any, grid: ElementKind) -> None:
+    """FP8 has no zero point: :class:`InvalidProblem` unless ``zero_point`` is None."""
+    if zero_point is not None:
+        given = type(zero_point).__name__ if hasattr(zero_point, "shape") else repr(zero_point)
+        raise InvalidProblem(problem_message(plan, "zero_point", f"None ({grid.short} has no zero point)", given))
+
+
+def check_fp8_bounds(plan: str, q_min: int, q_max: int, grid: ElementKind) -> None:
+    """FP8 clamp bounds must be values of the format, so that clamping then rounding stays within them."""
+    for name, bound in (("q_min", q_min), ("q_max", q_max)):
+        if float(np.float32(bound).astype(grid.numpy_dtype)) != bound:
+            raise InvalidProblem(problem_message(plan, name, f"a value representable in {grid.short}", bound))
 
 
 def check_numel(plan: str, numel: int) -> None:

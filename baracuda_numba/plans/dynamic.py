@@ -28,7 +28,7 @@ from ..kernels.dynamic import WARP
 from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
-from .base import Plan, checked_operand, chunk_views, sm_count, typed_view
+from .base import Plan, check_fp8_bounds, check_no_zero_point, checked_operand, chunk_views, sm_count, typed_view
 from .per_axis import (
     QuantizePerChannelArgs,
     QuantizePerChannelDescriptor,
@@ -81,8 +81,9 @@ class DynamicRangeScope:
 
 
 def default_dynamic_q_range(mode: DynamicRangeMode, element: ElementKind) -> tuple[int, int]:
-    """[-127, 127] for symmetric int8 (so that -x quantizes to -q), else the element's full range."""
-    low, high = element.int_range if element.is_integer else (0, 0)
+    """[-127, 127] for symmetric int8 (so that -x quantizes to -q), else the element's full range
+    (``+-fp8_max`` for FP8)."""
+    low, high = element.q_range if (element.is_integer or element.is_fp8) else (0, 0)
     if mode is DynamicRangeMode.SYMMETRIC and low < 0:
         low = -high
     return low, high
@@ -150,9 +151,17 @@ class DynamicRangeQuantizePlan(Plan):
             if shape[-1] % g:
                 raise InvalidProblem(problem_message(name, "scope.group_size",
                                                      f"a divisor of the last dimension ({shape[-1]})", g))
-        if not desc.output_element.is_integer:
+        if desc.output_element.is_fp8:
+            if desc.mode is not DynamicRangeMode.SYMMETRIC:
+                raise InvalidProblem(problem_message(name, "mode", f"symmetric ({desc.output_element.short} has no "
+                                                     "zero point)", desc.mode.value))
+            check_fp8_bounds(name, desc.q_min, desc.q_max, desc.output_element)
+            if desc.q_min != -desc.q_max:
+                raise InvalidProblem(problem_message(name, "(q_min, q_max)", "a symmetric range [-m, m]",
+                                                     f"[{desc.q_min}, {desc.q_max}]"))
+        elif not desc.output_element.is_integer:
             return  # reported by the registry lookup
-        low, high = desc.output_element.int_range
+        low, high = desc.output_element.q_range
         if desc.q_min > desc.q_max or desc.q_min < low or desc.q_max > high:
             raise InvalidProblem(problem_message(name, "(q_min, q_max)", f"an ordered range within [{low}, {high}]",
                                                  f"[{desc.q_min}, {desc.q_max}]"))
@@ -262,7 +271,10 @@ class DynamicRangeQuantizePlan(Plan):
         x = self._operand(args.input, "input", desc.input_element, self._n)
         q = self._operand(args.output, "output", desc.output_element, self._n)
         scale = self._operand(args.scale, "scale", self._scale_element, self._count)
-        if args.zero_point is None:
+        if desc.output_element.is_fp8:
+            check_no_zero_point(self.name, args.zero_point, desc.output_element)
+            zero_point = None
+        elif args.zero_point is None:
             if not self._symmetric:
                 raise InvalidProblem(problem_message(self.name, "zero_point", "an int32 array in asymmetric mode",
                                                      None))
@@ -301,16 +313,21 @@ class DynamicRangeQuantizePlan(Plan):
             partials = typed_view(ws, self._math, self._workspace // np.dtype(self._math).itemsize)
             if self._strategy == "tensor":
                 self._run_tensor(x, partials, scale_view, zp_view, handle, device_id)
-                quantize_args = QuantizePerTokenArgs(x, scale, _zp_operand(zero_point, zp_view, x), q)
+                quantize_args = QuantizePerTokenArgs(x, scale, self._quantizer_zero_point(zero_point, zp_view, x), q)
             else:
                 self._run_columns(x, partials, scale_view, zp_view, handle, device_id)
-                quantize_args = QuantizePerChannelArgs(x, scale, _zp_operand(zero_point, zp_view, x), q)
+                quantize_args = QuantizePerChannelArgs(x, scale, self._quantizer_zero_point(zero_point, zp_view, x),
+                                                       q)
             self._quantizer.run(quantize_args, stream=handle)
         if any(op is not None and op.on_host for op in (x, q, scale, zero_point)):
             synchronize(handle)
             for op in (q, scale, zero_point):
                 if op is not None:
                     finish(op)
+
+    def _quantizer_zero_point(self, zero_point: Operand | None, view: ArrayArg, like: Operand) -> Operand | None:
+        """The zero points for the second-pass quantize plan (none for FP8)."""
+        return None if self.desc.output_element.is_fp8 else _zp_operand(zero_point, view, like)
 
     def _run_segments(self, x, q, scale_view, zp_view, handle, device_id) -> None:
         nseg, seg_len = self._segments

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..arrays import Operand, adapt, allocate_like, finish, sub_operand
 from ..errors import InvalidProblem, problem_message
+from ..kernels import linear as gemm
 from ..kernels.linear import (
     MAX_EXACT_K,
     SKINNY_M,
@@ -27,6 +28,7 @@ from ..kernels.linear import (
     TILE_M,
     TILE_N,
     TILE_THREADS,
+    linear_kernel,
 )
 from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
 from ..platform import SIMULATOR
@@ -107,15 +109,34 @@ class _LinearPlan(Plan):
 
     def _prepare(self) -> None:
         desc = self.desc
-        # decode-like shapes stream the weight once through the skinny kernel; others tile
-        skinny = desc.m <= SKINNY_MAX_M
-        kernel = self.entry.kernel(desc.has_bias, skinny)
-        self._launcher = KernelLauncher(kernel.compiled, 8, (np.int64,) * 4 + (np.bool_, np.float32))
-        rows, cols, self._threads = (SKINNY_M, SKINNY_N, SKINNY_THREADS) if skinny else (TILE_M, TILE_N, TILE_THREADS)
-        self._tiles_m = -(-desc.m // rows)
-        self._blocks = self._tiles_m * -(-desc.n // cols)
+        out, per_tensor_rows = self.entry.output_element, self.entry.input_element is ElementKind.S8
+        # the kernel variants this plan may launch: (launcher, row tiles, blocks, threads)
+        self._variants: dict[str, tuple[KernelLauncher, int, int, int]] = {}
+        compiles: dict[str, Any] = {}
+
+        def variant(name: str, kernel: Any, rows: int, cols: int, threads: int, shared_bytes: int = 0) -> None:
+            tiles_m = -(-desc.m // rows)
+            launcher = KernelLauncher(kernel.compiled, 8, _SCALARS, shared_bytes)
+            self._variants[name] = (launcher, tiles_m, tiles_m * -(-desc.n // cols), threads)
+            compiles[name] = kernel.compiled
+
+        if desc.m <= SKINNY_MAX_M:
+            # decode-like shapes stream the weight once through the skinny kernel (any alignment)
+            tiles = gemm.skinny_tiles(desc.k)
+            kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.SKINNY_CHUNKS, tiles)
+            variant("skinny", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS)
+            self._aligned_variant = self._other_variant = "skinny"
+        else:
+            # 16-byte aligned operands with K % 16 == 0 go through the cp.async pipeline; others
+            # through the register-staged tiled kernel, which assembles unaligned chunks from bytes
+            shape = gemm.pipeline_shape(desc.m, desc.n, _multiprocessors())
+            variant("pipelined", linear_kernel(out, desc.has_bias, per_tensor_rows, False, shape),
+                    shape.tile_m, shape.tile_n, shape.threads, shape.shared_bytes)
+            variant("tiled", linear_kernel(out, desc.has_bias, per_tensor_rows), TILE_M, TILE_N, TILE_THREADS)
+            self._aligned_variant = "pipelined" if desc.k % 16 == 0 else "tiled"
+            self._other_variant = "tiled"
         if not SIMULATOR:
-            kernel.compiled()
+            compiles[self._aligned_variant]()  # compile now rather than in the first run
 
     def _common(self, args: Any) -> tuple[Operand, Operand, Operand | None, Operand]:
         d, name = self.desc, self.name
@@ -136,13 +157,35 @@ class _LinearPlan(Plan):
               bias: Operand | None, output: Operand, tensor_scale: float, handle: int) -> None:
         d = self.desc
         aligned = d.k % 16 == 0 and _address(a) % 16 == 0 and _address(weight) % 16 == 0
+        name = self._aligned_variant if aligned else self._other_variant
+        launcher, tiles_m, blocks, threads = self._variants[name]
         arrays = (*_byte_views(a, d.m * d.k), *_byte_views(weight, d.n * d.k),
                   _vector(row_scale if row_scale is not None else weight_scale),
                   _vector(weight_scale), _vector(bias if bias is not None else weight_scale),
                   ArrayArg(output.ptr, d.m * d.n, output.element.itemsize,
                            None if output.host is None else output.host.view(f"u{output.element.itemsize}")))
-        self._launcher.launch(self._blocks, self._threads, handle, arrays,
-                              (d.m, d.n, d.k, self._tiles_m, aligned, tensor_scale), a.device_id)
+        launcher.launch(blocks, threads, handle, arrays, (d.m, d.n, d.k, tiles_m, aligned, tensor_scale),
+                        a.device_id)
+
+    def kernel_variant(self, args: Any) -> str:
+        """Which GEMM kernel ``run(args)`` launches: ``skinny``, ``pipelined`` or ``tiled``."""
+        operands = self._bind(args)
+        aligned = self.desc.k % 16 == 0 and _address(operands[1]) % 16 == 0
+        if isinstance(self, QuantizedLinearPlan):
+            return self._aligned_variant if aligned else self._other_variant  # xq lives in the workspace
+        return self._aligned_variant if aligned and _address(operands[0]) % 16 == 0 else self._other_variant
+
+
+_SCALARS = (np.int64,) * 4 + (np.bool_, np.float32)
+
+
+def _multiprocessors() -> int:
+    """Multiprocessors of the current device (an H100's 132 under the simulator)."""
+    if SIMULATOR:
+        return 132
+    from numba import cuda
+
+    return cuda.get_current_device().MULTIPROCESSOR_COUNT
 
 
 def _address(op: Operand) -> int:

@@ -8,11 +8,15 @@ The math is in :mod:`baracuda_numba.kernels.elementwise`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ..vocabulary import ElementKind, QuantizeKind
-from .base import ElementwisePlan, check_numel, checked_scale, checked_zero_point
+import numpy as np
+
+from ..errors import InvalidProblem, Unsupported, problem_message
+from ..kernels.elementwise import ElementwiseOp
+from ..vocabulary import ElementKind, KernelSku, MathPrecision, PrecisionGuarantee, QuantizeKind
+from .base import ElementwisePlan, check_no_zero_point, check_numel, checked_scale, checked_zero_point
 
 __all__ = [
     "QuantizePerTensorDescriptor", "QuantizePerTensorArgs", "QuantizePerTensorPlan",
@@ -24,7 +28,7 @@ __all__ = [
     "FAKE_QUANTIZE_Q_LIMIT",
 ]
 
-_PLAIN = (int, float)  # hashable scalars whose validated parameters a plan may cache
+_PLAIN = (int, float, type(None))  # hashable scalars whose validated parameters a plan may cache
 
 # Fake-quantize ranges stay within +-2**24 so every grid point is exact in float32.
 FAKE_QUANTIZE_Q_LIMIT = 2**24
@@ -104,12 +108,21 @@ class DequantizePerTensorBackwardArgs:
 
 @dataclass(frozen=True)
 class FakeQuantizeDescriptor:
-    """``y = (clamp(round(x / scale) + zp, q_min, q_max) - zp) * scale`` in the input's dtype."""
+    """``y = (clamp(round(x * (1/scale)) + zp, q_min, q_max) - zp) * scale`` in the input's dtype.
+
+    ``grid_element``: an FP8 element to round to instead of the integers
+    (``y = fp8_round(clamp(x * (1/scale), q_min, q_max)) * scale``, no zero point); None: integers.
+    ``torch_compat`` (float64 data only; the other dtypes already agree with PyTorch) computes as
+    ``torch.fake_quantize_per_tensor_affine`` does: the scale and its reciprocal in float32, the grid
+    point ``round(x * (1/scale))`` in float64, the product ``(q - zp) * scale`` in float32.
+    """
 
     numel: int
     q_min: int
     q_max: int
     input_element: ElementKind
+    grid_element: ElementKind | None = None
+    torch_compat: bool = False
 
 
 @dataclass
@@ -122,12 +135,16 @@ class FakeQuantizeArgs:
 
 @dataclass(frozen=True)
 class FakeQuantizeBackwardDescriptor:
-    """``dx = dy * [q_min <= round(x / scale) + zp <= q_max]``."""
+    """``dx = dy * [q_min <= round(x * (1/scale)) + zp <= q_max]`` (FP8 ``grid_element``:
+    ``[q_min <= x * (1/scale) <= q_max]``); ``torch_compat`` as in :class:`FakeQuantizeDescriptor`
+    (the reciprocal in float32 for float64 data)."""
 
     numel: int
     q_min: int
     q_max: int
     input_element: ElementKind
+    grid_element: ElementKind | None = None
+    torch_compat: bool = False
 
 
 @dataclass
@@ -166,6 +183,10 @@ class _PerTensorPlan(ElementwisePlan):
         """``(inv, scale, zero_point, q_min, q_max)`` in the math precision, validated."""
         M = self._math
         inv, scale = checked_scale(self.name, args.scale, M)
+        if self._grid_element is not None:
+            check_no_zero_point(self.name, args.zero_point, self._grid_element)
+            q_min, q_max = (self.desc.q_min, self.desc.q_max) if self.HAS_Q_RANGE else (0, 0)
+            return inv, scale, M(0), M(q_min), M(q_max)
         zero_point = checked_zero_point(self.name, args.zero_point, *self._zero_point_range())
         if self.HAS_Q_RANGE:
             return inv, scale, M(zero_point), M(self.desc.q_min), M(self.desc.q_max)
@@ -229,11 +250,53 @@ class FakeQuantizePlan(_PerTensorPlan):
 
     @classmethod
     def _registry_elements(cls, desc: Any) -> tuple[ElementKind, ElementKind]:
-        return desc.input_element, desc.input_element
+        return desc.input_element, desc.grid_element or desc.input_element
+
+    @classmethod
+    def _grid(cls, desc: Any) -> ElementKind | None:
+        grid = desc.grid_element
+        if grid is not None and not grid.is_fp8:
+            raise Unsupported(problem_message(cls.__name__, "grid_element", "an FP8 element or None (4-bit grids: "
+                                              "FakeQuantizePerGroupPlan)", grid.short))
+        return grid
 
     @classmethod
     def _q_limits(cls, desc: Any) -> tuple[int, int]:
+        if cls._grid(desc) is not None:
+            return desc.grid_element.q_range
         return -FAKE_QUANTIZE_Q_LIMIT, FAKE_QUANTIZE_Q_LIMIT
+
+    @classmethod
+    def _validate_shape(cls, desc: Any) -> None:
+        super()._validate_shape(desc)
+        if not isinstance(desc.torch_compat, (bool, np.bool_)):
+            raise InvalidProblem(problem_message(cls.__name__, "torch_compat", "a bool", repr(desc.torch_compat)))
+
+    @property
+    def _torch_float64(self) -> bool:
+        """PyTorch's float64 contract applies (it differs from ours only for float64 data)."""
+        return (bool(self.desc.torch_compat) and self.desc.input_element is ElementKind.F64
+                and self.desc.grid_element is None)
+
+    def _kernel_op(self) -> ElementwiseOp | None:
+        return ElementwiseOp.FAKE_QUANTIZE_F32_PRODUCT if self._torch_float64 else None
+
+    def _checked_scalars(self, args: Any) -> tuple:
+        scalars = super()._checked_scalars(args)
+        if not self._torch_float64:
+            return scalars
+        inv, scale = checked_scale(self.name, args.scale, np.float32)
+        return (np.float64(inv), np.float64(scale), *scalars[2:])
+
+    def precision_guarantee(self) -> PrecisionGuarantee:
+        """With ``torch_compat`` on float64 data the scale, its reciprocal and the product are float32."""
+        guarantee = super().precision_guarantee()
+        if self._torch_float64:
+            return replace(guarantee, math_precision=MathPrecision.F32, accumulator=ElementKind.F32)
+        return guarantee
+
+    def sku(self) -> KernelSku:
+        return replace(super().sku(), precision_guarantee=self.precision_guarantee())
 
 
 class FakeQuantizeBackwardPlan(FakeQuantizePlan):
@@ -243,3 +306,6 @@ class FakeQuantizeBackwardPlan(FakeQuantizePlan):
     Descriptor = FakeQuantizeBackwardDescriptor
     Args = FakeQuantizeBackwardArgs
     A_FIELD, B_FIELD, OUT_FIELD = "d_output", "input", "d_input"
+
+    def _kernel_op(self) -> ElementwiseOp | None:
+        return None  # the mask needs only the float32 reciprocal, passed as a scalar

@@ -1,0 +1,326 @@
+"""Packed 4-bit plans (S4 / U4, two elements per byte, even index in the low nibble): per-group
+quantize, dequantize, fake-quantize (and its straight-through backward) and dynamic-range quantize.
+
+Shapes: the float tensor is ``[outer_size, axis_size]`` (any leading dimensions flattened), the
+packed one ``uint8 [outer_size, axis_size / 2]``; ``axis_size`` and ``group_size`` even (no byte
+straddles two groups). ``scale`` (float32; float64 for f64 data) ``[outer_size, axis_size /
+group_size]``; ``zero_point`` int32 of the same shape for U4, None for S4 (symmetric).
+
+The math is the integer elementwise family's (SPEC section 5) with the 4-bit range as the default
+clamp: ``q = clamp(rint(x / scale) + zp, q_min, q_max)``, ``x = (q - zp) * scale``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .. import registry
+from ..arrays import Operand, adapt, allocate_like, finish
+from ..errors import InvalidProblem, problem_message
+from ..kernels.codecs import math_type
+from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
+from ..vocabulary import ElementKind, QuantizeKind
+from .base import (
+    Plan,
+    check_no_zero_point,
+    check_q_range,
+    checked_operand,
+    sm_count,
+    typed_view,
+)
+from .dynamic import (
+    DynamicRangeMode,
+    DynamicRangeQuantizeArgs,
+    DynamicRangeQuantizeDescriptor,
+    DynamicRangeQuantizePlan,
+    DynamicRangeScope,
+)
+from .per_axis import (
+    QuantizeArrayArgs,
+    QuantizeBackwardArrayArgs,
+    _PerGroup,
+    _Quantize,
+    _QuantizeBackward,
+)
+
+__all__ = [
+    "PackedPerGroupDescriptor", "PackedDequantizePerGroupDescriptor", "PackedArgs",
+    "QuantizePackedPerGroupPlan", "DequantizePackedPerGroupPlan",
+    "FakeQuantizePerGroupDescriptor", "FakeQuantizePerGroupArgs", "FakeQuantizePerGroupPlan",
+    "FakeQuantizePerGroupBackwardDescriptor", "FakeQuantizePerGroupBackwardArgs", "FakeQuantizePerGroupBackwardPlan",
+    "DynamicRangePackedDescriptor", "DynamicRangePackedArgs", "DynamicRangePackedPlan", "UNPACKED",
+]
+
+UNPACKED = {ElementKind.S4: ElementKind.S8, ElementKind.U4: ElementKind.U8}  # one 4-bit value per byte
+
+
+def check_packed_shape(plan: str, axis_size: int, group_size: int, outer_size: int = 0) -> None:
+    """``axis_size`` even, ``group_size`` an even divisor of it: else :class:`InvalidProblem`."""
+    if outer_size < 0:
+        raise InvalidProblem(problem_message(plan, "outer_size", ">= 0", outer_size))
+    if axis_size < 0 or axis_size % 2:
+        raise InvalidProblem(problem_message(plan, "axis_size", "an even size (two 4-bit values per byte)",
+                                             axis_size))
+    if group_size <= 0 or group_size % 2:
+        raise InvalidProblem(problem_message(plan, "group_size", "an even size > 0 (no byte across two groups)",
+                                             group_size))
+    if axis_size % group_size:
+        raise InvalidProblem(problem_message(plan, "group_size", f"a divisor of axis_size ({axis_size})",
+                                             group_size))
+
+
+@dataclass(frozen=True)
+class PackedPerGroupDescriptor:
+    """Quantize ``[outer_size, axis_size]`` floats to packed ``output_element`` (S4 / U4)."""
+
+    outer_size: int
+    axis_size: int
+    group_size: int
+    q_min: int
+    q_max: int
+    input_element: ElementKind
+    output_element: ElementKind
+
+
+@dataclass(frozen=True)
+class PackedDequantizePerGroupDescriptor:
+    """Dequantize packed ``output_element`` (S4 / U4) to ``[outer_size, axis_size]`` ``input_element``."""
+
+    outer_size: int
+    axis_size: int
+    group_size: int
+    input_element: ElementKind
+    output_element: ElementKind
+
+
+@dataclass
+class PackedArgs:
+    input: Any  # quantize: float [outer, axis]; dequantize: uint8 [outer, axis / 2]
+    scale: Any
+    zero_point: Any  # int32 for U4; None for S4
+    output: Any
+
+
+class _PackedPlan(Plan):
+    ENTRY = registry.PackedEntry
+    QUANTIZE: ClassVar[bool]
+
+    @classmethod
+    def _validate(cls, desc: Any) -> None:
+        check_packed_shape(cls.__name__, desc.axis_size, desc.group_size, desc.outer_size)
+        if cls.QUANTIZE and desc.output_element in UNPACKED:
+            check_q_range(cls.__name__, desc.q_min, desc.q_max, *desc.output_element.int_range)
+
+    def _prepare(self) -> None:
+        desc, entry = self.desc, self.entry
+        kernel = entry.kernel()
+        M = self._math = math_type(kernel.precision)
+        self._n = desc.outer_size * desc.axis_size
+        self._groups = desc.outer_size * (desc.axis_size // desc.group_size)
+        scalars = (np.int64, np.int64, np.int64, M, M) if self.QUANTIZE else (np.int64, np.int64, np.int64)
+        self._launcher = KernelLauncher(kernel.compiled, 6, scalars)
+        self._chunk = G = kernel.chunk
+        self._chunked = desc.group_size % G == 0  # every chunk inside one group
+        self._scale_element = ElementKind.F64 if M is np.float64 else ElementKind.F32
+        if not self.QUANTIZE:
+            return
+        self._q = (M(desc.q_min), M(desc.q_max))
+
+    def run(self, args: Any, workspace: Any = None, stream: Any = None) -> None:
+        """Launch on ``stream``; host (NumPy) outputs are complete when it returns."""
+        x, packed, scale, zero_point = self._bind(args)
+        if self._n == 0:
+            return
+        element, G = self.desc.input_element, self._chunk
+        nbytes = self._n // 2
+        aligned = self._chunked and _address(x) % 16 == 0 and _address(packed) % (G // 2) == 0
+        nchunks = self._n // G if aligned else 0
+        # Chunk views (16 bytes of floats, G / 2 packed bytes) and element views (the kernels take bits).
+        floats = (typed_view(x, np.uint64, 2 * nchunks), typed_view(x, np.dtype(f"u{element.itemsize}")))
+        bytes_ = (typed_view(packed, np.dtype(f"u{G // 2}"), nchunks), typed_view(packed, np.uint8))
+        zps = typed_view(zero_point, np.int32) if zero_point is not None else ArrayArg(0, 0, 4, np.zeros(0, np.int32))
+        arrays = (*floats, *bytes_) if self.QUANTIZE else (*bytes_, *floats)
+        sizes = (nchunks, nbytes, self.desc.group_size)
+        scalars = (*sizes, *self._q) if self.QUANTIZE else sizes
+        handle = stream_handle(stream, (x, packed), self.name)
+        work = max(nchunks, nbytes - nchunks * (G // 2))
+        blocks = self.entry.policy.blocks(work, sm_count(x.device_id))
+        self._launcher.launch(blocks, self.entry.policy.threads_per_block, handle,
+                              (*arrays, typed_view(scale, self._math), zps), scalars, x.device_id)
+        out = packed if self.QUANTIZE else x
+        if any(op is not None and op.on_host for op in (x, packed, scale, zero_point)):
+            synchronize(handle)
+            finish(out)
+
+    def _bind(self, args: Any) -> tuple[Operand, Operand, Operand, Operand | None]:
+        if not isinstance(args, self.Args):
+            raise InvalidProblem(problem_message(self.name, "args", self.Args.__name__, type(args).__name__))
+        desc, name = self.desc, self.name
+        float_field, packed_field = ("input", "output") if self.QUANTIZE else ("output", "input")
+        x = checked_operand(name, getattr(args, float_field), float_field, desc.input_element, self._n)
+        packed = checked_operand(name, getattr(args, packed_field), packed_field, ElementKind.U8, self._n // 2)
+        scale = checked_operand(name, args.scale, "scale", self._scale_element, self._groups)
+        if desc.output_element is ElementKind.S4:
+            check_no_zero_point(name, args.zero_point, desc.output_element)
+            return x, packed, scale, None
+        if args.zero_point is None:
+            raise InvalidProblem(problem_message(name, "zero_point", "an int32 array (U4 has zero points)", None))
+        return x, packed, scale, checked_operand(name, args.zero_point, "zero_point", ElementKind.I32, self._groups)
+
+
+class QuantizePackedPerGroupPlan(_PackedPlan):
+    """``q = clamp(rint(x / scale[o, g]) + zp[o, g], q_min, q_max)``, packed two per byte (low nibble first)."""
+
+    KIND, Descriptor, Args = QuantizeKind.PER_GROUP, PackedPerGroupDescriptor, PackedArgs
+    QUANTIZE = True
+
+
+class DequantizePackedPerGroupPlan(_PackedPlan):
+    """``x = (q - zp[o, g]) * scale[o, g]`` from packed S4 / U4."""
+
+    KIND, Descriptor, Args = QuantizeKind.DEQUANTIZE_PER_GROUP, PackedDequantizePerGroupDescriptor, PackedArgs
+    QUANTIZE = False
+
+
+# -- fake quantize per group (float -> float, the 4-bit grid) -------------------------------------------
+
+
+@dataclass(frozen=True)
+class FakeQuantizePerGroupDescriptor:
+    """``y = (clamp(rint(x / scale[o, g]) + zp[o, g], q_min, q_max) - zp[o, g]) * scale[o, g]``;
+    ``output_element`` names the simulated 4-bit element (S4 / U4) and the default range."""
+
+    outer_size: int
+    axis_size: int
+    group_size: int
+    q_min: int
+    q_max: int
+    input_element: ElementKind
+    output_element: ElementKind
+
+    @property
+    def num_groups(self) -> int:
+        return self.axis_size // self.group_size if self.group_size > 0 else 0
+
+
+@dataclass(frozen=True)
+class FakeQuantizePerGroupBackwardDescriptor(FakeQuantizePerGroupDescriptor):
+    """``dx = dy * [q_min <= rint(x / scale[o, g]) + zp[o, g] <= q_max]`` (the straight-through estimator)."""
+
+
+class FakeQuantizePerGroupArgs(QuantizeArrayArgs):
+    pass
+
+
+class FakeQuantizePerGroupBackwardArgs(QuantizeBackwardArrayArgs):
+    pass
+
+
+class FakeQuantizePerGroupPlan(_PerGroup, _Quantize):
+    """Fake-quantize to a 4-bit grid per group, in the input's dtype (QAT of int4 weights)."""
+
+    KIND, Descriptor, Args = QuantizeKind.FAKE_QUANTIZE, FakeQuantizePerGroupDescriptor, FakeQuantizePerGroupArgs
+    OUT_FIELD = "output"
+
+
+class FakeQuantizePerGroupBackwardPlan(_PerGroup, _QuantizeBackward):
+    """Straight-through gradient of :class:`FakeQuantizePerGroupPlan`: ``dy`` where ``x`` was in range."""
+
+    KIND, Descriptor, Args = (QuantizeKind.FAKE_QUANTIZE_BACKWARD, FakeQuantizePerGroupBackwardDescriptor,
+                              FakeQuantizePerGroupBackwardArgs)
+
+
+# -- dynamic range per group ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DynamicRangePackedDescriptor:
+    """Dynamic-range quantize ``[outer_size, axis_size]`` per group to packed S4 (symmetric) / U4."""
+
+    outer_size: int
+    axis_size: int
+    group_size: int
+    mode: DynamicRangeMode
+    q_min: int
+    q_max: int
+    input_element: ElementKind
+    output_element: ElementKind
+
+
+@dataclass
+class DynamicRangePackedArgs:
+    input: Any  # float [outer, axis]
+    output: Any  # uint8 [outer, axis / 2]
+    scale: Any  # written: [outer, axis / group_size]
+    zero_point: Any = None  # written (U4 asymmetric); None for symmetric
+
+
+class DynamicRangePackedPlan(Plan):
+    """The per-group dynamic-range plan into one 4-bit value per byte (exactly its scales, zero
+    points and values), then the nibbles packed: two passes, the second over a quarter of the bytes."""
+
+    KIND, Descriptor, Args = QuantizeKind.DYNAMIC_RANGE, DynamicRangePackedDescriptor, DynamicRangePackedArgs
+    ENTRY = registry.PackedEntry
+
+    @classmethod
+    def _validate(cls, desc: Any) -> None:
+        check_packed_shape(cls.__name__, desc.axis_size, desc.group_size, desc.outer_size)
+        if desc.output_element is ElementKind.S4 and desc.mode is not DynamicRangeMode.SYMMETRIC:
+            raise InvalidProblem(problem_message(cls.__name__, "mode", "symmetric (S4 has no zero point)",
+                                                 desc.mode.value))
+
+    def _prepare(self) -> None:
+        desc = self.desc
+        self._n = desc.outer_size * desc.axis_size
+        self._unpacked = DynamicRangeQuantizePlan.select(DynamicRangeQuantizeDescriptor(
+            (desc.outer_size, desc.axis_size), desc.mode, DynamicRangeScope.group(desc.group_size), desc.q_min,
+            desc.q_max, desc.input_element, UNPACKED[desc.output_element]))
+        self._pack = KernelLauncher(self.entry.kernel().compiled, 2, (np.int64,))
+
+    def scale_shape(self) -> tuple[int, ...]:
+        return (self.desc.outer_size, self.desc.axis_size // self.desc.group_size)
+
+    def workspace_size(self) -> int:
+        return self._n + self._unpacked.workspace_size()
+
+    def run(self, args: Any, workspace: Any = None, stream: Any = None) -> None:
+        if not isinstance(args, self.Args):
+            raise InvalidProblem(problem_message(self.name, "args", self.Args.__name__, type(args).__name__))
+        x = checked_operand(self.name, args.input, "input", self.desc.input_element, self._n)
+        packed = checked_operand(self.name, args.output, "output", ElementKind.U8, self._n // 2)
+        if self._n == 0:
+            return
+        values = allocate_like(x, (self._n,), ElementKind.U8) if workspace is None else adapt(
+            workspace, self.name, "workspace")
+        # The 4-bit values, one per byte, as the unpacked element (the bytes are reinterpreted).
+        unpacked = Operand(values.obj, values.origin, UNPACKED[self.desc.output_element], (self._n,), values.ptr,
+                           True, host=None if values.host is None else values.host[: self._n].view(
+                               UNPACKED[self.desc.output_element].numpy_dtype),
+                           device_id=values.device_id)
+        handle = stream_handle(stream, (x, packed), self.name)
+        self._unpacked.run(DynamicRangeQuantizeArgs(x, unpacked, args.scale, args.zero_point), stream=handle)
+        nbytes = self._n // 2
+        blocks = self.entry.policy.blocks(nbytes, sm_count(x.device_id))
+        self._pack.launch(blocks, self.entry.policy.threads_per_block, handle,
+                          (typed_view(values, np.uint8, self._n), typed_view(packed, np.uint8)), (nbytes,),
+                          x.device_id)
+        if x.on_host or packed.on_host:
+            synchronize(handle)
+            finish(packed)
+
+
+def _address(op: Operand) -> int:
+    return op.host.ctypes.data if op.ptr == 0 and op.host is not None else op.ptr
+
+
+def packed_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The uint8 shape holding a 4-bit tensor of ``shape`` (last dimension halved)."""
+    return (*shape[:-1], shape[-1] // 2)
+
+
+def outer_size(shape: tuple[int, ...]) -> int:
+    return math.prod(shape[:-1])

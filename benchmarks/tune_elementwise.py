@@ -1,0 +1,109 @@
+"""Elementwise kernel variants on a GPU, timed next to the copy in one run and checked bit for bit
+against the baseline (two chunks in flight per thread, no thread-stationary channels: the kernel
+that passed the GPU suite). ``python benchmarks/tune_elementwise.py [--log2n 28] [--ncu]``
+
+``--ncu``: run each case of the chosen variant once at 2^26, for ``ncu`` to profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+import baracuda_numba as bn
+from baracuda_numba.bench import device_ms
+from baracuda_numba.kernels import elementwise
+from baracuda_numba.plans import base
+
+COLS = 4096
+
+
+def cases(n: int):
+    rows = n // COLS
+    data = {}
+    for name, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        data[name] = ((torch.randn(rows, COLS, device="cuda") * 3).to(dtype),
+                      torch.randn(rows, COLS, device="cuda").to(dtype))
+    q = torch.randint(-128, 128, (rows, COLS), device="cuda", dtype=torch.int8)
+
+    def scales(count):
+        return (torch.rand(count, device="cuda") * 0.05 + 0.01,
+                torch.randint(-5, 5, (count,), device="cuda", dtype=torch.int32))
+
+    col_s, col_z = scales(COLS)
+    row_s, row_z = scales(rows)
+    grp_s, grp_z = scales(rows * COLS // 128)
+    for name in ("bf16", "f32"):
+        x, dy = data[name]
+        size = x.element_size()
+        yield f"channel[last] quantize {name}", size + 1, lambda x=x: bn.quantize_per_channel(x, col_s, col_z, 1)
+        yield f"channel[last] dequantize {name}", size + 1, \
+            lambda name=name: bn.dequantize_per_channel(q, col_s, col_z, 1, dtype=name)
+        yield f"channel[last] quantize_backward {name}", 3 * size, \
+            lambda x=x, dy=dy: bn.quantize_per_channel_backward(dy, x, col_s, col_z, 1)
+        yield f"channel[0] quantize {name}", size + 1, lambda x=x: bn.quantize_per_channel(x, row_s, row_z, 0)
+        yield f"token quantize {name}", size + 1, lambda x=x: bn.quantize_per_token(x, row_s, row_z)
+        yield f"token dequantize {name}", size + 1, lambda name=name: bn.dequantize_per_token(q, row_s, row_z,
+                                                                                             dtype=name)
+        yield f"group128 quantize {name}", size + 1, lambda x=x: bn.quantize_per_group(x, grp_s, grp_z, 128)
+        yield f"group128 dequantize {name}", size + 1, \
+            lambda name=name: bn.dequantize_per_group(q, grp_s, grp_z, 128, dtype=name)
+        yield f"tensor dequantize {name}", size + 1, lambda name=name: bn.dequantize_per_tensor(q, 0.02, 3,
+                                                                                                dtype=name)
+        yield f"tensor quantize {name}", size + 1, lambda x=x: bn.quantize_per_tensor(x, 0.02, 3)
+
+
+def use_variant(unroll: int, stationary: bool, original=base.stationary_blocks) -> None:
+    elementwise.UNROLL = base.UNROLL = unroll
+    base.stationary_blocks = original if stationary else (lambda blocks, *_: blocks)
+    elementwise.elementwise_kernel.cache_clear()
+    bn.clear_plan_cache()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--log2n", type=int, default=28)
+    parser.add_argument("--ncu", action="store_true")
+    parser.add_argument("--only", default="", help="run only the cases whose label contains this")
+    args = parser.parse_args()
+    n = 1 << args.log2n
+    if args.ncu:
+        for label, _, fn in cases(n):
+            if args.only not in label:
+                continue
+            fn()
+            torch.cuda.synchronize()
+            print("ran", label, flush=True)
+        return
+    buffers = [torch.randn(n, device="cuda"), torch.empty(n, device="cuda")]
+    copy = 8 * n / device_ms(lambda: buffers[1].copy_(buffers[0]), 20) / 1e6
+    buffers.clear()
+    print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s, n = 2^{args.log2n}", flush=True)
+    variants = [(2, False), (2, True)]
+    baseline: dict[str, torch.Tensor] = {}
+    table: dict[str, list[str]] = {}
+    problems = [c for c in cases(n) if args.only in c[0]]  # the same data for every variant
+    for unroll, stationary in variants:
+        use_variant(unroll, stationary)
+        for label, per_element, fn in problems:
+            out = fn()
+            torch.cuda.synchronize()
+            if label not in baseline:
+                baseline[label] = out.clone()
+                same = "base"
+            else:
+                same = "same" if torch.equal(baseline[label].view(torch.uint8), out.view(torch.uint8)) else "DIFFERS"
+            del out
+            ms = device_ms(fn, 20)
+            pct = 100 * per_element * n / ms / 1e6 / copy
+            table.setdefault(label, []).append(f"{pct:5.1f}% {same}")
+            print(f"unroll {unroll} stationary {stationary!s:5} {label:<34} {pct:5.1f}% of copy  {same}", flush=True)
+    print("\n| case | " + " | ".join(f"unroll {u}{' stationary' if s else ''}" for u, s in variants) + " |")
+    print("|---|" + "---|" * len(variants))
+    for label, cells in table.items():
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

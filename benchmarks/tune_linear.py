@@ -1,0 +1,378 @@
+"""W8A8 GEMM variants on the GPU: bit-exactness, GPU time, host time, SASS mix. One run, one log.
+
+    python -m benchmarks.tune_linear --out DIR [--quick]
+
+For every kernel variant (pipeline shapes of :class:`~baracuda_numba.kernels.linear.PipelineShape`,
+skinny chunks in flight) on random data at ragged and full shapes:
+
+- exactness: the output against ``torch._int_mm`` followed by the epilogue as separately rounded
+  float32 operations (``(acc * sx) * ws + bias``), and against the register-staged ``tiled``
+  kernel, bit for bit;
+- GPU time: ten calls captured in a CUDA graph and replayed (no host time), device events, median
+  of the replays; ``torch._int_mm`` alone and with its dequant epilogue captured the same way;
+  the device-to-device copy bandwidth in the same run;
+- host time of ``QuantizedLinearPlan.run`` and ``quantized_linear()`` with torch tensors;
+- graph replay equals eager;
+- ``cuobjdump -sass`` instruction mix and ptxas registers of each compiled variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import itertools
+import json
+import pstats
+import re
+import statistics
+import subprocess
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+import baracuda_numba as bn
+from baracuda_numba.arrays import adapt
+from baracuda_numba.kernels import linear as gemm
+from baracuda_numba.ops.common import clear_plan_cache
+from baracuda_numba.vocabulary import ElementKind
+
+SHAPES = [gemm.PipelineShape(2, 4, 4, 4, 4), gemm.PipelineShape(4, 2, 4, 8, 3)]
+SKINNY = [(2, 1), (2, 2), (2, 4)]  # (chunks in flight, column tiles per block)
+PREFILL = [(4096, 4096, 4096), (2048, 4096, 4096), (2048, 11008, 4096), (2048, 4096, 11008)]
+DECODE = [(m, n, k) for m in (1, 16) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096))]
+TDTYPE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
+ELEMENT = {torch.float32: ElementKind.F32, torch.bfloat16: ElementKind.BF16, torch.float16: ElementKind.F16,
+           torch.float64: ElementKind.F64}
+BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float64: torch.int64}
+LOG: list[str] = []
+
+
+def bit_equal(a, b) -> bool:
+    return bool(torch.equal(a.view(BITS[a.dtype]), b.view(BITS[b.dtype])))
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+    LOG.append(text)
+
+
+def graph_ms(fn, calls: int = 10, replays: int = 15) -> float:
+    """GPU milliseconds per call: ``calls`` calls captured in one CUDA graph, median of replays."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(replays):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(begin.elapsed_time(end) / calls)
+    return statistics.median(samples)
+
+
+def host_us(fn, calls: int = 1000) -> float:
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return best
+
+
+def copy_gbs() -> float:
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = graph_ms(lambda: dst.copy_(src), calls=5, replays=10)
+    return 2 * src.numel() / ms / 1e6
+
+
+def use(shape: gemm.PipelineShape | None = None, skinny: tuple[int, int] | None = None) -> None:
+    """Make newly selected plans use this pipeline shape / skinny (chunks in flight, column tiles)."""
+    if shape is not None:
+        gemm.PIPELINE, gemm.PIPELINE_LARGE = shape, None
+    if skinny is not None:
+        gemm.SKINNY_CHUNKS, gemm.SKINNY_TILES = skinny
+    clear_plan_cache()
+
+
+SHIPPED = (gemm.PIPELINE, gemm.PIPELINE_LARGE, gemm.SKINNY_CHUNKS, gemm.SKINNY_TILES)
+
+
+def shipped() -> None:
+    """Back to the library's own choices (pipeline shape by waves, skinny tiles by K)."""
+    gemm.PIPELINE, gemm.PIPELINE_LARGE, gemm.SKINNY_CHUNKS, gemm.SKINNY_TILES = SHIPPED
+    clear_plan_cache()
+
+
+def skinny_name(skinny: tuple[int, int]) -> str:
+    return f"skinny{skinny[0]}x{skinny[1]}"
+
+
+def problem(m, n, k, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", generator=g, dtype=torch.bfloat16)
+    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
+    bias = torch.randn(n, device="cuda", generator=g)
+    return x, w, ws, bias
+
+
+def gemm_runner(xq, sx, w, ws, bias, out, variant: str | None = None):
+    """A closure launching only the GEMM + epilogue of a selected QuantizedLinearPlan (per-token
+    scales ``sx``) on ``xq``; ``variant`` forces ``tiled`` / ``pipelined``."""
+    m, k = xq.shape
+    n = w.shape[0]
+    element = ELEMENT[out.dtype]
+    desc = bn.QuantizedLinearDescriptor(m, n, k, element, element, bias is not None)
+    plan = bn.QuantizedLinearPlan.select(desc)
+    if variant is not None:
+        plan._aligned_variant = variant
+    ops = [adapt(t, "tune", "t") for t in (xq, w, sx, ws)]
+    b = adapt(bias, "tune", "bias") if bias is not None else None
+    o = adapt(out, "tune", "out")
+
+    def run():
+        plan._gemm(ops[0], ops[1], ops[2], ops[3], b, o, 0.0, torch.cuda.current_stream().cuda_stream)
+
+    return run
+
+
+def expected_output(xq, sx, w, ws, bias, dtype):
+    m, k = xq.shape
+    if m > 16 and k % 8 == 0 and w.shape[0] % 8 == 0:
+        acc = torch._int_mm(xq, w.t())
+    else:
+        acc = (xq.double() @ w.double().t()).to(torch.int32)
+    y = (acc.float() * sx[:, None]) * ws[None, :]
+    if bias is not None:
+        y = y + bias[None, :]
+    return y.to(dtype)
+
+
+def exactness(out_dir: Path) -> list[dict]:
+    rows = []
+    ragged = [(65, 264, 512), (333, 264, 512), (200, 333, 208), (4096, 4096, 4096), (257, 4096, 11008),
+              (17, 264, 512), (1, 4096, 4096), (64, 264, 4096)]
+    variants = [("pipelined", s, None) for s in SHAPES] + [("skinny", None, c) for c in SKINNY]
+    for kind, shape, chunks in variants:
+        use(shape, chunks)
+        for m, n, k in ragged:
+            if (kind == "skinny") != (m <= gemm.SKINNY_MAX_M):
+                continue
+            for dtype, with_bias in (("bf16", False), ("f32", True)):  # each pair is a kernel to compile
+                tdt = TDTYPE[dtype]
+                for _ in range(1):
+                    x, w, ws, bias = problem(m, n, k, seed=m + n + k)
+                    r = bn.dynamic_range_quantize(x.to(torch.float32))
+                    sx = r.scale.to(torch.float64) if dtype == "f64" else r.scale.float()
+                    b = bias if with_bias else None
+                    out = torch.empty(m, n, device="cuda", dtype=tdt)
+                    gemm_runner(r.q, sx, w, ws, b, out)()
+                    ref = out.clone()
+                    if kind == "pipelined":
+                        gemm_runner(r.q, sx, w, ws, b, ref, "tiled")()
+                    torch.cuda.synchronize()
+                    same_tiled = bit_equal(out, ref)
+                    if dtype == "f64":
+                        same_torch = None  # float64 epilogue rounds differently from torch's f32 ops
+                    else:
+                        exp = expected_output(r.q, sx.float(), w, ws, b, tdt)
+                        same_torch = bit_equal(out, exp)
+                    name = shape.name if shape else skinny_name(chunks)
+                    ok = same_tiled and same_torch is not False
+                    rows.append({"variant": name, "m": m, "n": n, "k": k, "dtype": dtype, "bias": with_bias,
+                                 "equal_tiled": same_tiled, "equal_torch": same_torch})
+                    if not ok:
+                        say(f"MISMATCH {name} {m}x{n}x{k} {dtype} bias={with_bias}: "
+                            f"tiled {same_tiled} torch {same_torch}")
+        name = shape.name if shape else skinny_name(chunks)
+        mine = [r for r in rows if r["variant"] == name]
+        good = sum(r["equal_tiled"] and r["equal_torch"] is not False for r in mine)
+        say(f"exactness {name}: {good}/{len(mine)} bit-identical")
+    return rows
+
+
+def prefill(copy: float) -> list[dict]:
+    rows = []
+    for m, n, k in PREFILL:
+        x, w, ws, _ = problem(m, n, k)
+        r = bn.dynamic_range_quantize(x)
+        xq, sx = r.q, r.scale.float()
+        flops = 2 * m * n * k
+        raw_ms = graph_ms(lambda xq=xq, w=w: torch._int_mm(xq, w.t()))
+        epi_ms = graph_ms(lambda xq=xq, w=w, sx=sx, ws=ws: (torch._int_mm(xq, w.t()).float() * sx[:, None]
+                                                             * ws[None, :]).to(torch.bfloat16))
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        tiled_ms = graph_ms(gemm_runner(xq, sx, w, ws, None, out, "tiled"))
+        row = {"shape": f"{m}x{n}x{k}", "int_mm_TOPS": flops / raw_ms / 1e9, "int_mm_epi_TOPS": flops / epi_ms / 1e9,
+               "tiled_TOPS": flops / tiled_ms / 1e9}
+        for shape in SHAPES:
+            use(shape)
+            try:
+                ms = graph_ms(gemm_runner(xq, sx, w, ws, None, out))
+                row[shape.name] = flops / ms / 1e9
+            except Exception as exc:
+                row[shape.name] = repr(exc)[:80]
+        shipped()
+        ms = graph_ms(gemm_runner(xq, sx, w, ws, None, out))
+        row["shipped_TOPS"] = flops / ms / 1e9
+        row["shipped_vs_int_mm_epi"] = row["shipped_TOPS"] / row["int_mm_epi_TOPS"]
+        row["shipped_vs_int_mm"] = row["shipped_TOPS"] / row["int_mm_TOPS"]
+        say(json.dumps(row, default=lambda v: round(v, 1)))
+        rows.append(row)
+    return rows
+
+
+def decode(copy: float) -> list[dict]:
+    """Weights rotate through enough copies (> 200 MB) that each call streams its weight from HBM,
+    as the layers of a model do, rather than from the 50 MB L2."""
+    rows = []
+    for m, n, k in DECODE:
+        x, w, ws, _ = problem(m, n, k)
+        weights = [w] + [torch.randint_like(w, -128, 128) for _ in range(-(-200_000_000 // (n * k)))]
+        r = bn.dynamic_range_quantize(x)
+        xq, sx = r.q, r.scale.float()
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        row = {"shape": f"M={m} {n}x{k}", "copy_GBs": copy, "weights": len(weights)}
+        for skinny in SKINNY:
+            use(skinny=skinny)
+            runners = itertools.cycle([gemm_runner(xq, sx, wi, ws, None, out) for wi in weights])
+            ms = graph_ms(lambda runners=runners: next(runners)(), calls=10 * len(weights))
+            row[f"{skinny_name(skinny)}_GBs"] = n * k / ms / 1e6
+            row[f"{skinny_name(skinny)}_pct"] = 100 * n * k / ms / 1e6 / copy
+            calls = itertools.cycle(weights)
+            full_ms = graph_ms(lambda calls=calls, x=x, ws=ws: bn.quantized_linear(x, next(calls), ws),
+                               calls=10 * len(weights))
+            row[f"quantized_linear {skinny_name(skinny)}_GBs"] = n * k / full_ms / 1e6
+        shipped()
+        runners = itertools.cycle([gemm_runner(xq, sx, wi, ws, None, out) for wi in weights])
+        ms = graph_ms(lambda runners=runners: next(runners)(), calls=10 * len(weights))
+        row["shipped_GBs"], row["shipped_pct"] = n * k / ms / 1e6, 100 * n * k / ms / 1e6 / copy
+        calls = itertools.cycle(weights)
+        full_ms = graph_ms(lambda calls=calls, x=x, ws=ws: bn.quantized_linear(x, next(calls), ws),
+                           calls=10 * len(weights))
+        row["shipped quantized_linear_GBs"] = n * k / full_ms / 1e6
+        row["shipped quantized_linear_pct"] = 100 * n * k / full_ms / 1e6 / copy
+        say(json.dumps(row, default=lambda v: round(v, 1)))
+        rows.append(row)
+    return rows
+
+
+def host_and_graph(out_dir: Path) -> dict:
+    shipped()
+    x, w, ws, bias = problem(16, 4096, 4096)
+    result = {}
+    desc = bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16")
+    plan = bn.QuantizedLinearPlan.select(desc)
+    out = torch.empty(16, 4096, device="cuda", dtype=torch.bfloat16)
+    workspace = torch.empty(plan.workspace_size(), device="cuda", dtype=torch.uint8)
+    args = bn.QuantizedLinearArgs(x, w, ws, out)
+    result["plan.run us"] = host_us(lambda: plan.run(args, workspace))
+    result["quantized_linear() us"] = host_us(lambda: bn.quantized_linear(x, w, ws))
+    result["torch.mm bf16 us"] = host_us(lambda: torch.mm(x, x.t()))
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(300):
+        bn.quantized_linear(x, w, ws)
+    profile.disable()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(25)
+    (out_dir / "host_profile.txt").write_text(text.getvalue())
+    # graph capture: replay equals eager, both kernels and the quantize
+    for m, n, k in ((16, 4096, 4096), (300, 1000, 512)):
+        x, w, ws, bias = problem(m, n, k, seed=7)
+        eager = bn.quantized_linear(x, w, ws, bias=bias)
+        static_out = torch.empty_like(eager)
+        bn.quantized_linear(x, w, ws, bias=bias, out=static_out)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            bn.quantized_linear(x, w, ws, bias=bias, out=static_out)
+        static_out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        result[f"graph replay == eager {m}x{n}x{k}"] = bool(torch.equal(static_out, eager))
+    say(json.dumps(result))
+    return result
+
+
+def sass(out_dir: Path) -> list[dict]:
+    rows = []
+    kernels = [(s.name, gemm.linear_kernel(ElementKind.BF16, False, False, False, s)) for s in SHAPES]
+    kernels += [(skinny_name(c), gemm.linear_kernel(ElementKind.BF16, False, False, True, None, *c)) for c in SKINNY]
+    kernels.append(("tiled", gemm.linear_kernel(ElementKind.BF16, False, False)))
+    for name, kernel in kernels:
+        dispatcher = kernel.compiled()
+        overload = next(iter(dispatcher.overloads.values()))
+        cubin = overload._codelibrary.get_cubin(cc=(9, 0))
+        path = Path("/tmp") / f"{name}.cubin"
+        path.write_bytes(bytes(getattr(cubin, "code", cubin)))
+        text = subprocess.run(["cuobjdump", "-sass", str(path)], capture_output=True, text=True).stdout
+        if name in (SHIPPED[0].name, SHIPPED[1].name, "skinny2x2"):  # the shipped kernels' listings come back
+            (out_dir / f"{name}.sass").write_text(text)
+        ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*(?:\.[A-Z0-9_]+)*)", text)
+        mix = Counter(op.split(".")[0] for op in ops)
+        # the main loop: from the first to the last tensor-core instruction
+        idx = [i for i, op in enumerate(ops) if op.startswith(("IMMA", "HMMA", "HGMMA"))]
+        loop = Counter(op.split(".")[0] for op in ops[idx[0]: idx[-1] + 1]) if idx else Counter()
+        keep = ("IMMA", "HMMA", "HGMMA", "LDGSTS", "LDSM", "LDS", "STS", "LDG", "STG", "BAR", "DEPBAR", "LDGDEPBAR")
+        row = {"kernel": name, "registers": overload.regs_per_thread if hasattr(overload, "regs_per_thread") else None,
+               "all": {k: mix[k] for k in keep if mix[k]}, "mma_span": {k: loop[k] for k in keep if loop[k]},
+               "instructions": len(ops)}
+        try:
+            row["registers"] = dispatcher.get_regs_per_thread()
+            row["local_bytes"] = dispatcher.get_local_mem_per_thread()
+        except Exception:
+            pass
+        say(json.dumps(row))
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="/tmp/tune")
+    parser.add_argument("--only", nargs="*", default=["sass", "exact", "prefill", "decode", "host"])
+    args = parser.parse_args()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say(torch.cuda.get_device_name())
+    copy = copy_gbs()
+    say(f"device-to-device copy {copy:.0f} GB/s")
+    results: dict = {"copy_GBs": copy}
+    for section, fn in (("sass", lambda: sass(out_dir)), ("exact", lambda: exactness(out_dir)),
+                        ("prefill", lambda: prefill(copy)), ("decode", lambda: decode(copy)),
+                        ("host", lambda: host_and_graph(out_dir))):
+        if section not in args.only:
+            continue
+        try:
+            results[section] = fn()
+        except Exception:
+            say(f"{section} FAILED\n{traceback.format_exc()}")
+        (out_dir / "tune_linear.json").write_text(json.dumps(results, indent=1, default=str))
+        (out_dir / "tune_linear.log").write_text("\n".join(LOG))
+
+
+if __name__ == "__main__":
+    main()

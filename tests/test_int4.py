@@ -1,0 +1,246 @@
+"""Packed int4 / uint4 per group: the layout (low nibble first), every op against the NumPy reference
+(hypothesis over shapes, group sizes, dtypes, scales, zero points), dynamic range, and every bad input."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import FLOAT_DTYPES, requires_gpu
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import baracuda_numba as bn
+from baracuda_numba import registry
+from baracuda_numba.errors import InvalidProblem, Unsupported
+from baracuda_numba.reference import dynamic as ref_dynamic
+from baracuda_numba.reference import elementwise as ref
+from baracuda_numba.reference.packed import pack_nibbles, unpack_nibbles
+from baracuda_numba.vocabulary import ElementKind as E
+from baracuda_numba.vocabulary import QuantizeKind as K
+
+PACKED = {"int4": E.S4, "uint4": E.U4}
+
+
+def assert_same(got, expected) -> None:
+    got, expected = np.asarray(got), np.asarray(expected)
+    assert got.dtype == expected.dtype and got.shape == expected.shape, (got.dtype, expected.dtype, got.shape)
+    np.testing.assert_array_equal(got.astype(np.float64), expected.astype(np.float64))
+
+
+def test_layout_low_nibble_first_and_gptq_word_order():
+    x = np.array([[1, -2, 7, -8, 0, 3, -1, 5]], np.float32)
+    q = bn.quantize_per_group_packed(x, np.ones((1, 1), np.float32), None, 8)
+    np.testing.assert_array_equal(q, [[0xE1, 0x87, 0x30, 0x5F]])
+    # Read as one little-endian int32 word, value i sits in bits 4i .. 4i + 3 (GPTQ's sequential order).
+    word = int(np.frombuffer(q.tobytes(), "<u4")[0])
+    assert [((word >> (4 * i)) & 0xF) for i in range(8)] == [v & 0xF for v in (1, -2, 7, -8, 0, 3, -1, 5)]
+    # ml_dtypes agrees on the values of the nibbles.
+    values = unpack_nibbles(q, signed=True)
+    np.testing.assert_array_equal(values.astype(ml_dtypes.int4).astype(np.int8), x.astype(np.int8))
+
+
+@st.composite
+def problems(draw):
+    rank = draw(st.integers(1, 3))
+    group_size = draw(st.sampled_from([2, 4, 8, 16, 32, 128]))
+    lead = draw(st.lists(st.integers(0, 4), min_size=rank - 1, max_size=rank - 1))
+    groups = draw(st.integers(0, 3))
+    return dict(shape=(*lead, group_size * groups), group_size=group_size, seed=draw(st.integers(0, 2**32 - 1)),
+                zero_scale=draw(st.booleans()))
+
+
+@pytest.mark.parametrize("name", ["int4", "uint4"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16", "f64"])
+def test_every_op_matches_reference(dtype, name):
+    element = PACKED[name]
+    f = FLOAT_DTYPES[dtype]
+    math_t = np.float64 if dtype == "f64" else np.float32
+    low, high = element.int_range
+
+    @settings(max_examples=12)
+    @given(problems())
+    def check(p):
+        rng = np.random.default_rng(p["seed"])
+        shape, g = p["shape"], p["group_size"]
+        gshape = (*shape[:-1], shape[-1] // g)
+        count = math.prod(gshape)
+        scales = rng.choice([0.5, 0.013, 0.1, 2.0**-5, 1.7], count).astype(math_t).reshape(gshape)
+        if p["zero_scale"] and count:
+            scales.reshape(-1)[rng.integers(0, count)] = 0
+        zps = rng.integers(low, high + 1, gshape).astype(np.int32) if element is E.U4 else None
+        zp_full = ref.expand_groups(zps if zps is not None else np.zeros(gshape, np.int32), shape, g)
+        s_full = ref.expand_groups(scales, shape, g)
+        x = (rng.standard_normal(shape) * rng.choice([0.05, 0.5, 3.0], shape)).astype(np.float32)
+        specials = rng.random(shape) < 0.05
+        x[specials] = rng.choice([np.nan, np.inf, -np.inf, 0.0], int(specials.sum()))
+        x = x.astype(f)
+        dy = (rng.standard_normal(shape) * 4).astype(np.float32).astype(f)
+
+        q = bn.quantize_per_group_packed(x, scales, zps, g, dtype=name)
+        want_values = ref.quantize(x, s_full, zp_full, low, high, np.int8)
+        assert_same(q, pack_nibbles(want_values))
+        np.testing.assert_array_equal(unpack_nibbles(q, element is E.S4), want_values)
+        assert_same(bn.dequantize_per_group_packed(q, scales, zps, g, q_dtype=name, dtype=f),
+                    ref.dequantize(want_values, s_full, zp_full, f))
+        assert_same(bn.fake_quantize_per_group(x, scales, zps, g, dtype=name),
+                    ref.fake_quantize(x, s_full, zp_full, low, high))
+        assert_same(bn.fake_quantize_per_group_backward(dy, x, scales, zps, g, dtype=name),
+                    ref.fake_quantize_backward(dy, x, s_full, zp_full, low, high))
+        zp_arg = zps if zps is not None else np.zeros(gshape, np.int32)
+        assert_same(bn.quantize_per_group_backward(dy, x, scales, zp_arg, g, dtype=name),
+                    ref.quantize_backward(dy, x, s_full, zp_full, low, high))
+        assert_same(bn.dequantize_per_group_backward(dy, scales, g, dtype=name), ref.dequantize_backward(dy, s_full))
+
+    check()
+
+
+def test_quantize_per_group_with_int4_dtype_returns_packed_bytes():
+    x = np.linspace(-1, 1, 32).astype(np.float32).reshape(2, 16)
+    scales = np.full((2, 2), 0.125, np.float32)
+    q = bn.quantize_per_group(x, scales, None, 8, dtype="int4")
+    assert q.dtype == np.uint8 and q.shape == (2, 8)
+    assert_same(q, bn.quantize_per_group_packed(x, scales, None, 8))
+
+
+@pytest.mark.parametrize("name", ["int4", "uint4"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
+def test_dynamic_range_per_group_matches_reference(dtype, name):
+    element = PACKED[name]
+    f = FLOAT_DTYPES[dtype]
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((5, 64)) * rng.choice([1e-3, 1.0, 40.0], (5, 1))).astype(np.float32)
+    x[1, :16] = 0
+    x[2, 3], x[3, 4] = np.nan, np.inf
+    x = x.astype(f)
+    r = bn.dynamic_range_quantize_packed(x, group_size=16, dtype=name)
+    mode = "symmetric" if element is E.S4 else "asymmetric"
+    low, high = element.int_range
+    if mode == "symmetric":
+        low = -high
+    q, scale, zp = ref_dynamic.dynamic_range_quantize(x, mode, "group", low, high, np.int8, group_size=16)
+    assert_same(r.q, pack_nibbles(q))
+    np.testing.assert_array_equal(r.scale, scale)
+    if element is E.U4:
+        np.testing.assert_array_equal(r.zero_point, zp)
+    else:
+        assert r.zero_point is None
+
+
+def test_registry_holds_every_packed_key():
+    keys = {e.key: e for e in registry.entries()}
+    for f in registry.FLOAT_ELEMENTS:
+        for p in (E.S4, E.U4):
+            for kind in (K.PER_GROUP, K.DEQUANTIZE_PER_GROUP, K.DYNAMIC_RANGE):
+                assert isinstance(keys[(kind, f, p)], registry.PackedEntry)
+            for kind in (K.PER_GROUP_BACKWARD, K.DEQUANTIZE_PER_GROUP_BACKWARD, K.FAKE_QUANTIZE,
+                         K.FAKE_QUANTIZE_BACKWARD):
+                assert isinstance(keys[(kind, f, p)], registry.RegistryEntry)
+
+
+def test_dtype_names():
+    assert bn.element_kind("int4") is E.S4 and bn.element_kind("uint4") is E.U4
+    assert bn.element_kind(ml_dtypes.int4) is E.S4 and bn.element_kind(ml_dtypes.uint4) is E.U4
+
+
+@pytest.mark.parametrize(("call", "argument"), [
+    (lambda x: bn.quantize_per_group_packed(x[:, :15], np.ones((2, 1), np.float32), None, 15), "x"),
+    (lambda x: bn.quantize_per_group_packed(x, np.ones((2, 4), np.float32), None, 3), "group_size"),
+    (lambda x: bn.quantize_per_group_packed(x, np.ones((2, 2), np.float32), None, 5), "group_size"),
+    (lambda x: bn.quantize_per_group_packed(x, np.ones((2, 2), np.float32), np.zeros((2, 2), np.int32), 8),
+     "zero_point"),
+    (lambda x: bn.quantize_per_group_packed(x, np.ones((2, 2), np.float32), None, 8, dtype="int8"), "dtype"),
+    (lambda x: bn.quantize_per_group_packed(x, np.ones((2, 2), np.float32), None, 8, q_max=9), "(q_min, q_max)"),
+    (lambda x: bn.dequantize_per_group_packed(x, np.ones((2, 2), np.float32), None, 8), "q"),
+    (lambda x: bn.dequantize_per_group_packed(np.zeros((2, 8), np.uint8), np.ones((2, 2), np.float32), None, 8,
+                                              q_dtype="int8"), "q_dtype"),
+    (lambda x: bn.dynamic_range_quantize_packed(x[:, :15], group_size=5), "x"),
+    (lambda x: bn.dynamic_range_quantize_packed(x, group_size=8, mode="asymmetric"), "mode"),
+    (lambda x: bn.fake_quantize_per_group(x, np.ones((2, 2), np.float32), np.zeros((2, 2), np.int32), 8),
+     "zero_points"),
+], ids=["odd-last-dim", "odd-group", "group-not-divisor", "s4-zero-point", "not-4-bit", "range", "q-not-bytes",
+        "q-dtype", "dynamic-odd", "s4-asymmetric", "fake-s4-zero-points"])
+def test_bad_inputs_are_typed_and_name_the_argument(call, argument):
+    x = np.linspace(-1, 1, 32).astype(np.float32).reshape(2, 16)
+    with pytest.raises(InvalidProblem) as info:
+        call(x)
+    assert f": {argument} expected" in str(info.value)
+
+
+def test_unpacked_plans_refuse_packed_entries():
+    desc = bn.QuantizePerGroupDescriptor(2, 16, 8, -8, 7, "f32", "int4")
+    with pytest.raises(Unsupported, match="output_element"):
+        bn.QuantizePerGroupPlan.select(desc)
+
+
+def test_torch_tensors_round_trip():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(4, 256, dtype=torch.bfloat16)
+    r = bn.dynamic_range_quantize_packed(x, group_size=128)
+    assert isinstance(r.q, torch.Tensor) and r.q.dtype == torch.uint8 and r.q.shape == (4, 128)
+    back = bn.dequantize_per_group_packed(r.q, r.scale, None, 128, dtype=torch.bfloat16)
+    assert back.shape == x.shape and back.dtype == torch.bfloat16
+    assert float((back.float() - x.float()).abs().max()) <= float(r.scale.max()) / 2 + 1e-2
+
+
+@requires_gpu
+@pytest.mark.parametrize("name", ["int4", "uint4"])
+def test_gpu_packed_ops_match_reference(name):
+    torch = pytest.importorskip("torch")
+    element = PACKED[name]
+    low, high = element.int_range
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    x = torch.randn(256, 4096, device="cuda", generator=gen, dtype=torch.float32).to(torch.bfloat16)
+    scales = torch.rand(256, 32, device="cuda", generator=gen) * 0.1 + 0.01
+    zps = torch.randint(low, high + 1, (256, 32), device="cuda", generator=gen, dtype=torch.int32) \
+        if element is E.U4 else None
+    q = bn.quantize_per_group_packed(x, scales, zps, 128, dtype=name)
+    xs = x.float().cpu().numpy().astype(ml_dtypes.bfloat16)
+    s_full = ref.expand_groups(scales.cpu().numpy(), xs.shape, 128)
+    z_full = ref.expand_groups(zps.cpu().numpy() if zps is not None else np.zeros((256, 32), np.int32), xs.shape,
+                               128)
+    values = ref.quantize(xs, s_full, z_full, low, high, np.int8)
+    np.testing.assert_array_equal(q.cpu().numpy(), pack_nibbles(values))
+    d = bn.dequantize_per_group_packed(q, scales, zps, 128, q_dtype=name, dtype=torch.bfloat16)
+    np.testing.assert_array_equal(d.float().cpu().numpy(),
+                                  ref.dequantize(values, s_full, z_full, ml_dtypes.bfloat16).astype(np.float32))
+    r = bn.dynamic_range_quantize_packed(x, group_size=128, dtype=name)
+    mode = "symmetric" if element is E.S4 else "asymmetric"
+    qv, scale, _ = ref_dynamic.dynamic_range_quantize(xs, mode, "group", -high if mode == "symmetric" else low, high,
+                                                      np.int8, group_size=128)
+    np.testing.assert_array_equal(r.q.cpu().numpy(), pack_nibbles(qv))
+    np.testing.assert_array_equal(r.scale.cpu().numpy(), scale)
+
+
+def test_per_tensor_fake_quantize_simulates_int4_range():
+    x = np.linspace(-3, 3, 25).astype(np.float32)
+    assert_same(bn.fake_quantize(x, 0.25, dtype="int4"), ref.fake_quantize(x, 0.25, 0, -8, 7))
+    assert_same(bn.fake_quantize_backward(np.ones_like(x), x, 0.25, 8, dtype="uint4"),
+                ref.fake_quantize_backward(np.ones_like(x), x, 0.25, 8, 0, 15))
+    with pytest.raises(Unsupported, match="grid_element"):
+        bn.FakeQuantizePlan.select(bn.FakeQuantizeDescriptor(4, -8, 7, "f32", "int4"))
+    with pytest.raises(InvalidProblem, match="dtype expected"):
+        bn.fake_quantize(x, 0.25, dtype="float32")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_chunked_and_byte_paths_agree(dtype, offset):
+    """16-byte chunks (aligned, group_size a multiple of the chunk) and the byte path (misaligned) give
+    the same bytes, and the same floats back."""
+    f = FLOAT_DTYPES[dtype]
+    rng = np.random.default_rng(offset)
+    buffer = (rng.standard_normal(4 * 64 + offset) * 2).astype(np.float32).astype(f)
+    x = buffer[offset:].reshape(4, 64)
+    math_t = np.float64 if dtype == "f64" else np.float32
+    scales = (rng.random((4, 2)) * 0.5 + 0.05).astype(math_t)
+    zps = rng.integers(0, 16, (4, 2)).astype(np.int32)
+    q = bn.quantize_per_group_packed(x, scales, zps, 32, dtype="uint4")
+    s_full, z_full = ref.expand_groups(scales, x.shape, 32), ref.expand_groups(zps, x.shape, 32)
+    values = ref.quantize(x, s_full, z_full, 0, 15, np.int8)
+    assert_same(q, pack_nibbles(values))
+    out = np.empty(4 * 64 + offset, f)[offset:].reshape(4, 64)
+    bn.dequantize_per_group_packed(q, scales, zps, 32, q_dtype="uint4", dtype=f, out=out)
+    assert_same(out, ref.dequantize(values, s_full, z_full, f))
