@@ -121,3 +121,12 @@ for call in (lambda: bn.quantize_per_tensor(np.zeros(4, np.float32), 0.1),
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["raised", "quantize_per_tensor", "raised", "FakeQuantizePlan"]
     assert "Traceback" not in done.stderr
+
+
+def test_no_user_facing_text_points_to_the_unshipped_spec():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = [*root.joinpath("baracuda_numba").rglob("*.py"), *root.joinpath("notebooks").glob("*.ipynb"),
+             root / "README.md"]
+    assert not [str(f.relative_to(root)) for f in files if "SPEC" in f.read_text()]

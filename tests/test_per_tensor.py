@@ -1,4 +1,4 @@
-"""Per-tensor family against the independent NumPy reference (SPEC section 5), every registered
+"""Per-tensor family against the independent NumPy reference (README, "Semantics"), every registered
 dtype pair, plus the plan surface and every error path."""
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def test_matches_reference(entry):
 
 
 def test_pytorch_tie_example_quint8_gives_128():
-    # SPEC section 5: PyTorch's CPU quantize_per_tensor gives 128 here (x * (1/scale) is a tie
+    # README, "Semantics": PyTorch's CPU quantize_per_tensor gives 128 here (x * (1/scale) is a tie
     # only after rounding the reciprocal to float32).
     x = np.array([0.273939937], np.float32)
     assert bn.quantize_per_tensor(x, 0.00214854861, 0, dtype="uint8")[0] == 128

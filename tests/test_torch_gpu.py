@@ -57,7 +57,7 @@ def test_quantize_and_dequantize_match_torch(torch_dtype, dtype, zp):
         q = bn.quantize_per_tensor(x, scale, zp, dtype=dtype)
         assert torch.equal(q, tq.int_repr()), scale
         y = bn.dequantize_per_tensor(q, scale, zp)
-        # SPEC: float32 math with a float32 scale (as fake_quantize_per_tensor_affine); torch's
+        # README, "Semantics": float32 math with a float32 scale (as fake_quantize_per_tensor_affine); torch's
         # Tensor.dequantize multiplies by the float64 scale, so the two agree where scale is exact.
         assert torch.equal(y, (q.float() - zp) * torch.tensor(scale, dtype=torch.float32, device="cuda"))
         if scale == 2.0**-5:
@@ -144,7 +144,7 @@ def test_repeat_calls_through_the_remembered_plan_match_torch():
             zp = 0 if dtype == "int8" else 128
             got = bn.quantize_per_tensor(x.float(), scale, zp, dtype=dtype)
             assert torch.equal(got, torch.quantize_per_tensor(x.float(), scale, zp, torch_dtype).int_repr()), i
-            f32_scale = torch.tensor(scale, dtype=torch.float32, device="cuda")  # SPEC: a float32 scale
+            f32_scale = torch.tensor(scale, dtype=torch.float32, device="cuda")  # README: a float32 scale
             assert torch.equal(bn.dequantize_per_tensor(got, scale, zp), (got.float() - zp) * f32_scale), i
 
 

@@ -1,7 +1,7 @@
 """The elementwise quantize family: one kernel definition for every quantize / dequantize /
 fake-quantize / backward op, every dtype pair and every scale granularity.
 
-Math (SPEC section 5), with ``inv = 1 / scale`` in the math precision (0 where ``scale == 0``) and
+Math (the README's "Semantics" section), with ``inv = 1 / scale`` in the math precision (0 where ``scale == 0``) and
 ``t = rint(x * inv) + zero_point`` (round half to even):
 
 - ``quantize``:              ``q = clamp(t, q_min, q_max)``, NaN -> ``clamp(zero_point)``

@@ -1,6 +1,6 @@
 """Per-channel, per-token and per-group dispatch functions.
 
-Same math as the per-tensor functions (SPEC section 5) with one ``(scale, zero_point)`` pair per
+Same math as the per-tensor functions (:mod:`baracuda_numba.ops.per_tensor`) with one ``(scale, zero_point)`` pair per
 segment: the channel ``x[..., c, ...]`` (``scales[shape[axis]]``), the token row ``x[t, :]`` (``x`` of
 any rank, rows over the leading dimensions, ``scales`` one per row) or the group
 ``x[..., g*group_size:(g+1)*group_size]`` along the last axis (``scales[..., shape[-1] // group_size]``).

@@ -1,6 +1,6 @@
 """Per-tensor dispatch functions: one call per op on any supported array kind.
 
-Semantics (SPEC section 5), with ``inv = 1/scale`` taken in the math precision (float32 for
+Semantics (the README's "Semantics" section), with ``inv = 1/scale`` taken in the math precision (float32 for
 f16/bf16/f32 data, float64 for f64) and round half to even:
 
 - quantize: ``q = clamp(round(x * inv) + zero_point, q_min, q_max)``; +-inf saturate, NaN -> ``clamp(zero_point)``

@@ -6,7 +6,7 @@ packed one ``uint8 [outer_size, axis_size / 2]``; ``axis_size`` and ``group_size
 straddles two groups). ``scale`` (float32; float64 for f64 data) ``[outer_size, axis_size /
 group_size]``; ``zero_point`` int32 of the same shape for U4, None for S4 (symmetric).
 
-The math is the integer elementwise family's (SPEC section 5) with the 4-bit range as the default
+The math is the integer elementwise family's (the README's "Semantics" section) with the 4-bit range as the default
 clamp: ``q = clamp(rint(x / scale) + zp, q_min, q_max)``, ``x = (q - zp) * scale``.
 """
 

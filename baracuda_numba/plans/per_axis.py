@@ -7,7 +7,8 @@ pair per segment of the tensor.
   the last axis, ``scale`` / ``zero_point`` ``[outer_size, axis_size // group_size]``.
 
 Every plan of a family shares its shape fields; ``input_element`` is the float element and
-``output_element`` the integer element (as in baracuda-kernels). The math is SPEC section 5, the
+``output_element`` the integer element (as in baracuda-kernels). The math is the README's
+"Semantics" section (and :mod:`baracuda_numba.kernels.elementwise`), the
 same for every family (one inclusive STE mask, one reciprocal convention).
 """
 

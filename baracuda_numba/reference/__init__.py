@@ -1,4 +1,5 @@
-"""Independent NumPy implementations of the semantics (SPEC section 5), used by tests and notebooks."""
+"""Independent NumPy implementations of the semantics (the README's "Semantics" section), used by tests
+and notebooks."""
 
 from . import dynamic, fp8, linear, packed
 from .dynamic import dynamic_range_params, segments_view

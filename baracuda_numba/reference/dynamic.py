@@ -1,4 +1,4 @@
-"""NumPy reference of dynamic-range quantization (SPEC section 5, torchao ASYMMETRIC), independent of
+"""NumPy reference of dynamic-range quantization (the README's "Semantics" section, torchao ASYMMETRIC), independent of
 the kernels: float64 arithmetic rounded to the math precision after each operation."""
 
 from __future__ import annotations

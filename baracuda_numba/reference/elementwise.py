@@ -1,4 +1,4 @@
-"""NumPy reference of SPEC section 5 for the elementwise family, written independently of the
+"""NumPy reference of the README's "Semantics" section for the elementwise family, written independently of the
 kernels: float64 arithmetic with an explicit rounding to the math precision after each operation
 (float64 holds every float32 product and quotient exactly enough for that rounding to be the
 correctly rounded float32 result).
