@@ -30,7 +30,7 @@ class FakeQuantize(nn.Module):
     ``zero_point`` the way PyTorch's observers do:
 
     - symmetric: ``scale = max(-min, max) / ((q_max - q_min) / 2)``, ``zero_point = 0`` (int8) or
-      128 (uint8);
+      128 (uint8; ``(q_min + q_max) // 2`` for a custom range, as torch.ao does);
     - affine: ``scale = (max - min) / (q_max - q_min)``, ``zero_point = clamp(q_min - round(min / scale))``;
 
     with ``min <= 0 <= max`` and ``scale >= eps`` (float32 epsilon). While ``fake_quant_enabled``
@@ -60,6 +60,10 @@ class FakeQuantize(nn.Module):
                averaging_constant)
         low, high = _RANGES[dtype]
         self.q_min, self.q_max = (low if q_min is None else q_min), (high if q_max is None else q_max)
+        # torch.ao's rule: uint8 symmetric centres on 128, or on the midpoint of a custom range.
+        custom_range = q_min is not None or q_max is not None
+        self._symmetric_zero_point = 0 if dtype == torch.int8 else (
+            (self.q_min + self.q_max) // 2 if custom_range else 128)
         _check(where, "q_min, q_max", low <= self.q_min < self.q_max <= high, f"{low} <= q_min < q_max <= {high}",
                (self.q_min, self.q_max))
         self.dtype, self.granularity, self.ch_axis = dtype, granularity, ch_axis
@@ -120,8 +124,7 @@ class FakeQuantize(nn.Module):
         if self.symmetric:
             scale = torch.maximum(-low, high) / ((self.q_max - self.q_min) / 2)
             scale = torch.clamp(scale, min=eps)
-            zero_point = torch.full_like(scale, 0 if self.dtype == torch.int8 else (self.q_min + self.q_max + 1) // 2,
-                                         dtype=torch.int32)
+            zero_point = torch.full_like(scale, self._symmetric_zero_point, dtype=torch.int32)
         else:
             scale = torch.clamp((high - low) / float(self.q_max - self.q_min), min=eps)
             zero_point = torch.clamp(self.q_min - torch.round(low / scale), self.q_min, self.q_max).to(torch.int32)
