@@ -207,7 +207,7 @@ def test_smoothing_keeps_the_function_and_flattens_the_outlier(norm):
     expected = block(batches[0])
     calibration = calibrate(block, batches, QuantizeConfig(progress=False))
     assert calibration.norm_consumers == {"norm": ["q", "k"]}
-    assert set(calibration.act_absmax) == {"q", "k", "out"}  # lm_head excluded by default
+    assert set(calibration.act_absmax) == {"q", "k", "out", "lm_head"}  # every linear is observed
     h = block.norm(torch.cat(batches))
     torch.testing.assert_close(calibration.act_absmax["q"], h.abs().amax(dim=0), rtol=0, atol=0)
     spread_before = float(calibration.act_absmax["q"].max() / calibration.act_absmax["q"].median())
@@ -230,7 +230,18 @@ def test_quantize_model_swaps_selected_linears(config):
     assert seen == ["q", "k", "out"]
     assert isinstance(block.q, W8A8Linear) and isinstance(block.lm_head, nn.Linear)
     got = block(batches[0])
-    assert float((got - expected).norm() / expected.norm()) < 0.05
+    assert float((got.detach() - expected).norm() / expected.norm()) < 0.05
+
+
+def test_smoothing_skips_a_norm_with_an_unselected_consumer():
+    block = _block()
+    batches = _batches(2, (3, 16), outlier=5)
+    expected = block(batches[0]).detach()
+    calibration = calibrate(block, batches, QuantizeConfig(progress=False))
+    norm_weight = block.norm.weight.detach().clone()
+    assert smooth(block, calibration, 0.5, QuantizeConfig(include=["q"])) == {}
+    assert torch.equal(block.norm.weight, norm_weight)
+    torch.testing.assert_close(block(batches[0]), expected, rtol=0, atol=0)
 
 
 def test_quantize_model_errors_name_the_argument():

@@ -9,6 +9,8 @@ baracuda_numba`` alone never does. ``import torch`` inside it is absolute and re
   :class:`W8A8Linear` (``from_float(nn.Linear)``; dynamic per-token or static SmoothQuant activations).
 - :mod:`.convert`: :func:`calibrate`, :func:`smooth`, :func:`quantize_model` (calibrate, smooth
   and swap ``nn.Linear`` for ``W8A8Linear`` in one call with a :class:`QuantizeConfig`).
+- :mod:`.qat`: :class:`FakeQuantLinear` and :func:`prepare_qat` for quantization-aware training;
+  :func:`compare_logits` (relative error, top-1 agreement).
 """
 
 from __future__ import annotations
@@ -21,5 +23,7 @@ except ImportError as error:  # pragma: no cover - exercised only without torch
 from . import ops
 from .convert import QuantizeConfig, calibrate, quantize_model, smooth
 from .modules import FakeQuantize, W8A8Linear
+from .qat import FakeQuantLinear, compare_logits, prepare_qat
 
-__all__ = ["ops", "FakeQuantize", "W8A8Linear", "QuantizeConfig", "calibrate", "smooth", "quantize_model"]
+__all__ = ["ops", "FakeQuantize", "W8A8Linear", "QuantizeConfig", "calibrate", "smooth", "quantize_model",
+           "FakeQuantLinear", "prepare_qat", "compare_logits"]

@@ -84,34 +84,37 @@ def _run(model: nn.Module, batch: Any) -> None:
 
 @torch.no_grad()
 def calibrate(model: nn.Module, batches: Iterable[Any], config: QuantizeConfig | None = None) -> Calibration:
-    """Run ``batches`` through ``model`` and record, for every selected ``nn.Linear``, the per-channel
+    """Run ``batches`` through ``model`` and record, for every ``nn.Linear``, the per-channel
     ``max |x|`` of its input (``[in_features]``, float32) via forward hooks; also which LayerNorm /
     RMSNorm output is consumed unchanged by which linears (the SmoothQuant folding pairs).
 
+    Every linear is observed (smoothing a norm must account for all of its consumers, selected or
+    not); ``config`` (progress, and at least one selected layer) applies as in :func:`quantize_model`.
     A batch is passed as ``model(**batch)`` (dict), ``model(*batch)`` (tuple / list) or ``model(batch)``.
     """
     config = config or QuantizeConfig()
-    linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear) and config.selects(name)}
-    if not linears:
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    if not any(config.selects(name) for name in linears):
         raise InvalidProblem(problem_message("calibrate", "config.include",
                                              "patterns matching at least one nn.Linear", config.include))
     absmax: dict[str, torch.Tensor] = {}
-    norm_outputs: dict[int, str] = {}
+    # id -> (norm name, output): the output is kept alive for the batch so that its id is not reused.
+    norm_outputs: dict[int, tuple[str, torch.Tensor]] = {}
     consumers: dict[str, list[str]] = {}
     handles = []
 
     def norm_hook(name):
         def hook(module, inputs, output):
-            norm_outputs[id(output)] = name
+            norm_outputs[id(output)] = (name, output)
         return hook
 
     def linear_hook(name):
         def hook(module, inputs):
             x = inputs[0]
             absmax[name] = activation_absmax(x, absmax.get(name))
-            norm = norm_outputs.get(id(x))
-            if norm is not None and name not in consumers.setdefault(norm, []):
-                consumers[norm].append(name)
+            entry = norm_outputs.get(id(x))
+            if entry is not None and entry[1] is x and name not in consumers.setdefault(entry[0], []):
+                consumers[entry[0]].append(name)
         return hook
 
     for name, module in model.named_modules():
@@ -125,18 +128,22 @@ def calibrate(model: nn.Module, batches: Iterable[Any], config: QuantizeConfig |
             norm_outputs.clear()
             _run(model, batch)
     finally:
+        norm_outputs.clear()
         for handle in handles:
             handle.remove()
     if not absmax:
         raise InvalidProblem(problem_message("calibrate", "batches", "at least one batch reaching a linear",
                                              "no calibration data"))
-    # Keep only pairs whose consumers all saw the norm's output (a linear fed elsewhere too is unsafe).
     return Calibration(absmax, {n: c for n, c in consumers.items() if c})
 
 
 @torch.no_grad()
-def smooth(model: nn.Module, calibration: Calibration, alpha: float = 0.5) -> dict[str, torch.Tensor]:
+def smooth(model: nn.Module, calibration: Calibration, alpha: float = 0.5,
+           config: QuantizeConfig | None = None) -> dict[str, torch.Tensor]:
     """Fold SmoothQuant scales into each norm and the linears it feeds, in place.
+
+    With ``config``, only norms whose consumers are all selected by it are smoothed (the others'
+    linears stay in floating point and gain nothing from the migration).
 
     For a norm feeding linears ``L_1..L_r``: ``s = smoothing_scales(max|X|, max_i max|W_i|, alpha)``;
     the norm's weight (and bias) are divided by ``s``, each ``W_i`` multiplied by ``s`` along its input
@@ -150,6 +157,8 @@ def smooth(model: nn.Module, calibration: Calibration, alpha: float = 0.5) -> di
         norm = modules[norm_name]
         if getattr(norm, "weight", None) is None:
             continue  # an affine-free norm has nothing to fold the scales into
+        if config is not None and not all(config.selects(n) for n in linear_names):
+            continue
         linears = [modules[n] for n in linear_names]
         act = calibration.act_absmax[linear_names[0]]
         weight_max = torch.stack([weight_absmax(linear.weight) for linear in linears]).amax(dim=0)
@@ -187,7 +196,7 @@ def quantize_model(model: nn.Module, batches: Iterable[Any] | None = None, confi
                                              "calibration batches (smoothing or static activations)", None))
     calibration = calibrate(model, batches, config) if needs_data else None
     if config.smooth:
-        smooth(model, calibration, config.alpha)
+        smooth(model, calibration, config.alpha, config)
     selected = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and config.selects(n)]
     if not selected:
         raise InvalidProblem(problem_message("quantize_model", "config.include",
