@@ -277,3 +277,17 @@ def test_torch_compile_inductor_fullgraph():
     x = _x((4, 8))
     compiled = torch.compile(model, fullgraph=True)
     torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=1e-6)
+
+
+def test_the_package_imports_without_torch():
+    # A fresh interpreter where `import torch` fails: baracuda_numba must import, and the PyTorch
+    # layer must say what to install.
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import baracuda_numba\n"
+            "try:\n    import baracuda_numba.torch\nexcept ImportError as e:\n    print('ERR', e)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "ERR baracuda_numba.torch needs PyTorch" in result.stdout
