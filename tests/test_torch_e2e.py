@@ -149,7 +149,7 @@ def test_causal_lm_w8a8_gpu_table():
     with torch.no_grad():
         t_ref = _bench(lambda: bf16(batch))
         t_q = _bench(lambda: quantized(batch))
-    print(f"\n| scheme | logits rel. error | top-1 agreement |\n|---|---|---|")
+    print("\n| scheme | logits rel. error | top-1 agreement |\n|---|---|---|")
     for scheme, row in table.items():
         print(f"| {scheme} | {row['rel_error']:.4f} | {row['top1_agreement']:.4f} |")
     print(f"tokens/s (batch 8 x 256, prefill): bf16 {batch.numel() / t_ref:.0f}, W8A8 dynamic "

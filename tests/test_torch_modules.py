@@ -97,9 +97,9 @@ def test_fake_quantize_switches_and_state_dict_round_trip():
 
 
 def test_fake_quantize_errors_name_the_argument():
-    with pytest.raises(InvalidProblem, match="FakeQuantize: observer expected"):
+    with pytest.raises(InvalidProblem, match=r"FakeQuantize: observer expected"):
         FakeQuantize(observer="histogram")
-    with pytest.raises(InvalidProblem, match="FakeQuantize: dtype expected"):
+    with pytest.raises(InvalidProblem, match=r"FakeQuantize: dtype expected"):
         FakeQuantize(dtype=torch.int32)
 
 
@@ -163,7 +163,7 @@ def test_w8a8_linear_state_dict_round_trip():
 
 
 def test_w8a8_linear_errors_name_the_layer():
-    with pytest.raises(InvalidProblem, match="layers.0.fc: act_scale expected"):
+    with pytest.raises(InvalidProblem, match=r"layers.0.fc: act_scale expected"):
         W8A8Linear.from_float(_linear(), activation="static", name="layers.0.fc")
     module = W8A8Linear.from_float(_linear(), name="layers.0.fc")
     with pytest.raises(InvalidProblem, match=r"layers.0.fc: x expected \[\.\.\., 32\]"):
@@ -245,9 +245,9 @@ def test_smoothing_skips_a_norm_with_an_unselected_consumer():
 
 
 def test_quantize_model_errors_name_the_argument():
-    with pytest.raises(InvalidProblem, match="quantize_model: batches expected"):
+    with pytest.raises(InvalidProblem, match=r"quantize_model: batches expected"):
         quantize_model(_block(), None, QuantizeConfig(smooth=True))
-    with pytest.raises(InvalidProblem, match="calibrate: config.include expected"):
+    with pytest.raises(InvalidProblem, match=r"calibrate: config.include expected"):
         calibrate(_block(), _batches(1, (2, 16)), QuantizeConfig(include=["nothing*"], progress=False))
 
 

@@ -238,7 +238,7 @@ def test_empty_tensor_round_trips():
 
 
 def test_errors_are_typed_and_name_the_argument():
-    with pytest.raises(InvalidProblem, match="quantize_per_channel.*scales"):
+    with pytest.raises(InvalidProblem, match=r"quantize_per_channel.*scales"):
         baracuda.quantize_per_channel(_x((3, 8)), _scales(5), _zps(5), 1, torch.int8, None, None)
 
 

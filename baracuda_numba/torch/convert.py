@@ -166,7 +166,7 @@ def smooth(model: nn.Module, calibration: Calibration, alpha: float = 0.5,
         norm.weight.div_(s.to(norm.weight.dtype))
         if getattr(norm, "bias", None) is not None:
             norm.bias.div_(s.to(norm.bias.dtype))
-        for name, linear in zip(linear_names, linears):
+        for name, linear in zip(linear_names, linears, strict=True):
             linear.weight.mul_(s.to(linear.weight.dtype)[None, :])
             calibration.act_absmax[name] = calibration.act_absmax[name] / s.to(calibration.act_absmax[name].device)
         scales_by_norm[norm_name] = s

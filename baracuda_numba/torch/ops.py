@@ -15,7 +15,6 @@ composition; their backward kernels are exposed as ops of their own.
 
 from __future__ import annotations
 
-
 import torch
 
 import baracuda_numba as bn
