@@ -121,6 +121,17 @@ def test_qat_loss_goes_down():
     assert all(p.grad is not None for n, p in model.named_parameters() if "proj.weight" in n)
 
 
+def test_quantized_llama_compiles_fullgraph():
+    # Dynamo + AOTAutograd over the whole Hugging Face model with a W8A8Linear inside (aot_eager: no
+    # Inductor build; the GPU test below uses Inductor and a CUDA graph).
+    model = quantize_model(tiny_llama(), None, QuantizeConfig(include=["*.mlp.up_proj"], progress=False))
+    tokens = _tokens(1, 4)[0]
+    with torch.no_grad():
+        eager = model(tokens).logits
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+        assert torch.equal(compiled(tokens).logits, eager)
+
+
 # -- GPU: a size where the numbers mean something --------------------------------------------------
 
 
