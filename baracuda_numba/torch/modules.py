@@ -1,0 +1,219 @@
+"""Quantization modules: :class:`FakeQuantize` for QAT and :class:`W8A8Linear` for int8 inference."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+from ..errors import InvalidProblem, problem_message
+from . import ops as _ops  # noqa: F401  (registers torch.ops.baracuda)
+
+__all__ = ["FakeQuantize", "W8A8Linear"]
+
+_baracuda = torch.ops.baracuda
+_RANGES = {torch.int8: (-128, 127), torch.uint8: (0, 255)}
+
+
+def _check(where: str, argument: str, ok: bool, expected: str, given) -> None:
+    if not ok:
+        raise InvalidProblem(problem_message(where, argument, expected, given))
+
+
+class FakeQuantize(nn.Module):
+    """Quantize-dequantize in the forward pass with an observer, as ``torch.ao.quantization.FakeQuantize``.
+
+    While ``observer_enabled`` (and the module is training), each forward folds ``x``'s range into
+    ``min_val`` / ``max_val`` (``observer="minmax"``: running min / max; ``"moving_average"``:
+    ``v += averaging_constant * (batch_v - v)`` after the first batch) and recomputes ``scale`` /
+    ``zero_point`` the way PyTorch's observers do:
+
+    - symmetric: ``scale = max(-min, max) / ((q_max - q_min) / 2)``, ``zero_point = 0`` (int8) or
+      128 (uint8; ``(q_min + q_max) // 2`` for a custom range, as torch.ao does);
+    - affine: ``scale = (max - min) / (q_max - q_min)``, ``zero_point = clamp(q_min - round(min / scale))``;
+
+    with ``min <= 0 <= max`` and ``scale >= eps`` (float32 epsilon). While ``fake_quant_enabled``
+    the output is ``(clamp(round(x / scale) + zp, q_min, q_max) - zp) * scale`` from the project's
+    kernels, differentiated straight through (``dx = dy * mask``, the inclusive mask).
+
+    Parameters
+    ----------
+    dtype : ``torch.int8`` or ``torch.uint8``; ``q_min`` / ``q_max`` default to its range.
+    granularity : ``"per_tensor"`` or ``"per_channel"`` (with ``ch_axis``).
+    observer : ``"minmax"`` or ``"moving_average"``.
+    symmetric : symmetric (default) or affine quantization.
+    """
+
+    def __init__(self, *, dtype: torch.dtype = torch.int8, granularity: Literal["per_tensor", "per_channel"] =
+                 "per_tensor", ch_axis: int = 0, observer: Literal["minmax", "moving_average"] = "moving_average",
+                 averaging_constant: float = 0.01, symmetric: bool = True, q_min: int | None = None,
+                 q_max: int | None = None, num_channels: int | None = None) -> None:
+        super().__init__()
+        where = "FakeQuantize"
+        _check(where, "dtype", dtype in _RANGES, "torch.int8 or torch.uint8", dtype)
+        _check(where, "granularity", granularity in ("per_tensor", "per_channel"), "'per_tensor' or 'per_channel'",
+               repr(granularity))
+        _check(where, "observer", observer in ("minmax", "moving_average"), "'minmax' or 'moving_average'",
+               repr(observer))
+        _check(where, "averaging_constant", 0.0 < averaging_constant <= 1.0, "a value in (0, 1]",
+               averaging_constant)
+        low, high = _RANGES[dtype]
+        self.q_min, self.q_max = (low if q_min is None else q_min), (high if q_max is None else q_max)
+        # torch.ao's rule: uint8 symmetric centres on 128, or on the midpoint of a custom range.
+        custom_range = q_min is not None or q_max is not None
+        self._symmetric_zero_point = 0 if dtype == torch.int8 else (
+            (self.q_min + self.q_max) // 2 if custom_range else 128)
+        _check(where, "q_min, q_max", low <= self.q_min < self.q_max <= high, f"{low} <= q_min < q_max <= {high}",
+               (self.q_min, self.q_max))
+        self.dtype, self.granularity, self.ch_axis = dtype, granularity, ch_axis
+        self.observer, self.averaging_constant, self.symmetric = observer, averaging_constant, symmetric
+        count = 1 if granularity == "per_tensor" else (num_channels or 1)
+        self.register_buffer("scale", torch.ones(count))
+        self.register_buffer("zero_point", torch.zeros(count, dtype=torch.int32))
+        self.register_buffer("min_val", torch.full((count,), float("inf")))
+        self.register_buffer("max_val", torch.full((count,), float("-inf")))
+        self.register_buffer("fake_quant_enabled", torch.tensor([1], dtype=torch.uint8))
+        self.register_buffer("observer_enabled", torch.tensor([1], dtype=torch.uint8))
+
+    def enable_observer(self, enabled: bool = True) -> FakeQuantize:
+        self.observer_enabled[0] = int(enabled)
+        return self
+
+    def disable_observer(self) -> FakeQuantize:
+        return self.enable_observer(False)
+
+    def enable_fake_quant(self, enabled: bool = True) -> FakeQuantize:
+        self.fake_quant_enabled[0] = int(enabled)
+        return self
+
+    def disable_fake_quant(self) -> FakeQuantize:
+        return self.enable_fake_quant(False)
+
+    def _batch_range(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = x.detach().float()
+        if self.granularity == "per_tensor":
+            return x.amin().reshape(1), x.amax().reshape(1)
+        rows = x.movedim(self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)
+        return rows.amin(dim=1), rows.amax(dim=1)
+
+    @torch.no_grad()
+    def observe(self, x: torch.Tensor) -> None:
+        """Fold ``x``'s range into ``min_val`` / ``max_val`` and recompute ``scale`` / ``zero_point``."""
+        low, high = self._batch_range(x)
+        if self.min_val.shape != low.shape:  # first per-channel batch: size the buffers
+            for name in ("scale", "zero_point", "min_val", "max_val"):
+                old = getattr(self, name)
+                setattr(self, name, old.new_empty(low.shape).fill_(old.flatten()[0]))
+        first = torch.isinf(self.min_val)
+        if self.observer == "minmax":
+            self.min_val.copy_(torch.minimum(self.min_val, low))
+            self.max_val.copy_(torch.maximum(self.max_val, high))
+        else:
+            c = self.averaging_constant
+            self.min_val.copy_(torch.where(first, low, self.min_val + c * (low - self.min_val)))
+            self.max_val.copy_(torch.where(first, high, self.max_val + c * (high - self.max_val)))
+        self.scale.copy_(self.calculate_qparams()[0])
+        self.zero_point.copy_(self.calculate_qparams()[1])
+
+    def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scale, zero_point)`` from ``min_val`` / ``max_val`` (see the class docstring)."""
+        low = torch.clamp(self.min_val, max=0.0)
+        high = torch.clamp(self.max_val, min=0.0)
+        eps = torch.finfo(torch.float32).eps
+        if self.symmetric:
+            scale = torch.maximum(-low, high) / ((self.q_max - self.q_min) / 2)
+            scale = torch.clamp(scale, min=eps)
+            zero_point = torch.full_like(scale, self._symmetric_zero_point, dtype=torch.int32)
+        else:
+            scale = torch.clamp((high - low) / float(self.q_max - self.q_min), min=eps)
+            zero_point = torch.clamp(self.q_min - torch.round(low / scale), self.q_min, self.q_max).to(torch.int32)
+        return scale, zero_point
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and bool(self.observer_enabled[0]):
+            self.observe(x)
+        if not bool(self.fake_quant_enabled[0]):
+            return x
+        if self.granularity == "per_tensor":
+            # One scale as a one-channel per-channel op: tensor arguments keep torch.compile from
+            # specialising on (and recompiling for) every new scale value.
+            flat = x.reshape(1, -1)
+            y = _baracuda.fake_quantize_per_channel(flat, self.scale, self.zero_point, 0, self.q_min, self.q_max)
+            return y.reshape(x.shape)
+        return _baracuda.fake_quantize_per_channel(x, self.scale, self.zero_point, self.ch_axis % x.dim(),
+                                                   self.q_min, self.q_max)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Per-channel buffers take the saved size (they are sized on the first observed batch).
+        for name in ("scale", "zero_point", "min_val", "max_val"):
+            saved = state_dict.get(prefix + name)
+            if saved is not None and saved.shape != getattr(self, name).shape:
+                setattr(self, name, torch.empty_like(saved))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return (f"dtype={self.dtype}, granularity={self.granularity!r}, observer={self.observer!r}, "
+                f"symmetric={self.symmetric}, q_range=({self.q_min}, {self.q_max})")
+
+
+class W8A8Linear(nn.Module):
+    """``nn.Linear`` with int8 weights (per output channel, symmetric [-127, 127]) and int8 activations.
+
+    ``activation="dynamic"``: activations quantized per token in the GEMM call
+    (``baracuda::quantized_linear``). ``activation="static"``: one calibrated per-tensor scale
+    (SmoothQuant's static W8A8): ``x`` quantized with ``act_scale`` then ``baracuda::smoothquant_linear``.
+    ``y = scale_x * weight_scale[n] * sum_k xq[k] * wq[n, k] + bias[n]`` in ``x``'s dtype.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
+                 activation: Literal["dynamic", "static"] = "dynamic", act_scale: float | None = None,
+                 name: str = "W8A8Linear") -> None:
+        super().__init__()
+        _check(name, "activation", activation in ("dynamic", "static"), "'dynamic' or 'static'", repr(activation))
+        if activation == "static":
+            _check(name, "act_scale", act_scale is not None and 0.0 < float(act_scale) < float("inf"),
+                   "a finite positive scale for static activations", act_scale)
+        self.in_features, self.out_features, self.activation, self.name = in_features, out_features, activation, name
+        self.register_buffer("weight_q", torch.zeros(out_features, in_features, dtype=torch.int8))
+        self.register_buffer("weight_scale", torch.ones(out_features))
+        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+        self.register_buffer("act_scale", torch.tensor(float(act_scale or 1.0), dtype=torch.float32))
+        self._act_scale = float(act_scale or 1.0)  # a Python float: a constant for torch.compile
+
+    @classmethod
+    @torch.no_grad()
+    def from_float(cls, linear: nn.Linear, *, activation: Literal["dynamic", "static"] = "dynamic",
+                   act_scale: float | None = None, name: str = "W8A8Linear") -> W8A8Linear:
+        """Quantize ``linear``'s weight per output channel: ``s[n] = max_k |W[n, k]| / 127``,
+        ``wq = clamp(round(W / s), -127, 127)`` (on ``linear``'s device, by the project's kernel)."""
+        _check(name, "linear", isinstance(linear, nn.Linear), "an nn.Linear", type(linear).__name__)
+        weight = linear.weight.detach().float().contiguous()
+        _check(name, "linear.weight", bool(torch.isfinite(weight).all()), "finite weights", "inf or NaN")
+        module = cls(linear.in_features, linear.out_features, linear.bias is not None, activation=activation,
+                     act_scale=act_scale, name=name).to(weight.device)
+        scale = (weight.abs().amax(dim=1) / 127.0).clamp(min=torch.finfo(torch.float32).tiny)
+        zeros = torch.zeros(linear.out_features, dtype=torch.int32, device=weight.device)
+        module.weight_q.copy_(_baracuda.quantize_per_channel(weight, scale, zeros, 0, torch.int8, -127, 127))
+        module.weight_scale.copy_(scale)
+        if linear.bias is not None:
+            module.bias.copy_(linear.bias.detach().float())
+        return module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise InvalidProblem(problem_message(self.name, "x", f"[..., {self.in_features}]", tuple(x.shape)))
+        if self.activation == "dynamic":
+            return _baracuda.quantized_linear(x, self.weight_q, self.weight_scale, self.bias)
+        act_q = _baracuda.quantize_per_tensor(x, self._act_scale, 0, torch.int8, -127, 127)
+        return _baracuda.smoothquant_linear(act_q, self.weight_q, self.weight_scale, self._act_scale, self.bias,
+                                            x.dtype)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._act_scale = float(self.act_scale)
+
+    def extra_repr(self) -> str:
+        scale = f", act_scale={self._act_scale:.6g}" if self.activation == "static" else ""
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, activation={self.activation!r}{scale}")

@@ -1,0 +1,326 @@
+"""Every dispatch function as a ``torch.library`` custom op in the ``baracuda`` namespace.
+
+Each op has a fake (meta) implementation giving the output's shape and dtype, so
+``torch.compile(model, fullgraph=True)`` traces through it, and runs the project's plan on the
+current torch stream (the dispatch functions' default for torch tensors). Ops always return fresh
+tensors (no aliasing of inputs), as ``torch.library`` requires. Inputs are made contiguous first.
+
+The fake-quantize ops carry autograd formulas through the project's straight-through backward
+kernels: ``dx = grad_output * mask`` with the inclusive mask
+``q_min <= round(x * (1/scale)) + zero_point <= q_max`` (what ``torch.fake_quantize_per_tensor_affine``
+and ``torch.fake_quantize_per_channel_affine`` differentiate to). Integer tensors carry no gradient in
+PyTorch, so ``quantize_*`` / ``dequantize_*`` are differentiated through their fake-quantize
+composition; their backward kernels are exposed as ops of their own.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import baracuda_numba as bn
+
+from ..errors import InvalidProblem, problem_message
+
+NAMESPACE = "baracuda"
+
+__all__ = ["NAMESPACE", "OPS", "quantize_per_tensor", "dequantize_per_tensor", "fake_quantize_per_tensor",
+           "quantize_per_channel", "dequantize_per_channel", "fake_quantize_per_channel",
+           "quantize_per_token", "dequantize_per_token", "fake_quantize_per_token",
+           "quantize_per_group", "dequantize_per_group", "fake_quantize_per_group",
+           "dynamic_range_quantize", "quantized_linear", "smoothquant_linear"]
+
+
+def _c(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous()
+
+
+def _like(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=x.dtype if dtype is None else dtype, device=x.device)
+
+
+def _range(dtype: torch.dtype, q_min: int | None, q_max: int | None) -> tuple[int, int]:
+    info = torch.iinfo(dtype)
+    return (info.min if q_min is None else q_min), (info.max if q_max is None else q_max)
+
+
+def _op(name: str):
+    return torch.library.custom_op(f"{NAMESPACE}::{name}", mutates_args=())
+
+
+# -- per tensor -----------------------------------------------------------------------------------
+
+
+@_op("quantize_per_tensor")
+def quantize_per_tensor(x: torch.Tensor, scale: float, zero_point: int, dtype: torch.dtype,
+                        q_min: int | None, q_max: int | None) -> torch.Tensor:
+    """``clamp(round(x * (1/scale)) + zero_point, q_min, q_max)`` as ``dtype`` (int8 / uint8)."""
+    return bn.quantize_per_tensor(_c(x), scale, zero_point, dtype=dtype, q_min=q_min, q_max=q_max)
+
+
+@_op("dequantize_per_tensor")
+def dequantize_per_tensor(q: torch.Tensor, scale: float, zero_point: int, dtype: torch.dtype) -> torch.Tensor:
+    """``(q - zero_point) * scale`` in ``dtype``."""
+    return bn.dequantize_per_tensor(_c(q), scale, zero_point, dtype=dtype)
+
+
+@_op("quantize_per_tensor_backward")
+def quantize_per_tensor_backward(grad_output: torch.Tensor, x: torch.Tensor, scale: float, zero_point: int,
+                                 dtype: torch.dtype, q_min: int | None, q_max: int | None) -> torch.Tensor:
+    """``grad_output * (1/scale) * mask``."""
+    return bn.quantize_per_tensor_backward(_c(grad_output), _c(x), scale, zero_point, dtype=dtype, q_min=q_min,
+                                           q_max=q_max)
+
+
+@_op("dequantize_per_tensor_backward")
+def dequantize_per_tensor_backward(grad_output: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """``grad_output * scale``."""
+    return bn.dequantize_per_tensor_backward(_c(grad_output), scale, dtype=dtype)
+
+
+@_op("fake_quantize_per_tensor")
+def fake_quantize_per_tensor(x: torch.Tensor, scale: float, zero_point: int, q_min: int, q_max: int) -> torch.Tensor:
+    """``(clamp(round(x * (1/scale)) + zero_point, q_min, q_max) - zero_point) * scale`` in ``x``'s dtype."""
+    return bn.fake_quantize(_c(x), scale, zero_point, q_min, q_max)
+
+
+@_op("fake_quantize_per_tensor_backward")
+def fake_quantize_per_tensor_backward(grad_output: torch.Tensor, x: torch.Tensor, scale: float, zero_point: int,
+                                      q_min: int, q_max: int) -> torch.Tensor:
+    """``grad_output * mask``."""
+    return bn.fake_quantize_backward(_c(grad_output), _c(x), scale, zero_point, q_min, q_max)
+
+
+@quantize_per_tensor.register_fake
+def _(x, scale, zero_point, dtype, q_min, q_max):
+    return _like(x, dtype)
+
+
+@dequantize_per_tensor.register_fake
+def _(q, scale, zero_point, dtype):
+    return _like(q, dtype)
+
+
+@quantize_per_tensor_backward.register_fake
+def _(grad_output, x, scale, zero_point, dtype, q_min, q_max):
+    return _like(x)
+
+
+@dequantize_per_tensor_backward.register_fake
+def _(grad_output, scale, dtype):
+    return _like(grad_output)
+
+
+@fake_quantize_per_tensor.register_fake
+def _(x, scale, zero_point, q_min, q_max):
+    return _like(x)
+
+
+@fake_quantize_per_tensor_backward.register_fake
+def _(grad_output, x, scale, zero_point, q_min, q_max):
+    return _like(x)
+
+
+def _setup_per_tensor(ctx, inputs, output):
+    x, scale, zero_point, q_min, q_max = inputs
+    ctx.save_for_backward(x)
+    ctx.params = (scale, zero_point, q_min, q_max)
+
+
+def _backward_per_tensor(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return fake_quantize_per_tensor_backward(grad, x, *ctx.params), None, None, None, None
+
+
+fake_quantize_per_tensor.register_autograd(_backward_per_tensor, setup_context=_setup_per_tensor)
+
+
+# -- per channel / token / group --------------------------------------------------------------------
+# One definition per family. ``layout`` is the family's layout argument (``axis`` for channels,
+# ``group_size`` for groups); per-token ops have none in their schema.
+
+_SCHEMAS = {
+    "quantize": "(Tensor x, Tensor scales, Tensor? zero_points, {layout}ScalarType dtype, int? q_min, int? q_max)",
+    "dequantize": "(Tensor q, Tensor scales, Tensor? zero_points, {layout}ScalarType dtype)",
+    "quantize_backward": "(Tensor grad_output, Tensor x, Tensor scales, Tensor? zero_points, {layout}"
+                         "ScalarType dtype, int? q_min, int? q_max)",
+    "dequantize_backward": "(Tensor grad_output, Tensor scales, {layout}ScalarType dtype)",
+    "fake_quantize": "(Tensor x, Tensor scales, Tensor? zero_points, {layout}int q_min, int q_max)",
+    "fake_quantize_backward": "(Tensor grad_output, Tensor x, Tensor scales, Tensor? zero_points, {layout}"
+                              "int q_min, int q_max)",
+}
+# Where the layout argument sits in each op's argument list (after the tensors).
+_LAYOUT_INDEX = {"quantize": 3, "dequantize": 3, "quantize_backward": 4, "dequantize_backward": 2,
+                 "fake_quantize": 3, "fake_quantize_backward": 4}
+
+
+def _int_dtype(q_min: int) -> torch.dtype:
+    return torch.int8 if q_min < 0 else torch.uint8
+
+
+def _family_ops(family: str, layout_name: str | None) -> dict:
+    """Register quantize / dequantize / their backwards / fake-quantize (+ backward) for one family."""
+    quantize_fn = getattr(bn, f"quantize_per_{family}")
+    dequantize_fn = getattr(bn, f"dequantize_per_{family}")
+    quantize_bw_fn = getattr(bn, f"quantize_per_{family}_backward")
+    dequantize_bw_fn = getattr(bn, f"dequantize_per_{family}_backward")
+
+    def lay(layout):
+        return () if layout_name is None else (layout,)
+
+    def zp(zero_points):
+        return None if zero_points is None else _c(zero_points)
+
+    def quantize(x, scales, zero_points, layout, dtype, q_min, q_max):
+        return quantize_fn(_c(x), _c(scales), zp(zero_points), *lay(layout), dtype=dtype, q_min=q_min, q_max=q_max)
+
+    def dequantize(q, scales, zero_points, layout, dtype):
+        return dequantize_fn(_c(q), _c(scales), zp(zero_points), *lay(layout), dtype=dtype)
+
+    def quantize_backward(grad_output, x, scales, zero_points, layout, dtype, q_min, q_max):
+        return quantize_bw_fn(_c(grad_output), _c(x), _c(scales), zp(zero_points), *lay(layout), dtype=dtype,
+                              q_min=q_min, q_max=q_max)
+
+    def dequantize_backward(grad_output, scales, layout, dtype):
+        return dequantize_bw_fn(_c(grad_output), _c(scales), *lay(layout), dtype=dtype)
+
+    def fake_quantize(x, scales, zero_points, layout, q_min, q_max):
+        q = quantize(x, scales, zero_points, layout, _int_dtype(q_min), q_min, q_max)
+        return dequantize(q, scales, zero_points, layout, x.dtype)
+
+    def fake_quantize_backward(grad_output, x, scales, zero_points, layout, q_min, q_max):
+        # The quantize backward kernel on a gradient of ones is (1/scale) * mask, with 1/scale finite
+        # and nonzero: its nonzero pattern is the inclusive mask. grad * mask, as torch computes it.
+        ones = torch.ones(x.shape, dtype=x.dtype, device=x.device)
+        scaled_mask = quantize_backward(ones, x, scales, zero_points, layout, _int_dtype(q_min), q_min, q_max)
+        return grad_output * (scaled_mask != 0)
+
+    fakes = {
+        "quantize": lambda x, s, z, lay_, d, lo, hi: _like(x, d),
+        "dequantize": lambda q, s, z, lay_, d: _like(q, d),
+        "quantize_backward": lambda g, x, s, z, lay_, d, lo, hi: _like(x),
+        "dequantize_backward": lambda g, s, lay_, d: _like(g),
+        "fake_quantize": lambda x, s, z, lay_, lo, hi: _like(x),
+        "fake_quantize_backward": lambda g, x, s, z, lay_, lo, hi: _like(x),
+    }
+    impls = {"quantize": quantize, "dequantize": dequantize, "quantize_backward": quantize_backward,
+             "dequantize_backward": dequantize_backward, "fake_quantize": fake_quantize,
+             "fake_quantize_backward": fake_quantize_backward}
+    ops = {}
+    for name, impl in impls.items():
+        qualified = f"{NAMESPACE}::{name.replace('quantize', f'quantize_per_{family}', 1)}"
+        schema = _SCHEMAS[name].format(layout=f"int {layout_name}, " if layout_name else "") + " -> Tensor"
+        ops[name] = torch.library.custom_op(qualified, _with_layout(impl, name, layout_name), mutates_args=(),
+                                            schema=schema)
+        ops[name].register_fake(_with_layout(fakes[name], name, layout_name))
+
+    backward_op = ops["fake_quantize_backward"]
+
+    def setup(ctx, inputs, output):
+        x, scales, zero_points, *rest = inputs
+        ctx.save_for_backward(x, scales, zero_points)
+        ctx.rest = rest
+
+    def backward(ctx, grad):
+        x, scales, zero_points = ctx.saved_tensors
+        return (backward_op(grad, x, scales, zero_points, *ctx.rest), None, None, *([None] * len(ctx.rest)))
+
+    ops["fake_quantize"].register_autograd(backward, setup_context=setup)
+    return ops
+
+
+def _with_layout(fn, name: str, layout_name: str | None):
+    """``fn`` as called by its schema: per-token schemas lack the layout argument, passed as None."""
+    if layout_name is not None:
+        return fn
+    index = _LAYOUT_INDEX[name]
+    return lambda *args: fn(*args[:index], None, *args[index:])
+
+
+_CHANNEL = _family_ops("channel", "axis")
+_TOKEN = _family_ops("token", None)
+_GROUP = _family_ops("group", "group_size")
+
+quantize_per_channel = _CHANNEL["quantize"]
+dequantize_per_channel = _CHANNEL["dequantize"]
+fake_quantize_per_channel = _CHANNEL["fake_quantize"]
+quantize_per_token = _TOKEN["quantize"]
+dequantize_per_token = _TOKEN["dequantize"]
+fake_quantize_per_token = _TOKEN["fake_quantize"]
+quantize_per_group = _GROUP["quantize"]
+dequantize_per_group = _GROUP["dequantize"]
+fake_quantize_per_group = _GROUP["fake_quantize"]
+
+
+# -- dynamic range, linear --------------------------------------------------------------------------
+
+
+def _scale_shape(shape, scope, axis, group_size):
+    if scope == "tensor":
+        return ()
+    if scope == "channel":
+        return (shape[axis],)
+    if scope == "token":
+        return tuple(shape[:-1])
+    if scope == "group":
+        return (*shape[:-1], shape[-1] // group_size)
+    raise InvalidProblem(problem_message("baracuda::dynamic_range_quantize", "scope",
+                                         "'tensor', 'channel', 'token' or 'group'", repr(scope)))
+
+
+@_op("dynamic_range_quantize")
+def dynamic_range_quantize(x: torch.Tensor, symmetric: bool, scope: str, dtype: torch.dtype, axis: int | None,
+                           group_size: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(q, scale, zero_point)``: scales (and zero points) from ``x``'s own range, then quantize.
+
+    ``zero_point`` is always an int32 tensor of the scales' shape (the symmetric one filled with its
+    constant), so the op has one signature.
+    """
+    result = bn.dynamic_range_quantize(_c(x), mode="symmetric" if symmetric else "asymmetric", scope=scope,
+                                       dtype=dtype, axis=axis, group_size=group_size)
+    zero_point = result.zero_point
+    if not isinstance(zero_point, torch.Tensor):
+        zero_point = torch.full(result.scale.shape, zero_point or 0, dtype=torch.int32, device=x.device)
+    return result.q, result.scale, zero_point
+
+
+@dynamic_range_quantize.register_fake
+def _(x, symmetric, scope, dtype, axis, group_size):
+    shape = _scale_shape(x.shape, scope, axis, group_size)
+    scale_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return (_like(x, dtype), x.new_empty(shape, dtype=scale_dtype), x.new_empty(shape, dtype=torch.int32))
+
+
+@_op("quantized_linear")
+def quantized_linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor,
+                     bias: torch.Tensor | None) -> torch.Tensor:
+    """W8A8 linear, activations quantized per token in the call: ``[..., K] -> [..., N]`` in ``x``'s dtype."""
+    return bn.quantized_linear(_c(x), _c(weight_q), _c(weight_scale), bias=None if bias is None else _c(bias))
+
+
+@quantized_linear.register_fake
+def _(x, weight_q, weight_scale, bias):
+    return x.new_empty((*x.shape[:-1], weight_q.shape[0]))
+
+
+@_op("smoothquant_linear")
+def smoothquant_linear(act_q: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, act_scale: float,
+                       bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """W8A8 linear on int8 activations quantized with the static per-tensor ``act_scale``."""
+    return bn.smoothquant_linear(_c(act_q), _c(weight_q), _c(weight_scale), act_scale,
+                                 bias=None if bias is None else _c(bias), dtype=dtype)
+
+
+@smoothquant_linear.register_fake
+def _(act_q, weight_q, weight_scale, act_scale, bias, dtype):
+    return act_q.new_empty((*act_q.shape[:-1], weight_q.shape[0]), dtype=dtype)
+
+
+OPS = {name: getattr(torch.ops.baracuda, name) for name in (
+    "quantize_per_tensor", "dequantize_per_tensor", "quantize_per_tensor_backward",
+    "dequantize_per_tensor_backward", "fake_quantize_per_tensor", "fake_quantize_per_tensor_backward",
+    *(f"{op}_per_{family}{suffix}" for family in ("channel", "token", "group")
+      for op, suffix in (("quantize", ""), ("dequantize", ""), ("quantize", "_backward"),
+                         ("dequantize", "_backward"), ("fake_quantize", ""), ("fake_quantize", "_backward"))),
+    "dynamic_range_quantize", "quantized_linear", "smoothquant_linear")}
+"""Every registered op by name: ``torch.ops.baracuda.<name>``."""
+

@@ -1,0 +1,257 @@
+"""baracuda_numba.torch modules and model conversion, against PyTorch (torch.ao FakeQuantize, nn.Linear)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the PyTorch layer needs torch (the [torch] extra)")
+
+from torch import nn  # noqa: E402
+from torch.ao.quantization import FakeQuantize as TorchFakeQuantize  # noqa: E402
+from torch.ao.quantization.observer import (  # noqa: E402
+    MinMaxObserver,
+    MovingAverageMinMaxObserver,
+    MovingAveragePerChannelMinMaxObserver,
+    PerChannelMinMaxObserver,
+)
+
+from baracuda_numba import InvalidProblem  # noqa: E402
+from baracuda_numba.torch import FakeQuantize, QuantizeConfig, W8A8Linear, calibrate, quantize_model, smooth  # noqa: E402
+from tests.conftest import SIMULATOR  # noqa: E402
+
+DEVICE = "cpu" if SIMULATOR else "cuda"
+
+
+def _batches(count, shape, seed=0, outlier=None):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(count):
+        x = torch.randn(shape, generator=g) * (1 + i)
+        if outlier is not None:
+            x[..., outlier] *= 30  # an activation outlier channel, as in LLMs
+        out.append(x.to(DEVICE))
+    return out
+
+
+# -- FakeQuantize against torch.ao.quantization.FakeQuantize ----------------------------------------
+
+
+@pytest.mark.parametrize("observer,torch_observer,granularity,symmetric,dtype", [
+    ("minmax", MinMaxObserver, "per_tensor", True, torch.int8),
+    ("moving_average", MovingAverageMinMaxObserver, "per_tensor", False, torch.uint8),
+    ("moving_average", MovingAverageMinMaxObserver, "per_tensor", True, torch.uint8),
+    ("moving_average", MovingAverageMinMaxObserver, "per_tensor", True, "uint8-default-range"),
+    ("minmax", PerChannelMinMaxObserver, "per_channel", False, torch.int8),
+    ("moving_average", MovingAveragePerChannelMinMaxObserver, "per_channel", True, torch.int8),
+])
+def test_fake_quantize_module_matches_torch_ao(observer, torch_observer, granularity, symmetric, dtype):
+    qscheme = {("per_tensor", True): torch.per_tensor_symmetric, ("per_tensor", False): torch.per_tensor_affine,
+               ("per_channel", True): torch.per_channel_symmetric,
+               ("per_channel", False): torch.per_channel_affine}[granularity, symmetric]
+    default_range = dtype == "uint8-default-range"
+    dtype = torch.uint8 if default_range else dtype
+    low, high = (-128, 127) if dtype == torch.int8 else (0, 255)
+    extra = {"ch_axis": 1} if granularity == "per_channel" else {}
+    if default_range:  # torch.ao centres a symmetric quint8 on 128 only for its default range
+        extra["quant_min"] = extra["quant_max"] = None
+    kwargs = {"quant_min": low, "quant_max": high, "dtype": torch.qint8 if dtype == torch.int8 else torch.quint8,
+              "qscheme": qscheme, **extra}
+    if "moving" in observer:
+        kwargs["averaging_constant"] = 0.1
+    theirs = TorchFakeQuantize(observer=torch_observer, **kwargs)
+    custom = {} if default_range else {"q_min": low, "q_max": high}
+    ours = FakeQuantize(dtype=dtype, granularity=granularity, ch_axis=1, observer=observer, averaging_constant=0.1,
+                        symmetric=symmetric, **custom).to(DEVICE)
+    theirs.to(DEVICE)
+    for x in _batches(3, (4, 6), seed=3):
+        x = x + 0.5  # an asymmetric range
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ya, yb = ours(xa), theirs(xb)
+        torch.testing.assert_close(ours.scale, theirs.scale.float(), rtol=0, atol=0)
+        assert torch.equal(ours.zero_point, theirs.zero_point.to(torch.int32))
+        assert torch.equal(ya, yb)
+        ya.sum().backward()
+        yb.sum().backward()
+        assert torch.equal(xa.grad, xb.grad)
+
+
+def test_fake_quantize_switches_and_state_dict_round_trip():
+    fq = FakeQuantize(granularity="per_channel", ch_axis=0).to(DEVICE)
+    x = _batches(1, (3, 5))[0]
+    fq(x)
+    fq.disable_observer()
+    before = fq.scale.clone()
+    fq(x * 10)
+    assert torch.equal(fq.scale, before)  # observer off: parameters frozen
+    fq.disable_fake_quant()
+    assert torch.equal(fq(x), x)
+    buffer = io.BytesIO()
+    torch.save(fq.state_dict(), buffer)
+    buffer.seek(0)
+    fresh = FakeQuantize(granularity="per_channel", ch_axis=0).to(DEVICE)
+    fresh.load_state_dict(torch.load(buffer))
+    for name in ("scale", "zero_point", "min_val", "max_val", "fake_quant_enabled", "observer_enabled"):
+        assert torch.equal(getattr(fresh, name), getattr(fq, name)), name
+
+
+def test_fake_quantize_errors_name_the_argument():
+    with pytest.raises(InvalidProblem, match=r"FakeQuantize: observer expected"):
+        FakeQuantize(observer="histogram")
+    with pytest.raises(InvalidProblem, match=r"FakeQuantize: dtype expected"):
+        FakeQuantize(dtype=torch.int32)
+
+
+# -- W8A8Linear ------------------------------------------------------------------------------------
+
+
+def _linear(k=32, n=8, seed=0, bias=True):
+    torch.manual_seed(seed)
+    return nn.Linear(k, n, bias=bias).to(DEVICE)
+
+
+def _w8a8_reference(x, linear, act_scale=None):
+    """float64 model of W8A8: symmetric per-channel int8 weight, per-token (or static) int8 activations."""
+    w = linear.weight.detach().double()
+    ws = (w.abs().amax(dim=1) / 127).float().double()
+    wq = torch.clamp(torch.round(w * (1 / ws.float()).double()[:, None]), -127, 127)
+    xd = x.double()
+    if act_scale is None:
+        xs = (xd.abs().amax(dim=-1, keepdim=True) / 127).float().double()
+    else:
+        xs = torch.tensor(act_scale, dtype=torch.float64)
+    xq = torch.clamp(torch.round(xd * (1 / xs.float()).double()), -127, 127)
+    y = (xq @ wq.T) * xs * ws
+    return y + linear.bias.detach().double() if linear.bias is not None else y
+
+
+@pytest.mark.parametrize("activation", ["dynamic", "static"])
+def test_w8a8_linear_matches_a_float64_model_and_nn_linear(activation):
+    linear = _linear()
+    x = _batches(1, (3, 32), seed=4)[0]
+    act_scale = float(x.abs().max()) / 127 if activation == "static" else None
+    module = W8A8Linear.from_float(linear, activation=activation, act_scale=act_scale)
+    y = module(x)
+    assert y.shape == (3, 8) and y.dtype == x.dtype
+    torch.testing.assert_close(y.double(), _w8a8_reference(x, linear, act_scale), rtol=2e-6, atol=2e-6)
+    reference = linear(x).detach()
+    assert float((y - reference).norm() / reference.norm()) < 0.05
+
+
+def test_w8a8_linear_weights_against_torch_per_channel_quantize():
+    linear = _linear(bias=False)
+    module = W8A8Linear.from_float(linear)
+    w = linear.weight.detach()
+    scale = (w.abs().amax(dim=1) / 127)
+    theirs = torch.quantize_per_channel(w.cpu(), scale.double().cpu(), torch.zeros(8, dtype=torch.long), 0,
+                                        torch.qint8).int_repr()
+    assert torch.equal(module.weight_q.cpu(), theirs)
+    assert module.bias is None
+
+
+def test_w8a8_linear_state_dict_round_trip():
+    module = W8A8Linear.from_float(_linear(), activation="static", act_scale=0.02)
+    buffer = io.BytesIO()
+    torch.save(module.state_dict(), buffer)
+    buffer.seek(0)
+    fresh = W8A8Linear(32, 8, activation="static", act_scale=1.0).to(DEVICE)
+    fresh.load_state_dict(torch.load(buffer))
+    x = _batches(1, (2, 32))[0]
+    assert fresh._act_scale == pytest.approx(0.02, rel=1e-7)
+    assert torch.equal(fresh(x), module(x))
+
+
+def test_w8a8_linear_errors_name_the_layer():
+    with pytest.raises(InvalidProblem, match=r"layers.0.fc: act_scale expected"):
+        W8A8Linear.from_float(_linear(), activation="static", name="layers.0.fc")
+    module = W8A8Linear.from_float(_linear(), name="layers.0.fc")
+    with pytest.raises(InvalidProblem, match=r"layers.0.fc: x expected \[\.\.\., 32\]"):
+        module(torch.zeros(2, 16, device=DEVICE))
+
+
+# -- model level -----------------------------------------------------------------------------------
+
+
+class _Block(nn.Module):
+    """LayerNorm feeding two linears (like q / k), then a linear fed by something else."""
+
+    def __init__(self, d=16, norm=nn.LayerNorm):
+        super().__init__()
+        self.norm = norm(d)
+        self.q = nn.Linear(d, 8)
+        self.k = nn.Linear(d, 8)
+        self.out = nn.Linear(16, d)
+        self.lm_head = nn.Linear(d, 4)
+
+    def forward(self, x):
+        h = self.norm(x)
+        y = self.out(torch.cat([self.q(h), self.k(h)], dim=-1))
+        return self.lm_head(y + x)
+
+
+def _block(norm=nn.LayerNorm):
+    torch.manual_seed(0)
+    block = _Block(norm=norm).to(DEVICE)
+    with torch.no_grad():
+        block.norm.weight.uniform_(0.5, 1.5)
+        if getattr(block.norm, "bias", None) is not None:
+            block.norm.bias.uniform_(-0.1, 0.1)
+    return block
+
+
+@pytest.mark.parametrize("norm", [nn.LayerNorm, getattr(nn, "RMSNorm", nn.LayerNorm)])
+def test_smoothing_keeps_the_function_and_flattens_the_outlier(norm):
+    block = _block(norm)
+    batches = _batches(2, (3, 16), outlier=5)
+    expected = block(batches[0])
+    calibration = calibrate(block, batches, QuantizeConfig(progress=False))
+    assert calibration.norm_consumers == {"norm": ["q", "k"]}
+    assert set(calibration.act_absmax) == {"q", "k", "out", "lm_head"}  # every linear is observed
+    h = block.norm(torch.cat(batches))
+    torch.testing.assert_close(calibration.act_absmax["q"], h.abs().amax(dim=0), rtol=0, atol=0)
+    spread_before = float(calibration.act_absmax["q"].max() / calibration.act_absmax["q"].median())
+    scales = smooth(block, calibration, alpha=0.5)
+    assert set(scales) == {"norm"}
+    torch.testing.assert_close(block(batches[0]), expected, rtol=1e-5, atol=1e-5)
+    spread_after = float(calibration.act_absmax["q"].max() / calibration.act_absmax["q"].median())
+    assert spread_after < spread_before
+
+
+@pytest.mark.parametrize("config", [QuantizeConfig(progress=False),
+                                    QuantizeConfig(activation="static", smooth=True, alpha=0.8, progress=False)],
+                         ids=["dynamic", "static-smooth"])
+def test_quantize_model_swaps_selected_linears(config):
+    block = _block()
+    batches = _batches(2, (3, 16), outlier=5)
+    expected = block(batches[0]).detach()
+    seen = []
+    quantize_model(block, batches, config, on_layer=lambda name, layer: seen.append(name))
+    assert seen == ["q", "k", "out"]
+    assert isinstance(block.q, W8A8Linear) and isinstance(block.lm_head, nn.Linear)
+    got = block(batches[0])
+    assert float((got.detach() - expected).norm() / expected.norm()) < 0.05
+
+
+def test_smoothing_skips_a_norm_with_an_unselected_consumer():
+    block = _block()
+    batches = _batches(2, (3, 16), outlier=5)
+    expected = block(batches[0]).detach()
+    calibration = calibrate(block, batches, QuantizeConfig(progress=False))
+    norm_weight = block.norm.weight.detach().clone()
+    assert smooth(block, calibration, 0.5, QuantizeConfig(include=["q"])) == {}
+    assert torch.equal(block.norm.weight, norm_weight)
+    torch.testing.assert_close(block(batches[0]), expected, rtol=0, atol=0)
+
+
+def test_quantize_model_errors_name_the_argument():
+    with pytest.raises(InvalidProblem, match=r"quantize_model: batches expected"):
+        quantize_model(_block(), None, QuantizeConfig(smooth=True))
+    with pytest.raises(InvalidProblem, match=r"calibrate: config.include expected"):
+        calibrate(_block(), _batches(1, (2, 16)), QuantizeConfig(include=["nothing*"], progress=False))
+
+
+def test_calibration_shows_progress(capsys):
+    calibrate(_block(), _batches(2, (2, 16)), QuantizeConfig(progress=True))
+    captured = capsys.readouterr()
+    assert "2/2" in captured.err

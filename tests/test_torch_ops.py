@@ -1,0 +1,293 @@
+"""baracuda_numba.torch.ops: torch.library.opcheck per op, autograd against PyTorch's fake-quantize ops.
+
+Runs on torch CPU tensors under the simulator (the dispatch functions stage them through the host)
+and on CUDA tensors on a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the PyTorch layer needs torch (the [torch] extra)")
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from baracuda_numba import InvalidProblem  # noqa: E402
+from baracuda_numba.torch import ops  # noqa: E402
+from tests.conftest import SIMULATOR  # noqa: E402
+
+baracuda = torch.ops.baracuda
+DEVICE = "cpu" if SIMULATOR else "cuda"
+FLOATS = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+
+
+def _x(shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * 3).to(dtype).to(DEVICE)
+
+
+def _scales(n, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(n, generator=g) * 0.2 + 0.02).to(DEVICE)
+
+
+def _zps(n, low=-5, high=5, seed=2):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(low, high, (n,), generator=g, dtype=torch.int32).to(DEVICE)
+
+
+def _samples():
+    """One small sample per op: (name, args)."""
+    x = _x((3, 8))
+    g = _x((3, 8), seed=5)
+    q = torch.randint(-128, 127, (3, 8), dtype=torch.int8, device=DEVICE)
+    ch, tok, grp = (_scales(8), _zps(8)), (_scales(3), _zps(3)), (_scales(6).reshape(3, 2), _zps(6).reshape(3, 2))
+    wq = torch.randint(-127, 127, (4, 8), dtype=torch.int8, device=DEVICE)
+    return {
+        "quantize_per_tensor": (x, 0.05, 3, torch.int8, None, None),
+        "dequantize_per_tensor": (q, 0.05, 3, torch.float32),
+        "quantize_per_tensor_backward": (g, x, 0.05, 3, torch.int8, None, None),
+        "dequantize_per_tensor_backward": (g, 0.05, torch.int8),
+        "fake_quantize_per_tensor": (x.clone().requires_grad_(), 0.05, 3, -128, 127),
+        "fake_quantize_per_tensor_backward": (g, x, 0.05, 3, -128, 127),
+        "quantize_per_channel": (x, *ch, 1, torch.int8, None, None),
+        "dequantize_per_channel": (q, *ch, 1, torch.float32),
+        "quantize_per_channel_backward": (g, x, *ch, 1, torch.int8, None, None),
+        "dequantize_per_channel_backward": (g, ch[0], 1, torch.int8),
+        "fake_quantize_per_channel": (x.clone().requires_grad_(), *ch, 1, -128, 127),
+        "fake_quantize_per_channel_backward": (g, x, *ch, 1, -128, 127),
+        "quantize_per_token": (x, *tok, torch.int8, None, None),
+        "dequantize_per_token": (q, *tok, torch.float32),
+        "quantize_per_token_backward": (g, x, *tok, torch.int8, None, None),
+        "dequantize_per_token_backward": (g, tok[0], torch.int8),
+        "fake_quantize_per_token": (x.clone().requires_grad_(), tok[0], None, -128, 127),
+        "fake_quantize_per_token_backward": (g, x, *tok, -128, 127),
+        "quantize_per_group": (x, *grp, 4, torch.int8, None, None),
+        "dequantize_per_group": (q, *grp, 4, torch.float32),
+        "quantize_per_group_backward": (g, x, *grp, 4, torch.int8, None, None),
+        "dequantize_per_group_backward": (g, grp[0], 4, torch.int8),
+        "fake_quantize_per_group": (x.clone().requires_grad_(), *grp, 4, -128, 127),
+        "fake_quantize_per_group_backward": (g, x, *grp, 4, -128, 127),
+        "dynamic_range_quantize": (x, True, "token", torch.int8, None, None),
+        "quantized_linear": (x, wq, _scales(4), _scales(4, seed=9)),
+        "smoothquant_linear": (q, wq, _scales(4), 0.03, None, torch.float32),
+    }
+
+
+def test_every_op_has_a_sample():
+    assert set(_samples()) == set(ops.OPS)
+
+
+@pytest.mark.parametrize("name", sorted(ops.OPS))
+def test_opcheck(name):
+    # test_schema, test_autograd_registration, test_faketensor, test_aot_dispatch_dynamic.
+    torch.library.opcheck(ops.OPS[name], _samples()[name])
+
+
+@pytest.mark.parametrize("scope,extra", [("tensor", {}), ("channel", {"axis": 0}), ("group", {"group_size": 4}),
+                                         ("token", {})])
+def test_dynamic_range_fake_shapes(scope, extra):
+    x = _x((3, 8))
+    real = baracuda.dynamic_range_quantize(x, False, scope, torch.int8, extra.get("axis"), extra.get("group_size"))
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        fake = baracuda.dynamic_range_quantize(mode.from_tensor(x), False, scope, torch.int8, extra.get("axis"),
+                                               extra.get("group_size"))
+    assert [tuple(t.shape) for t in real] == [tuple(t.shape) for t in fake]
+    assert [t.dtype for t in real] == [t.dtype for t in fake]
+
+
+# -- autograd: bit for bit against PyTorch's fake-quantize ops ---------------------------------------
+
+
+def _torch_oracle_ok(dtype):
+    # f64: PyTorch computes in float32; compared only with power-of-two scales (exact either way).
+    return dtype != torch.float64
+
+
+def _pow2_scales(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (2.0 ** torch.randint(-6, -1, (n,), generator=g)).float().to(DEVICE)
+
+
+def _both_grads(ours, theirs, x, upstream):
+    xa = x.clone().requires_grad_()
+    xb = x.clone().requires_grad_()
+    ya, yb = ours(xa), theirs(xb)
+    ya.backward(upstream)
+    yb.backward(upstream)
+    return ya, yb, xa.grad, xb.grad
+
+
+def _bits(t):
+    return t.detach().cpu().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def _special(x, infinities=True):
+    """Saturation, signed zeros and (optionally) +-inf: values that exercise the inclusive mask."""
+    flat = x.reshape(-1).clone()
+    specials = torch.tensor([1e4, -1e4, 0.0, -0.0, *([float("inf"), float("-inf")] if infinities else [])],
+                            dtype=x.dtype)
+    flat[: min(len(specials), flat.numel())] = specials[: flat.numel()].to(flat.device)
+    return flat.reshape(x.shape)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@given(data=st.data())
+def test_fake_quantize_per_tensor_autograd_matches_torch(dtype, data):
+    rows = data.draw(st.integers(1, 4))
+    cols = data.draw(st.integers(1, 9))
+    seed = data.draw(st.integers(0, 1000))
+    q_min, q_max = data.draw(st.sampled_from([(-128, 127), (0, 255), (-127, 127), (0, 15)]))
+    zero_point = data.draw(st.integers(q_min, q_max))
+    scale = data.draw(st.sampled_from([0.1, 0.0625, 0.013, 1.0, 3.7]))
+    if not _torch_oracle_ok(dtype):
+        scale = 2.0 ** round(torch.log2(torch.tensor(scale)).item())
+    x = _special(_x((rows, cols), dtype, seed))
+    upstream = _x((rows, cols), dtype, seed + 1)
+    ya, yb, ga, gb = _both_grads(
+        lambda t: baracuda.fake_quantize_per_tensor(t, scale, zero_point, q_min, q_max),
+        lambda t: torch.fake_quantize_per_tensor_affine(t, scale, zero_point, q_min, q_max), x, upstream)
+    assert torch.equal(_bits(ya), _bits(yb))
+    assert torch.equal(_bits(ga), _bits(gb))
+
+
+def _per_channel_case(data, dtype):
+    rows = data.draw(st.integers(1, 4))
+    cols = data.draw(st.integers(1, 8))
+    seed = data.draw(st.integers(0, 1000))
+    q_min, q_max = data.draw(st.sampled_from([(-128, 127), (0, 255), (-127, 127)]))
+    # No +-inf: PyTorch's CPU per-channel kernel converts +inf to q_min (an out-of-range float to
+    # int conversion); the semantics saturate it, checked in test_infinities_saturate_per_channel.
+    x = _special(_x((rows, cols), dtype, seed), infinities=False)
+    upstream = _x((rows, cols), dtype, seed + 1)
+    return x, upstream, q_min, q_max, seed
+
+
+def _scales_for(dtype, n, seed):
+    return _scales(n, seed) if _torch_oracle_ok(dtype) else _pow2_scales(n, seed)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@given(data=st.data())
+def test_fake_quantize_per_channel_autograd_matches_torch(dtype, data):
+    x, upstream, q_min, q_max, seed = _per_channel_case(data, dtype)
+    axis = data.draw(st.integers(0, 1))
+    n = x.shape[axis]
+    scales, zps = _scales_for(dtype, n, seed), _zps(n, q_min, min(q_max, q_min + 10), seed)
+    ya, yb, ga, gb = _both_grads(
+        lambda t: baracuda.fake_quantize_per_channel(t, scales, zps, axis, q_min, q_max),
+        lambda t: torch.fake_quantize_per_channel_affine(t, scales, zps, axis, q_min, q_max), x, upstream)
+    assert torch.equal(_bits(ya), _bits(yb))
+    assert torch.equal(_bits(ga), _bits(gb))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@given(data=st.data())
+def test_fake_quantize_per_token_and_group_autograd_match_torch(dtype, data):
+    # Per token is per channel along axis 0 of [tokens, D]; per group is per channel along axis 0
+    # of [outer * groups, group_size]: PyTorch's per-channel op is the oracle for both.
+    x, upstream, q_min, q_max, seed = _per_channel_case(data, dtype)
+    rows, cols = x.shape
+    scales, zps = _scales_for(dtype, rows, seed), _zps(rows, q_min, min(q_max, q_min + 10), seed)
+    ya, yb, ga, gb = _both_grads(
+        lambda t: baracuda.fake_quantize_per_token(t, scales, zps, q_min, q_max),
+        lambda t: torch.fake_quantize_per_channel_affine(t, scales, zps, 0, q_min, q_max), x, upstream)
+    assert torch.equal(_bits(ya), _bits(yb)) and torch.equal(_bits(ga), _bits(gb))
+
+    group = data.draw(st.sampled_from([d for d in (1, 2, 4) if cols % d == 0]))
+    count = rows * cols // group
+    gscales, gzps = _scales_for(dtype, count, seed + 3), _zps(count, q_min, min(q_max, q_min + 10), seed + 3)
+    ya, yb, ga, gb = _both_grads(
+        lambda t: baracuda.fake_quantize_per_group(t, gscales.reshape(rows, -1), gzps.reshape(rows, -1), group,
+                                                   q_min, q_max),
+        lambda t: torch.fake_quantize_per_channel_affine(t.reshape(count, group), gscales, gzps, 0, q_min,
+                                                         q_max).reshape(rows, cols), x, upstream)
+    assert torch.equal(_bits(ya), _bits(yb)) and torch.equal(_bits(ga), _bits(gb))
+
+
+@pytest.mark.parametrize("op", ["channel", "token", "group"])
+def test_infinities_saturate_per_channel(op):
+    # One segment: the per-tensor op (PyTorch's, which saturates) is the oracle for +-inf.
+    x = torch.tensor([[float("inf"), float("-inf"), 1.0, 1e30]], device=DEVICE)
+    scale, zp = torch.tensor([0.1], device=DEVICE), torch.tensor([3], dtype=torch.int32, device=DEVICE)
+    call = {"channel": lambda t: baracuda.fake_quantize_per_channel(t, scale, zp, 0, -128, 127),
+            "token": lambda t: baracuda.fake_quantize_per_token(t, scale, zp, -128, 127),
+            "group": lambda t: baracuda.fake_quantize_per_group(t, scale[None], zp[None], 4, -128, 127)}[op]
+    ya, yb, ga, gb = _both_grads(call, lambda t: torch.fake_quantize_per_tensor_affine(t, 0.1, 3, -128, 127), x,
+                                 torch.ones_like(x))
+    assert torch.equal(_bits(ya), _bits(yb)) and torch.equal(_bits(ga), _bits(gb))
+
+
+def test_nan_propagates_with_a_zero_gradient():
+    # The semantics (reference.elementwise): NaN propagates and its mask is false. PyTorch's CPU
+    # kernel maps NaN to q_min instead, so it is the oracle only for the other elements.
+    x = torch.tensor([[float("nan"), 1.0, -2.0]], device=DEVICE)
+    upstream = torch.full_like(x, 0.5)
+    ya, yb, ga, gb = _both_grads(lambda t: baracuda.fake_quantize_per_tensor(t, 0.1, 0, -128, 127),
+                                 lambda t: torch.fake_quantize_per_tensor_affine(t, 0.1, 0, -128, 127), x, upstream)
+    assert ya[0, 0].isnan() and ga[0, 0] == 0
+    assert torch.equal(_bits(ya[:, 1:]), _bits(yb[:, 1:])) and torch.equal(_bits(ga[:, 1:]), _bits(gb[:, 1:]))
+
+
+def test_empty_tensor_round_trips():
+    x = torch.empty(0, 4, device=DEVICE)
+    assert baracuda.quantize_per_tensor(x, 0.1, 0, torch.int8, None, None).shape == (0, 4)
+
+
+def test_errors_are_typed_and_name_the_argument():
+    with pytest.raises(InvalidProblem, match=r"quantize_per_channel.*scales"):
+        baracuda.quantize_per_channel(_x((3, 8)), _scales(5), _zps(5), 1, torch.int8, None, None)
+
+
+# -- torch.compile ---------------------------------------------------------------------------------
+
+
+class _FakeQuantMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+        self.register_buffer("scales", _scales(4).cpu())
+        self.register_buffer("zps", torch.zeros(4, dtype=torch.int32))
+
+    def forward(self, x):
+        x = baracuda.fake_quantize_per_tensor(x, 0.05, 0, -128, 127)
+        y = self.fc(x)
+        return baracuda.fake_quantize_per_token(y, self.scales, None, -128, 127)
+
+
+def test_torch_compile_fullgraph_traces_the_ops():
+    # aot_eager: dynamo + AOTAutograd (fake tensors, functionalisation) without Inductor's C++ build.
+    model = _FakeQuantMLP().to(DEVICE)
+    x = _x((4, 8))
+    expected = model(x)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(x), expected)
+    xr = x.clone().requires_grad_()
+    compiled(xr).sum().backward()
+    assert xr.grad is not None and xr.grad.shape == x.shape
+
+
+@pytest.mark.slow
+def test_torch_compile_inductor_fullgraph():
+    # Inductor on CPU compiles C++ for the surrounding graph (gcc); the custom ops stay opaque calls.
+    model = _FakeQuantMLP().to(DEVICE)
+    x = _x((4, 8))
+    compiled = torch.compile(model, fullgraph=True)
+    torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=1e-6)
+
+
+def test_the_package_imports_without_torch():
+    # A fresh interpreter where `import torch` fails: baracuda_numba must import, and the PyTorch
+    # layer must say what to install.
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import baracuda_numba\n"
+            "try:\n    import baracuda_numba.torch\nexcept ImportError as e:\n    print('ERR', e)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "ERR baracuda_numba.torch needs PyTorch" in result.stdout
