@@ -19,7 +19,7 @@ def test_demo_shows_every_family_and_finds_no_mismatch(capsys):
     assert [row[0] for row in rows] == list(cli.DEMO_OPS) * 2
     assert {"quantize_per_channel", "quantize_per_token", "quantize_per_group", "dynamic_range_quantize",
             "quantized_linear"} <= set(cli.DEMO_OPS)
-    assert all(row[2] == "0" for row in rows), rows  # mismatches against the reference
+    assert [row for row in rows if row[2] != "0"] == []  # mismatches against the reference
     assert [row[1] for row in rows[:2]] == ["f32->s8", "s8->f32"]
 
 

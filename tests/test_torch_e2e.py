@@ -165,8 +165,11 @@ def test_causal_lm_w8a8_gpu_table():
         print(f"| {scheme} | {row['rel_error']:.4f} | {row['top1_agreement']:.4f} |")
     print(f"tokens/s (batch 8 x 256, prefill): bf16 {batch.numel() / t_ref:.0f}, W8A8 dynamic "
           f"{batch.numel() / t_q:.0f}  ({torch.cuda.get_device_name()})")
+    # random weights with outlier channels x20: per-token int8 activations lose the small channels unless
+    # SmoothQuant moves the outliers into the weights, which is what this table shows
     for row in table.values():
-        assert row["rel_error"] < 0.1 and row["top1_agreement"] > 0.5
+        assert row["rel_error"] < 0.25 and row["top1_agreement"] > 0.5
+    assert table["W8A8 dynamic + smooth"]["rel_error"] < table["W8A8 dynamic"]["rel_error"]
 
 
 @requires_gpu
@@ -177,7 +180,10 @@ def test_quantized_model_compiles_and_captures_in_a_cuda_graph():
     with torch.no_grad():
         eager = model(tokens).logits
         compiled = torch.compile(model, fullgraph=True)
-        torch.testing.assert_close(compiled(tokens).logits, eager, rtol=2e-2, atol=2e-2)
+        # Inductor fuses the bf16 norms and activations differently, which can move an activation across
+        # an int8 rounding boundary: compare the logits as a whole, not element by element
+        got = compiled(tokens).logits.float()
+        assert ((got - eager.float()).norm() / eager.float().norm()).item() < 2e-2
         static_tokens = tokens.clone()
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
