@@ -37,9 +37,9 @@ from numba import cuda
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, MathPrecision
 from . import device
-from .codecs import codec
+from .codecs import codec, math_type
 from .device import device_function
-from .elementwise import ElementwiseKernel, uint_name
+from .elementwise import ElementwiseKernel, ElementwiseOp, op_functions, uint_name
 
 __all__ = ["TILE_M", "TILE_N", "TILE_THREADS", "SKINNY_MAX_M", "SKINNY_M", "SKINNY_N", "SKINNY_THREADS", "MAX_EXACT_K",
            "CHUNK_K", "PipelineShape", "PIPELINE", "PIPELINE_LARGE", "SKINNY_CHUNKS", "SKINNY_TILES", "linear_kernel",
@@ -174,16 +174,22 @@ def _epilogue(out: ElementKind, has_bias: bool, per_tensor_rows: bool):
     f32 = np.float32
 
     @device_function
-    def store(acc_value, m, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale):
-        """``out[m, n] = (f32(acc) * row scale) * col_scale[n] (+ bias[n])`` inside the matrix."""
+    def store_scaled(acc_value, rs, m, n, M, N, col_scale, bias, out_elems):
+        """``out[m, n] = (f32(acc) * rs) * col_scale[n] (+ bias[n])`` inside the matrix."""
         if m < M and n < N:
-            rs = tensor_scale if per_tensor_rows else f32(row_scale[m])
             value = f32(acc_value) * rs * col_scale[n]
             if has_bias:
                 value = device.add_rn(value, bias[n])
             out_elems[m * N + n] = encode(value)
 
-    return store
+    @device_function
+    def store(acc_value, m, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale):
+        """``out[m, n] = (f32(acc) * row scale) * col_scale[n] (+ bias[n])`` inside the matrix."""
+        if m < M and n < N:
+            rs = tensor_scale if per_tensor_rows else f32(row_scale[m])
+            store_scaled(acc_value, rs, m, n, M, N, col_scale, bias, out_elems)
+
+    return store, store_scaled
 
 
 def _tiled(store):
@@ -385,14 +391,92 @@ def _pipelined(store, shape: PipelineShape):
     return kernel
 
 
-def _skinny(store, chunks_in_flight: int, n_tiles: int):
+def _fused_quantizer(x_element: ElementKind):
+    """Device functions quantizing rows of ``x`` per token exactly as
+    :class:`~baracuda_numba.plans.dynamic.DynamicRangeQuantizePlan` does for the linear plans
+    (symmetric, [-127, 127], the math precision of ``x``'s dynamic quantizer): ``row_absmax`` (a
+    warp's share of one row's finite ``max |x|``), ``row_params`` (``scale``, ``1 / scale``) and
+    ``quantized_chunk`` (16 quantized bytes of a row as two little-endian uint64)."""
+    precision = MathPrecision.F64 if x_element is ElementKind.F64 else MathPrecision.F32
+    M = math_type(precision)
+    zero, one, inf, tiny = M(0.0), M(1.0), M(np.inf), M(np.finfo(M).tiny)
+    q_min, q_max = M(-127), M(127)
+    decode = codec(x_element, precision).decode
+    encode = codec(ElementKind.S8, precision).encode
+    quantize = op_functions(precision)[ElementwiseOp.QUANTIZE]
+    per_pair = 16 // x_element.itemsize  # elements of x in one 16-byte load
+    bits = 8 * x_element.itemsize
+    pairs_per_chunk = 16 // per_pair  # 16-byte loads for 16 consecutive k
+
+    @device_function
+    def element(lo, hi, j):
+        bit = j * bits
+        return decode((lo if bit < 64 else hi) >> _U64(bit % 64))
+
+    @device_function
+    def row_absmax(x_pairs, row, K, lane):
+        """``max |x[row, k]|`` over the finite elements of this lane's 16-byte pieces (stride 32)."""
+        hi = zero
+        first = row * (K // per_pair)
+        for p in range(lane, K // per_pair, 32):
+            lo_word, hi_word = device.load_u64x2(x_pairs, first + p)
+            for j in range(per_pair):
+                value = abs(element(lo_word, hi_word, j))
+                if value < inf and value > hi:
+                    hi = value
+        return hi
+
+    @device_function
+    def row_params(hi):
+        """``(scale, 1 / scale)`` of a row whose finite absmax is ``hi``."""
+        scale = hi / (q_max - zero) if hi > zero else one
+        if scale < tiny:
+            scale = tiny
+        return scale, device.reciprocal(scale)
+
+    @device_function
+    def quantized_chunk(x_pairs, row, rows, k, K, inv, scale):
+        """``quantize(x[row, k .. k + 15])`` as two little-endian uint64; zeros past the edges."""
+        lo = _U64(0)
+        hi = _U64(0)
+        if row < rows and k < K:
+            first = (row * K + k) // per_pair
+            for p in range(pairs_per_chunk):
+                lo_word, hi_word = device.load_u64x2(x_pairs, first + p)
+                for j in range(per_pair):
+                    q = encode(quantize(element(lo_word, hi_word, j), zero, inv, scale, zero, q_min, q_max))
+                    byte = p * per_pair + j
+                    if byte < 8:
+                        lo |= q << _U64(8 * byte)
+                    else:
+                        hi |= q << _U64(8 * byte - 64)
+        return lo, hi
+
+    return M, row_absmax, row_params, quantized_chunk
+
+
+def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_element: ElementKind | None = None):
+    """The decode kernel; with ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
+    place of ``a``'s bytes and pairs), computes each of its 16 rows' per-token scale (the block's
+    warps two rows each, warp shuffles over ``K``) into shared memory and quantizes ``x`` chunk by
+    chunk as the mmas need it (``row_scale`` is not used): one launch, the same bits as the
+    quantizer followed by the unfused kernel."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
+    fused = x_element is not None
+    if fused:
+        S, row_absmax, row_params, quantized_chunk = _fused_quantizer(x_element)
+    else:
+        S = np.float32
+        row_absmax = row_params = quantized_chunk = None
+    rows_per_warp = SKINNY_M // SKINNY_WARPS
 
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
         tid = cuda.threadIdx.x
         scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
         partial = cuda.shared.array((SKINNY_WARPS, slots, 32), np.int32)
+        scales = cuda.shared.array((2, SKINNY_M), S)  # fused: scale, 1 / scale of the block's rows
+        shuffle_scratch = cuda.shared.array(SKINNY_THREADS, S)  # used only by the simulator's shuffles
         acc = cuda.local.array(slots, np.int32)
         w_frag = cuda.local.array(w_words, np.uint64)
         warp, lane = tid // 32, tid % 32
@@ -401,6 +485,23 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int):
         n_tile = cuda.blockIdx.x // tiles_m
         m_block = (cuda.blockIdx.x - n_tile * tiles_m) * SKINNY_M
         n_block = n_tile * (SKINNY_N * n_tiles)
+        inv_g = inv_h = scale_g = scale_h = S(0)
+        if fused:
+            for r in range(rows_per_warp):
+                local = rows_per_warp * warp + r
+                hi = S(0)
+                if m_block + local < M:
+                    hi = row_absmax(a_pairs, m_block + local, K, lane)
+                offset = 16
+                while offset > 0:  # max is exact: any order gives the dynamic quantizer's bits
+                    other = device.shuffle_xor(hi, offset, shuffle_scratch, tid)
+                    hi = other if other > hi else hi
+                    offset //= 2
+                if lane == 0:
+                    scales[0, local], scales[1, local] = row_params(hi)
+            cuda.syncthreads()
+            scale_g, inv_g = scales[0, group], scales[1, group]
+            scale_h, inv_h = scales[0, group + 8], scales[1, group + 8]
         for i in range(slots):
             acc[i] = 0
         chunks = (K + CHUNK_K - 1) // CHUNK_K
@@ -417,8 +518,12 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int):
                                                           k + c * CHUNK_K * SKINNY_WARPS, K, aligned)
             for c in range(chunks_in_flight):
                 kc = k + c * CHUNK_K * SKINNY_WARPS
-                x0, x1 = load_chunk(a_bytes, a_pairs, m_block + group, M, kc, K, aligned)
-                y0, y1 = load_chunk(a_bytes, a_pairs, m_block + group + 8, M, kc, K, aligned)
+                if fused:
+                    x0, x1 = quantized_chunk(a_pairs, m_block + group, M, kc, K, inv_g, scale_g)
+                    y0, y1 = quantized_chunk(a_pairs, m_block + group + 8, M, kc, K, inv_h, scale_h)
+                else:
+                    x0, x1 = load_chunk(a_bytes, a_pairs, m_block + group, M, kc, K, aligned)
+                    y0, y1 = load_chunk(a_bytes, a_pairs, m_block + group + 8, M, kc, K, aligned)
                 for j in range(n_tiles):
                     w = 2 * (c * n_tiles + j)
                     mma_chunk(acc, 4 * j, x0, x1, y0, y1, w_frag[w], w_frag[w + 1], scratch, tid)
@@ -431,9 +536,13 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int):
             total = 0
             for other in range(SKINNY_WARPS):
                 total += partial[other, slot, source]
-            m = m_block + source // 4 + (8 if slot % 4 >= 2 else 0)
+            local = source // 4 + (8 if slot % 4 >= 2 else 0)
             n = n_block + SKINNY_N * (slot // 4) + 2 * (source % 4) + slot % 2
-            store(total, m, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale)
+            if fused:
+                store_scaled(total, np.float32(scales[0, local]), m_block + local, n, M, N, col_scale, bias,
+                             out_elems)
+            else:
+                store(total, m_block + local, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale)
 
     return kernel
 
@@ -441,13 +550,19 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int):
 @functools.cache
 def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinny: bool = False,
                   pipeline: PipelineShape | None = None, skinny_chunks: int = SKINNY_CHUNKS,
-                  skinny_tiles: int = 2) -> ElementwiseKernel:
+                  skinny_tiles: int = 2, fused_input: ElementKind | None = None) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
-    activation scale), else ``row_scale[m]`` (per-token activation scales)."""
-    store = _epilogue(out, has_bias, per_tensor_rows)
-    if skinny:
+    activation scale), else ``row_scale[m]`` (per-token activation scales). ``fused_input``: the
+    skinny kernel quantizing ``x`` of that element per token itself (16-byte aligned ``x`` and
+    weight, ``K % 16 == 0``); its first two arrays are ``x``'s elements and 16-byte pairs, and it
+    keeps the per-token scales in shared memory (``row_scale`` is not read)."""
+    store, store_scaled = _epilogue(out, has_bias, per_tensor_rows)
+    if fused_input is not None:
+        kernel = _skinny(store, skinny_chunks, skinny_tiles, store_scaled, fused_input)
+        shape = f"skinny{skinny_chunks}x{skinny_tiles}_fused_{fused_input.short}"
+    elif skinny:
         kernel, shape = _skinny(store, skinny_chunks, skinny_tiles), f"skinny{skinny_chunks}x{skinny_tiles}"
     elif pipeline is not None:
         kernel, shape = _pipelined(store, pipeline), f"pipelined_{pipeline.name}"
@@ -455,7 +570,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
         kernel, shape = _tiled(store), "tiled"
     # per-token scales come from the dynamic quantizer: float64 for float64 activations
     row = "float64" if out is ElementKind.F64 and not per_tensor_rows else "float32"
-    signature = (f"void(uint8[::1], uint64[::1], uint8[::1], uint64[::1], {row}[::1], float32[::1], float32[::1], "
+    a_view = "uint8" if fused_input is None else uint_name(fused_input.itemsize)
+    signature = (f"void({a_view}[::1], uint64[::1], uint8[::1], uint64[::1], {row}[::1], float32[::1], float32[::1], "
                  f"{uint_name(out.itemsize)}[::1], int64, int64, int64, int64, boolean, float32)")
     kernel.__name__ = kernel.__qualname__ = (f"w8a8_gemm_{shape}_{out.short}{'_bias' if has_bias else ''}"
                                              f"{'_tensor' if per_tensor_rows else '_token'}")
