@@ -295,3 +295,139 @@ def test_pipeline_shape_fills_waves():
     assert gemm.pipeline_shape(2048, 11008, 132) == gemm.PIPELINE  # 688 large tiles: 6 waves, 87 %
     assert gemm.pipeline_shape(300, 264, 132) == gemm.PIPELINE  # a few tiles: the small ones spread wider
     assert gemm.skinny_tiles(4096) == 2 and gemm.skinny_tiles(8192) == 4
+
+
+# -- the fused decode kernel (m <= 16: x quantized per token inside the skinny GEMM) ------------------
+
+
+def _special_rows(x):
+    """Rows that stress the per-token quantizer: zeros, +-inf and NaN (left out of the range), and
+    exact ties of ``x / scale`` (absmax 127: scale 1, so n + 0.5 rounds to even)."""
+    k = x.shape[1]
+    if x.shape[0] > 1:
+        x[1] = 0
+    x[0, 0], x[0, 1 % k] = np.inf, np.nan
+    if x.shape[0] > 2:
+        x[2] = (np.arange(k) % 9 - 4 + 0.5).astype(x.dtype)
+        x[2, 0] = 127
+    if x.shape[0] > 3:
+        x[3, :] = -np.inf
+    return x
+
+
+@settings(max_examples=4 if SIMULATOR else 60)
+@given(st.integers(1, 16), st.integers(1, 24), st.sampled_from([16, 64, 144, 208]),
+       st.sampled_from(sorted(FLOAT_DTYPES)), st.booleans(), st.integers(0, 2**32 - 1))
+def test_fused_decode_equals_two_launches_and_reference(m, n, k, dtype, with_bias, seed):
+    """The one-launch kernel gives the bits of the quantizer + unfused GEMM, and the reference's."""
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    rng = np.random.default_rng(seed)
+    element = bn.element_kind(dtype)
+    x = _special_rows((rng.standard_normal((m, k)) * rng.uniform(0.01, 50)).astype(element.numpy_dtype))
+    w, ws = weights(rng, n, k)
+    bias = rng.standard_normal(n).astype(np.float32) if with_bias else None
+    desc = bn.QuantizedLinearDescriptor(m, n, k, element, element, with_bias)
+    fused_out = np.zeros((m, n), x.dtype)
+    plan = bn.QuantizedLinearPlan.select(desc)
+    args = bn.QuantizedLinearArgs(x, w, ws, fused_out, bias)
+    assert plan.kernel_variant(args) == "fused"
+    plan.run(args)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(plans, "FUSED_MAX_M", 0)
+        clear_plan_cache()
+        unfused = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, element, element, with_bias))
+        two_launch_out = np.zeros((m, n), x.dtype)
+        unfused_args = bn.QuantizedLinearArgs(x, w, ws, two_launch_out, bias)
+        assert unfused.kernel_variant(unfused_args) == "skinny"
+        unfused.run(unfused_args)
+    clear_plan_cache()
+    np.testing.assert_array_equal(fused_out.view(f"u{x.itemsize}"), two_launch_out.view(f"u{x.itemsize}"))
+    expected = ref.linear.quantized_linear(x, w, ws, bias)
+    np.testing.assert_array_equal(fused_out.astype(np.float64), expected.astype(np.float64))
+
+
+def test_fused_decode_falls_back_for_unaligned_x_and_ragged_k():
+    rng = np.random.default_rng(5)
+    w, ws = weights(rng, 9, 64)
+    buffer = rng.standard_normal(2 * 64 + 1).astype(np.float32)
+    x = buffer[1:].reshape(2, 64)  # 4 bytes past a 16-byte boundary
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(2, 9, 64, "f32", "f32"))
+    args = bn.QuantizedLinearArgs(x, w, ws, np.zeros((2, 9), np.float32))
+    assert plan.kernel_variant(args) == "skinny"
+    plan.run(args)
+    np.testing.assert_array_equal(args.output, ref.linear.quantized_linear(x, w, ws))
+    ragged = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(2, 9, 56, "f32", "f32"))
+    xr = np.ascontiguousarray(x[:, :56])
+    args = bn.QuantizedLinearArgs(xr, w[:, :56].copy(), ws, np.zeros((2, 9), np.float32))
+    assert ragged.kernel_variant(args) == "skinny"
+
+
+# -- the host fast path: pointers patched into a pre-packed parameter block -----------------------
+
+
+def _gpu_linear_plan(monkeypatch, plan):
+    """``plan`` rebuilt for the GPU launch path with a recording libcuda stand-in (no GPU needed)."""
+    from test_launch import _RecordingDriver
+
+    from baracuda_numba import launch
+    from baracuda_numba.plans import linear as plans
+
+    monkeypatch.setattr(launch, "SIMULATOR", False)
+    monkeypatch.setattr(plans, "SIMULATOR", False)
+    for name, (old, tiles_m, blocks, threads) in list(plan._variants.items()):
+        launcher = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types, old._shared_bytes)
+        launcher._functions[0] = 0xF00  # compiled: launches take the inline hot path
+        plan._variants[name] = (launcher, tiles_m, blocks, threads)
+    plan._install_fast_template()
+    driver = _RecordingDriver(plan._variants[plan._aligned_variant][0].params)
+    monkeypatch.setattr(launch, "_driver", lambda: driver)
+    monkeypatch.setattr(launch, "_torch_stream_getter", lambda: (lambda device_id: 0x77))
+    return driver
+
+
+def _torch_operand(element, shape, ptr, contiguous=True):
+    return bn.arrays.Operand(None, "torch", element, shape, ptr, contiguous)
+
+
+@pytest.mark.parametrize("case", ["fused_bf16_bias", "fused_f64", "smoothquant_skinny", "smoothquant_pipelined"])
+def test_fast_path_launches_what_the_checked_path_launches(case):
+    E = bn.ElementKind
+    m, n, k = (300, 264, 512) if case == "smoothquant_pipelined" else (16, 4096, 4096)
+    bias = case in ("fused_bf16_bias", "smoothquant_pipelined")
+    if case.startswith("fused"):
+        element = E.BF16 if case == "fused_bf16_bias" else E.F64
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, element, element, bias))
+        fields = {"input": (element, (m, k), 0x100000), "output": (element, (m, n), 0x600000)}
+        make = lambda ops: bn.QuantizedLinearArgs(**ops)  # noqa: E731
+        checked = lambda args: plan.run(args, workspace=np.zeros(plan.workspace_size(), np.uint8))  # noqa: E731
+    else:
+        plan = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", bias))
+        fields = {"input": (E.S8, (m, k), 0x100000), "output": (E.BF16, (m, n), 0x600000)}
+        make = lambda ops: bn.SmoothQuantLinearArgs(**ops, act_scale=0.0125)  # noqa: E731
+        checked = lambda args: plan.run(args, stream=0x77)  # noqa: E731
+    fields |= {"weight": (E.S8, (n, k), 0x200000), "weight_scale": (E.F32, (n,), 0x300000)}
+    if bias:
+        fields["bias"] = (E.F32, (n,), 0x400000)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        driver = _gpu_linear_plan(monkeypatch, plan)
+        ops = {f: _torch_operand(e, shape, ptr) for f, (e, shape, ptr) in fields.items()}
+        args = make(ops)
+        assert plan._fast_pointers(args) is not None
+        plan.run(args)  # fast path
+        checked(args)
+        plan.run(make(ops | {"weight": _torch_operand(E.S8, (n, k), 0x200000 + 0x40)}))  # another weight, fast
+        checked(make(ops | {"weight": _torch_operand(E.S8, (n, k), 0x200000 + 0x40)}))
+        # the fast path declines what the checked path must look at
+        element, shape, ptr = fields["input"]
+        for bad in (_torch_operand(element, shape, ptr + 8),  # misaligned
+                    _torch_operand(element, shape, ptr, contiguous=False),
+                    _torch_operand(E.F16 if element is not E.F16 else E.F32, shape, ptr)):  # wrong dtype
+            assert plan._fast_pointers(make(ops | {"input": bad})) is None
+        assert plan._fast_pointers(make(ops | {"weight_scale": _torch_operand(E.F64, (n,), 0x300000)})) is None
+    assert len(driver.calls) == 4
+    (fast_config, fast_raw), (checked_config, checked_raw) = driver.calls[:2]
+    assert fast_config == checked_config and fast_config[8] == 0x77
+    assert fast_raw == checked_raw
+    assert driver.calls[2] == driver.calls[3] and driver.calls[2][1] != fast_raw

@@ -200,17 +200,26 @@ class _LinearPlan(Plan):
 
     def _fast_pointers(self, args: Any) -> tuple[list[int], int] | None:
         """Data pointers and device of ``args``'s arrays when every one is a contiguous CUDA
-        ``torch.Tensor`` of the expected dtype and size, aligned for the aligned variant, on one
-        device (else None: the checked path decides)."""
+        ``torch.Tensor`` (or an operand adapted from one) of the expected dtype and size, aligned
+        for the aligned variant, on one device (else None: the checked path decides)."""
         tensor_type = _torch_tensor_type()
         pointers: list[int] = []
         device = -1
         for field, element, count, alignment in self._fast_specs:
             value = getattr(args, field)
-            if (type(value) is not tensor_type or _TORCH_DTYPES.get(value.dtype) is not element
-                    or not value.is_cuda or value.numel() != count or not value.is_contiguous()):
+            kind = type(value)
+            if kind is tensor_type:
+                if (_TORCH_DTYPES.get(value.dtype) is not element or not value.is_cuda or value.numel() != count
+                        or not value.is_contiguous()):
+                    return None
+                ptr, value_device = value.data_ptr(), value.get_device()
+            elif kind is Operand:
+                if value.origin != "torch" or value.element is not element or value.size != count \
+                        or not value.contiguous:
+                    return None
+                ptr, value_device = value.ptr, value.device_id
+            else:
                 return None
-            ptr, value_device = value.data_ptr(), value.get_device()
             if ptr % alignment or (device != value_device and device != -1):
                 return None
             device = value_device
