@@ -431,3 +431,73 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
     assert fast_config == checked_config and fast_config[8] == 0x77
     assert fast_raw == checked_raw
     assert driver.calls[2] == driver.calls[3] and driver.calls[2][1] != fast_raw
+
+
+@requires_gpu
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (7, 264, 8192), (16, 11008, 4096), (16, 40, 144)])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_gpu_fused_decode_equals_two_launches_and_torch(m, n, k, dtype):
+    """One launch (x quantized inside the GEMM) gives the two-launch path's bits and torch's."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    tdtype = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(m * n + k)
+    x = (torch.randn(m, k, device="cuda", generator=g) * 3).to(tdtype)
+    x[0, :3] = torch.tensor([float("inf"), float("nan"), -float("inf")], dtype=tdtype)
+    if m > 1:
+        x[1] = 0
+    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
+    bias = torch.randn(n, device="cuda", generator=g) if m % 2 else None
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, bias is not None))
+    fused = torch.empty(m, n, device="cuda", dtype=tdtype)
+    args = bn.QuantizedLinearArgs(x, w, ws, fused, bias)
+    assert plan.kernel_variant(args) == "fused" and plan._fast_pointers(args) is not None
+    plan.run(args)  # the fast path
+    checked = torch.empty_like(fused)
+    plan.run(bn.QuantizedLinearArgs(x, w, ws, checked, bias), stream=torch.cuda.current_stream())
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(plans, "FUSED_MAX_M", 0)
+        clear_plan_cache()
+        two_launch = bn.quantized_linear(x, w, ws, bias=bias)
+    clear_plan_cache()
+    bits = {torch.float32: torch.int32, torch.float64: torch.int64}.get(tdtype, torch.int16)
+    assert torch.equal(fused.view(bits), two_launch.view(bits)) and torch.equal(checked.view(bits), fused.view(bits))
+    if dtype != "float64":  # torch's separately rounded float32 ops; f64 has a float64 quantizer
+        assert torch.equal(fused.view(bits), _torch_w8a8(torch, x, w, ws, bias).view(bits))
+
+
+@requires_gpu
+def test_gpu_op_fast_path_repeats_and_falls_back():
+    """Repeat ``quantized_linear`` / ``smoothquant_linear`` calls (the remembered plan, fast path)
+    equal the first; a misaligned or non-contiguous ``x`` and a float64 weight scale still work."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(16, 4096, device="cuda", generator=g, dtype=torch.bfloat16)
+    w = torch.randint(-128, 128, (512, 4096), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(512, device="cuda", generator=g) * 0.01 + 0.001
+    bias = torch.randn(512, device="cuda", generator=g)
+    first = bn.quantized_linear(x, w, ws, bias=bias)
+    assert torch.equal(bn.quantized_linear(x, w, ws, bias=bias), first)
+    out = torch.empty_like(first)
+    bn.quantized_linear(x, w, ws, bias=bias, out=out)
+    assert torch.equal(out, first)
+    flat = torch.empty(16 * 4096 + 1, device="cuda", dtype=torch.bfloat16)
+    shifted = flat[1:].view(16, 4096)
+    shifted.copy_(x)
+    assert torch.equal(bn.quantized_linear(shifted, w, ws, bias=bias), first)
+    assert torch.equal(bn.quantized_linear(shifted, w, ws.double(), bias=bias), first)
+    wide = torch.empty(16, 8192, device="cuda", dtype=torch.bfloat16)
+    wide[:, ::2] = x
+    assert torch.equal(bn.quantized_linear(wide[:, ::2].contiguous(), w, ws, bias=bias), first)
+    act = torch.randint(-127, 128, (16, 4096), device="cuda", generator=g, dtype=torch.int8)
+    y = bn.smoothquant_linear(act, w, ws, 0.02, bias=bias, dtype="bfloat16")
+    assert torch.equal(bn.smoothquant_linear(act, w, ws, 0.02, bias=bias, dtype="bfloat16"), y)
+    act_scale = torch.tensor(0.02, dtype=torch.float32, device="cuda")
+    acc = (act.double() @ w.double().t()).to(torch.int32)
+    expected = ((acc.float() * act_scale) * ws[None, :] + bias).to(torch.bfloat16)
+    assert torch.equal(y, expected)
+    with pytest.raises(bn.InvalidProblem, match="act_scale"):
+        bn.smoothquant_linear(act, w, ws, 0.0, bias=bias, dtype="bfloat16")
