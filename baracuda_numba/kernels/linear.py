@@ -58,6 +58,7 @@ SKINNY_MAX_M, SKINNY_M, SKINNY_N, SKINNY_WARPS = 64, 16, 8, 8
 SKINNY_THREADS = 32 * SKINNY_WARPS
 SKINNY_CHUNKS = 2  # 64-byte weight chunks each warp has in flight per iteration (16 bytes each per lane)
 SKINNY_TILES: int | None = None  # 8-column tiles per block sharing each activation fragment; None: skinny_tiles(k)
+ABSMAX_LOADS = 8  # fused skinny: 16-byte pieces of x each thread has in flight in the scale pass
 # |acc| <= K * 127 * 128 (activations in [-127, 127], weights in [-128, 127]) must stay below 2**31.
 MAX_EXACT_K = (2**31 - 1) // (127 * 128)
 
@@ -394,8 +395,8 @@ def _pipelined(store, shape: PipelineShape):
 def _fused_quantizer(x_element: ElementKind):
     """Device functions quantizing rows of ``x`` per token exactly as
     :class:`~baracuda_numba.plans.dynamic.DynamicRangeQuantizePlan` does for the linear plans
-    (symmetric, [-127, 127], the math precision of ``x``'s dynamic quantizer): ``row_absmax`` (a
-    warp's share of one row's finite ``max |x|``), ``row_params`` (``scale``, ``1 / scale``) and
+    (symmetric, [-127, 127], the math precision of ``x``'s dynamic quantizer): ``piece_absmax``
+    (finite ``max |x|`` of a 16-byte piece), ``row_params`` (``scale``, ``1 / scale``) and
     ``quantized_chunk`` (16 quantized bytes of a row as two little-endian uint64)."""
     precision = MathPrecision.F64 if x_element is ElementKind.F64 else MathPrecision.F32
     M = math_type(precision)
@@ -414,16 +415,12 @@ def _fused_quantizer(x_element: ElementKind):
         return decode((lo if bit < 64 else hi) >> _U64(bit % 64))
 
     @device_function
-    def row_absmax(x_pairs, row, K, lane):
-        """``max |x[row, k]|`` over the finite elements of this lane's 16-byte pieces (stride 32)."""
-        hi = zero
-        first = row * (K // per_pair)
-        for p in range(lane, K // per_pair, 32):
-            lo_word, hi_word = device.load_u64x2(x_pairs, first + p)
-            for j in range(per_pair):
-                value = abs(element(lo_word, hi_word, j))
-                if value < inf and value > hi:
-                    hi = value
+    def piece_absmax(lo_word, hi_word, hi):
+        """``hi`` raised to the largest finite ``|x|`` of one 16-byte piece (NaN and +-inf left out)."""
+        for j in range(per_pair):
+            value = abs(element(lo_word, hi_word, j))
+            if value < inf and value > hi:
+                hi = value
         return hi
 
     @device_function
@@ -452,23 +449,22 @@ def _fused_quantizer(x_element: ElementKind):
                         hi |= q << _U64(8 * byte - 64)
         return lo, hi
 
-    return M, row_absmax, row_params, quantized_chunk
+    return M, per_pair, piece_absmax, row_params, quantized_chunk
 
 
 def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_element: ElementKind | None = None):
     """The decode kernel; with ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs), computes each of its 16 rows' per-token scale (the block's
-    warps two rows each, warp shuffles over ``K``) into shared memory and quantizes ``x`` chunk by
+    threads split each row's ``K``, warp shuffles, then across warps) into shared memory and quantizes ``x`` chunk by
     chunk as the mmas need it (``row_scale`` is not used): one launch, the same bits as the
     quantizer followed by the unfused kernel."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
     fused = x_element is not None
     if fused:
-        S, row_absmax, row_params, quantized_chunk = _fused_quantizer(x_element)
+        S, per_pair, piece_absmax, row_params, quantized_chunk = _fused_quantizer(x_element)
     else:
-        S = np.float32
-        row_absmax = row_params = quantized_chunk = None
-    rows_per_warp = SKINNY_M // SKINNY_WARPS
+        S, per_pair = np.float32, 1
+        piece_absmax = row_params = quantized_chunk = None
 
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
@@ -476,7 +472,11 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
         scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
         partial = cuda.shared.array((SKINNY_WARPS, slots, 32), np.int32)
         scales = cuda.shared.array((2, SKINNY_M), S)  # fused: scale, 1 / scale of the block's rows
+        warp_max = cuda.shared.array((SKINNY_WARPS, SKINNY_M), S)  # fused: each warp's row maxima
         shuffle_scratch = cuda.shared.array(SKINNY_THREADS, S)  # used only by the simulator's shuffles
+        row_max = cuda.local.array(SKINNY_M, S)
+        piece_lo = cuda.local.array(ABSMAX_LOADS, np.uint64)
+        piece_hi = cuda.local.array(ABSMAX_LOADS, np.uint64)
         acc = cuda.local.array(slots, np.int32)
         w_frag = cuda.local.array(w_words, np.uint64)
         warp, lane = tid // 32, tid % 32
@@ -487,18 +487,42 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
         n_block = n_tile * (SKINNY_N * n_tiles)
         inv_g = inv_h = scale_g = scale_h = S(0)
         if fused:
-            for r in range(rows_per_warp):
-                local = rows_per_warp * warp + r
-                hi = S(0)
-                if m_block + local < M:
-                    hi = row_absmax(a_pairs, m_block + local, K, lane)
+            # the scale pass: all threads split every live row's 16-byte pieces (`per_row` each per
+            # row), ABSMAX_LOADS loads in flight per thread whatever row they fall in; then warp
+            # shuffles and one thread per row over the warps (max is exact: any order gives the
+            # dynamic quantizer's bits)
+            pieces = K // per_pair
+            per_row = (pieces + SKINNY_THREADS - 1) // SKINNY_THREADS
+            live = min(SKINNY_M, M - m_block)
+            for r in range(SKINNY_M):
+                row_max[r] = S(0)
+            for first in range(0, live * per_row, ABSMAX_LOADS):
+                for u in range(ABSMAX_LOADS):
+                    r = (first + u) // per_row
+                    p = tid + SKINNY_THREADS * (first + u - r * per_row)
+                    if r < live and p < pieces:
+                        piece_lo[u], piece_hi[u] = device.load_u64x2(a_pairs, (m_block + r) * pieces + p)
+                for u in range(ABSMAX_LOADS):
+                    r = (first + u) // per_row
+                    p = tid + SKINNY_THREADS * (first + u - r * per_row)
+                    if r < live and p < pieces:
+                        row_max[r] = piece_absmax(piece_lo[u], piece_hi[u], row_max[r])
+            for r in range(live):
+                hi = row_max[r]
                 offset = 16
-                while offset > 0:  # max is exact: any order gives the dynamic quantizer's bits
+                while offset > 0:
                     other = device.shuffle_xor(hi, offset, shuffle_scratch, tid)
                     hi = other if other > hi else hi
                     offset //= 2
                 if lane == 0:
-                    scales[0, local], scales[1, local] = row_params(hi)
+                    warp_max[warp, r] = hi
+            cuda.syncthreads()
+            if tid < SKINNY_M:
+                hi = S(0)
+                if tid < live:
+                    for other_warp in range(SKINNY_WARPS):
+                        hi = max(hi, warp_max[other_warp, tid])
+                scales[0, tid], scales[1, tid] = row_params(hi)
             cuda.syncthreads()
             scale_g, inv_g = scales[0, group], scales[1, group]
             scale_h, inv_h = scales[0, group + 8], scales[1, group + 8]
