@@ -355,7 +355,8 @@ def test_fused_decode_falls_back_for_unaligned_x_and_ragged_k():
     x = buffer[1:].reshape(2, 64)  # 4 bytes past a 16-byte boundary
     plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(2, 9, 64, "f32", "f32"))
     args = bn.QuantizedLinearArgs(x, w, ws, np.zeros((2, 9), np.float32))
-    assert plan.kernel_variant(args) == "skinny"
+    if SIMULATOR:  # on a GPU a host array is first copied into an (aligned) device buffer
+        assert plan.kernel_variant(args) == "skinny"
     plan.run(args)
     np.testing.assert_array_equal(args.output, ref.linear.quantized_linear(x, w, ws))
     ragged = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(2, 9, 56, "f32", "f32"))
@@ -367,21 +368,44 @@ def test_fused_decode_falls_back_for_unaligned_x_and_ragged_k():
 # -- the host fast path: pointers patched into a pre-packed parameter block -----------------------
 
 
+class _RecordingDriver:
+    """Stands in for libcuda: records each cuLaunchKernel's configuration and parameter bytes."""
+
+    def __init__(self, blocks) -> None:
+        self.blocks, self.calls = {b.params_address: b for b in blocks}, []
+
+    def current_device(self) -> int:
+        return 0
+
+    def launch_kernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params_address, extra):
+        self.calls.append(((function, gx, gy, gz, bx, by, bz, shared, stream), self.blocks[params_address].raw()))
+        return 0
+
+
 def _gpu_linear_plan(monkeypatch, plan):
     """``plan`` rebuilt for the GPU launch path with a recording libcuda stand-in (no GPU needed)."""
-    from test_launch import _RecordingDriver
-
-    from baracuda_numba import launch
+    from baracuda_numba import arrays, launch
+    from baracuda_numba.plans import base
+    from baracuda_numba.plans import dynamic as dynamic_plans
     from baracuda_numba.plans import linear as plans
 
-    monkeypatch.setattr(launch, "SIMULATOR", False)
-    monkeypatch.setattr(plans, "SIMULATOR", False)
-    for name, (old, tiles_m, blocks, threads) in list(plan._variants.items()):
+    for module in (arrays, launch, plans, base, dynamic_plans):
+        monkeypatch.setattr(module, "SIMULATOR", False)
+
+    def gpu_launcher(old, function):
         launcher = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types, old._shared_bytes)
-        launcher._functions[0] = 0xF00  # compiled: launches take the inline hot path
-        plan._variants[name] = (launcher, tiles_m, blocks, threads)
+        launcher._functions[0] = function  # compiled: launches take the inline hot path
+        return launcher
+
+    for i, (name, (old, tiles_m, blocks, threads)) in enumerate(list(plan._variants.items())):
+        plan._variants[name] = (gpu_launcher(old, 0xF00 + i), tiles_m, blocks, threads)
+    launchers = [v[0] for v in plan._variants.values()]
+    quantizer = getattr(plan, "_quantizer", None)
+    if quantizer is not None:
+        quantizer._launchers["segment"] = gpu_launcher(quantizer._launchers["segment"], 0xE00)
+        launchers.append(quantizer._launchers["segment"])
     plan._install_fast_template()
-    driver = _RecordingDriver(plan._variants[plan._aligned_variant][0].params)
+    driver = _RecordingDriver([launcher.params for launcher in launchers])
     monkeypatch.setattr(launch, "_driver", lambda: driver)
     monkeypatch.setattr(launch, "_torch_stream_getter", lambda: (lambda device_id: 0x77))
     return driver
@@ -391,21 +415,30 @@ def _torch_operand(element, shape, ptr, contiguous=True):
     return bn.arrays.Operand(None, "torch", element, shape, ptr, contiguous)
 
 
-@pytest.mark.parametrize("case", ["fused_bf16_bias", "fused_f64", "smoothquant_skinny", "smoothquant_pipelined"])
+@pytest.mark.parametrize("case", ["fused_bf16_bias", "fused_f64", "two_launch_skinny", "two_launch_pipelined_f16",
+                                  "smoothquant_skinny", "smoothquant_pipelined"])
 def test_fast_path_launches_what_the_checked_path_launches(case):
+    """The fast path (pointers patched into pre-packed blocks) hands the driver the bytes and grid of
+    the checked path, launch by launch; it declines misaligned, strided and wrongly typed operands."""
     E = bn.ElementKind
-    m, n, k = (300, 264, 512) if case == "smoothquant_pipelined" else (16, 4096, 4096)
-    bias = case in ("fused_bf16_bias", "smoothquant_pipelined")
-    if case.startswith("fused"):
-        element = E.BF16 if case == "fused_bf16_bias" else E.F64
+    m, n, k = {"smoothquant_pipelined": (300, 264, 512), "two_launch_skinny": (40, 4096, 4096),
+               "two_launch_pipelined_f16": (300, 264, 512)}.get(case, (16, 4096, 4096))
+    bias = case in ("fused_bf16_bias", "smoothquant_pipelined", "two_launch_skinny")
+    launches = 2 if case.startswith("two_launch") else 1
+    if not case.startswith("smoothquant"):
+        element = {"fused_f64": E.F64, "two_launch_pipelined_f16": E.F16}.get(case, E.BF16)
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, element, element, bias))
+        assert plan._fused is case.startswith("fused")
         fields = {"input": (element, (m, k), 0x100000), "output": (element, (m, n), 0x600000)}
+        workspace = _torch_operand(E.U8, (plan.workspace_size(),), 0x7000000)
         make = lambda ops: bn.QuantizedLinearArgs(**ops)  # noqa: E731
-        checked = lambda args: plan.run(args, workspace=np.zeros(plan.workspace_size(), np.uint8))  # noqa: E731
+        run = lambda args: plan.run(args, workspace=workspace)  # noqa: E731
+        checked = lambda args: plan.run(args, workspace=workspace, stream=0x77)  # noqa: E731
     else:
         plan = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", bias))
         fields = {"input": (E.S8, (m, k), 0x100000), "output": (E.BF16, (m, n), 0x600000)}
         make = lambda ops: bn.SmoothQuantLinearArgs(**ops, act_scale=0.0125)  # noqa: E731
+        run = plan.run
         checked = lambda args: plan.run(args, stream=0x77)  # noqa: E731
     fields |= {"weight": (E.S8, (n, k), 0x200000), "weight_scale": (E.F32, (n,), 0x300000)}
     if bias:
@@ -415,9 +448,9 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
         ops = {f: _torch_operand(e, shape, ptr) for f, (e, shape, ptr) in fields.items()}
         args = make(ops)
         assert plan._fast_pointers(args) is not None
-        plan.run(args)  # fast path
+        run(args)  # fast path
         checked(args)
-        plan.run(make(ops | {"weight": _torch_operand(E.S8, (n, k), 0x200000 + 0x40)}))  # another weight, fast
+        run(make(ops | {"weight": _torch_operand(E.S8, (n, k), 0x200000 + 0x40)}))  # another weight, fast
         checked(make(ops | {"weight": _torch_operand(E.S8, (n, k), 0x200000 + 0x40)}))
         # the fast path declines what the checked path must look at
         element, shape, ptr = fields["input"]
@@ -426,11 +459,11 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
                     _torch_operand(E.F16 if element is not E.F16 else E.F32, shape, ptr)):  # wrong dtype
             assert plan._fast_pointers(make(ops | {"input": bad})) is None
         assert plan._fast_pointers(make(ops | {"weight_scale": _torch_operand(E.F64, (n,), 0x300000)})) is None
-    assert len(driver.calls) == 4
-    (fast_config, fast_raw), (checked_config, checked_raw) = driver.calls[:2]
-    assert fast_config == checked_config and fast_config[8] == 0x77
-    assert fast_raw == checked_raw
-    assert driver.calls[2] == driver.calls[3] and driver.calls[2][1] != fast_raw
+    calls = driver.calls
+    assert len(calls) == 4 * launches
+    fast, checked_calls, fast_again, checked_again = (calls[i: i + launches] for i in range(0, 4 * launches, launches))
+    assert fast == checked_calls and fast_again == checked_again and fast[-1] != fast_again[-1]
+    assert all(config[8] == 0x77 for config, _ in calls)
 
 
 @requires_gpu

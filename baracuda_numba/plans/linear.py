@@ -11,6 +11,7 @@ is ``[N, K]`` int8 row-major (``nn.Linear.weight``), ``weight_scale`` ``[N]`` fl
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ import numpy as np
 from ..arrays import Operand, adapt, allocate_like, finish, sub_operand
 from ..errors import InvalidProblem, problem_message
 from ..kernels import linear as gemm
+from ..kernels.elementwise import chunk_view_itemsize
 from ..kernels.linear import (
     MAX_EXACT_K,
     SKINNY_M,
@@ -30,7 +32,7 @@ from ..kernels.linear import (
     TILE_THREADS,
     linear_kernel,
 )
-from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize, torch_current_stream
+from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize, torch_current_stream
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
 from .base import _TORCH_DTYPES, Plan, _torch_tensor_type, checked_operand, checked_scale
@@ -161,30 +163,34 @@ class _LinearPlan(Plan):
     # -- fast path: plain CUDA torch tensors, pointers patched into a pre-packed parameter block --
 
     def _fast_arrays(self, pointers: tuple[int, ...]) -> tuple[ArrayArg, ...]:
-        """The 8 kernel arrays of the aligned variant for operands at ``pointers`` (input, weight,
-        weight_scale, bias or weight_scale, output), as :meth:`_gemm` builds them."""
+        """The 8 kernel arrays of the aligned variant for operands at ``pointers`` (GEMM input, weight,
+        weight_scale, bias or weight_scale, output, row scales), as :meth:`_gemm` builds them."""
         d = self.desc
-        in_ptr, w_ptr, s_ptr, b_ptr, o_ptr = pointers
+        a_ptr, w_ptr, s_ptr, b_ptr, o_ptr, row_ptr = pointers
         if self._fused:
             itemsize = self.entry.input_element.itemsize
-            a_views = (ArrayArg(in_ptr, d.m * d.k, itemsize), ArrayArg(in_ptr, d.m * d.k * itemsize // 8, 8))
+            a_views = (ArrayArg(a_ptr, d.m * d.k, itemsize), ArrayArg(a_ptr, d.m * d.k * itemsize // 8, 8))
             row = ArrayArg(0, 0, 8 if self.entry.input_element is ElementKind.F64 else 4)
         else:
-            a_views = (ArrayArg(in_ptr, d.m * d.k, 1), ArrayArg(in_ptr, d.m * d.k // 8, 8))
-            row = ArrayArg(s_ptr, d.n, 4)
+            a_views = (ArrayArg(a_ptr, d.m * d.k, 1), ArrayArg(a_ptr, d.m * d.k // 8, 8))
+            row = self._fast_row_vector(row_ptr)
         return (*a_views, ArrayArg(w_ptr, d.n * d.k, 1), ArrayArg(w_ptr, d.n * d.k // 8, 8), row,
                 ArrayArg(s_ptr, d.n, 4), ArrayArg(b_ptr, d.n, 4),
                 ArrayArg(o_ptr, d.m * d.n, d.output_element.itemsize))
 
+    def _fast_row_vector(self, ptr: int) -> ArrayArg:
+        """The row-scale array of the unfused GEMM (SmoothQuant: the weight scales, unread)."""
+        return ArrayArg(ptr, self.desc.n, 4)
+
     def _install_fast_template(self) -> None:
         """Pack the aligned variant's parameter block once; the fast path patches the 8 pointers and
-        the tensor scale. Only where one launch does the whole call (SmoothQuant; the fused decode)."""
+        the tensor scale."""
         d = self.desc
         launcher, tiles_m, _, _ = self._variants[self._aligned_variant]
-        if d.m == 0 or d.n == 0 or d.k % 16 or not (self._fused or isinstance(self, SmoothQuantLinearPlan)):
+        if d.m == 0 or d.n == 0 or d.k % 16:
             return
         values: list = []
-        for ptr, nitems, itemsize, _ in self._fast_arrays((0,) * 5):
+        for ptr, nitems, itemsize, _ in self._fast_arrays((0,) * 6):
             values += (0, 0, nitems, itemsize, ptr, nitems, itemsize)
         values += (d.m, d.n, d.k, tiles_m, True, 0.0)
         launcher.params.set_template(values, (_POINTER_SLOTS,), _TENSOR_SCALE_SLOT, np.float32)
@@ -226,17 +232,18 @@ class _LinearPlan(Plan):
             pointers.append(ptr)
         return pointers, device
 
-    def _launch_fast(self, pointers: list[int], device: int, tensor_scale: Any) -> None:
+    def _launch_fast(self, pointers: list[int], device: int, tensor_scale: Any, stream: int,
+                     a_ptr: int | None = None, row_ptr: int = 0) -> None:
+        """The aligned GEMM variant on ``pointers`` (input, weight, weight_scale, [bias,] output);
+        ``a_ptr`` / ``row_ptr``: quantized activations and their scales in place of the input."""
         if not self.desc.has_bias:
             pointers.insert(3, pointers[2])  # the unused bias slot points at weight_scale
         in_ptr, w_ptr, s_ptr, b_ptr, o_ptr = pointers
+        if a_ptr is None:
+            a_ptr, row_ptr = in_ptr, (0 if self._fused else s_ptr)
         launcher, _, blocks, threads = self._variants[self._aligned_variant]
-        launcher.launch_patched(blocks, threads, torch_current_stream(device),
-                                ((in_ptr, in_ptr, w_ptr, w_ptr, self._row_scale_ptr(s_ptr), s_ptr, b_ptr, o_ptr),),
+        launcher.launch_patched(blocks, threads, stream, ((a_ptr, a_ptr, w_ptr, w_ptr, row_ptr, s_ptr, b_ptr, o_ptr),),
                                 (tensor_scale,), device)
-
-    def _row_scale_ptr(self, weight_scale_ptr: int) -> int:
-        return 0 if self._fused else weight_scale_ptr  # the fused kernel keeps its scales in shared memory
 
     def _common(self, args: Any) -> tuple[Operand, Operand, Operand | None, Operand]:
         d, name = self.desc, self.name
@@ -346,10 +353,56 @@ class QuantizedLinearPlan(_LinearPlan):
     def _fast_input_element(self) -> ElementKind:
         return self.desc.input_element
 
-    def _fast_workspace(self, workspace: Any) -> bool:
-        """A given workspace the fused path would accept unchecked: a CUDA tensor large enough."""
-        return (type(workspace) is _torch_tensor_type() and workspace.is_cuda
-                and workspace.numel() * workspace.element_size() >= self.workspace_size())
+    def _fast_workspace(self, workspace: Any, device: int) -> int | None:
+        """The address of a workspace the fast path takes unchecked (a contiguous, 16-byte aligned CUDA
+        tensor, or an operand adapted from one, of at least ``workspace_size()`` bytes on ``device``),
+        else None."""
+        kind = type(workspace)
+        if kind is _torch_tensor_type():
+            if (not workspace.is_cuda or workspace.get_device() != device or not workspace.is_contiguous()
+                    or workspace.numel() * workspace.element_size() < self.workspace_size()):
+                return None
+            ptr = workspace.data_ptr()
+        elif kind is Operand:
+            if (workspace.origin != "torch" or workspace.device_id != device or not workspace.contiguous
+                    or workspace.size * workspace.element.itemsize < self.workspace_size()):
+                return None
+            ptr = workspace.ptr
+        else:
+            return None
+        return None if ptr % 16 else ptr
+
+    def _fast_row_vector(self, ptr: int) -> ArrayArg:
+        return ArrayArg(ptr, self.desc.m, self._scale_element.itemsize)
+
+    def _install_fast_template(self) -> None:
+        super()._install_fast_template()
+        if self._fast_specs is None or self._fused:
+            return
+        # two launches: the quantizer's segment kernel on its aligned chunk path, then the GEMM
+        q, d = self._quantizer, self.desc
+        nseg, seg_len = q._segments
+        G, n = q._kernels.chunk, d.m * d.k
+        cps = seg_len // G
+        x_size = d.input_element.itemsize
+        x_word, q_word = chunk_view_itemsize(G * x_size), chunk_view_itemsize(G)
+        values = [*array_values(0, nseg * cps * G * x_size // x_word, x_word), *array_values(0, n, x_size),
+                  *array_values(0, nseg * cps * G // q_word, q_word), *array_values(0, n, 1),
+                  *array_values(0, nseg, self._scale_element.itemsize), *array_values(0, nseg, 4),
+                  nseg, seg_len, cps, q._tps, *q._q_scalars]
+        quantize_slots = 7 * 6 + 4
+        q._launchers["segment"].params.set_template(values, (slice(4, 42, 7),),
+                                                    range(quantize_slots, quantize_slots), q._math)
+
+    def _run_two_launches_fast(self, pointers: list[int], device: int, ws_ptr: int) -> None:
+        """The quantizer's segment kernel and the GEMM, both on pre-packed parameter blocks."""
+        q = self._quantizer
+        stream = torch_current_stream(device)
+        scale_ptr, zp_ptr = ws_ptr + self._scale_offset, ws_ptr + self._quantizer_offset
+        x_ptr = pointers[0]
+        q._launchers["segment"].launch_patched(q._segment_blocks, q._threads, stream,
+                                               ((x_ptr, x_ptr, ws_ptr, ws_ptr, scale_ptr, zp_ptr),), (), device)
+        self._launch_fast(pointers, device, _ZERO_F32, stream, ws_ptr, scale_ptr)
 
     def workspace_size(self) -> int:
         """Quantized activations ``[m, k]`` int8, their scales ``[m]`` (float32; float64 for f64 input),
@@ -377,9 +430,20 @@ class QuantizedLinearPlan(_LinearPlan):
         """
         if self._fast_specs is not None and stream is None and type(args) is QuantizedLinearArgs:
             found = self._fast_pointers(args)
-            if found is not None and (workspace is None or self._fast_workspace(workspace)):
-                self._launch_fast(*found, _ZERO_F32)
-                return
+            if found is not None:
+                pointers, device = found
+                if self._fused:
+                    if workspace is None or self._fast_workspace(workspace, device) is not None:
+                        self._launch_fast(pointers, device, _ZERO_F32, torch_current_stream(device))
+                        return
+                else:
+                    if workspace is None:
+                        workspace = sys.modules["torch"].empty(self.workspace_size(), dtype=sys.modules["torch"].uint8,
+                                                               device=args.input.device)
+                    ws_ptr = self._fast_workspace(workspace, device)
+                    if ws_ptr is not None:
+                        self._run_two_launches_fast(pointers, device, ws_ptr)
+                        return
         x, weight, weight_scale, bias, output = self._bind(args)
         d = self.desc
         if d.m == 0 or d.n == 0:
@@ -437,7 +501,7 @@ class SmoothQuantLinearPlan(_LinearPlan):
             found = self._fast_pointers(args)
             if found is not None:
                 _, act_scale = checked_scale(self.name, args.act_scale, np.float32, "act_scale")
-                self._launch_fast(*found, act_scale)
+                self._launch_fast(found[0], found[1], act_scale, torch_current_stream(found[1]))
                 return
         act, weight, weight_scale, bias, output, act_scale = self._bind(args)
         d = self.desc
