@@ -282,15 +282,14 @@ def decode(copy: float) -> list[dict]:
     return rows
 
 
-FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096)) for m in (1, 16)]
+FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096)) for m in (1, 4, 16)]
 
 
 def fused_decode(copy: float) -> list[dict]:
     """``quantized_linear`` at decode, GPU time: the fused kernel (x quantized inside the skinny GEMM,
     one launch) against the two-launch path (dynamic quantizer, then the skinny GEMM) and the GEMM
-    alone on pre-quantized activations; fused with 4 column tiles per block where the shipped
-    choice has 2. Weights rotate past L2 as in :func:`decode`; the fused output is checked bit for
-    bit against the two-launch one."""
+    alone on pre-quantized activations, at every M (whatever ``FUSED_MAX_M`` ships). Weights rotate
+    past L2 as in :func:`decode`; the fused output is checked bit for bit against the two-launch one."""
     from baracuda_numba.plans import linear as plans
 
     shipped_max_m = plans.FUSED_MAX_M
@@ -306,9 +305,7 @@ def fused_decode(copy: float) -> list[dict]:
         runners = itertools.cycle([gemm_runner(xq, sx, wi, ws, None, out) for wi in weights])
         ms = graph_ms(lambda runners=runners: next(runners)(), calls=10 * len(weights))
         row["gemm_only_pct"] = 100 * n * k / ms / 1e6 / copy
-        variants = [("two_launch", 0, None), ("fused", shipped_max_m, None)]
-        if gemm.skinny_tiles(k) != 4:
-            variants.append(("fused_tiles4", shipped_max_m, 4))
+        variants = [("two_launch", 0, None), ("fused", 16, None)]
         outputs = {}
         for label, max_m, tiles in variants:
             plans.FUSED_MAX_M = max_m
@@ -340,10 +337,16 @@ def host_calls(out_dir: Path) -> dict:
     sq_plan = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(16, 4096, 4096, "bf16"))
     sq_args = bn.SmoothQuantLinearArgs(act, w, ws, 0.02, out)
     small = torch.randn(64, 64, device="cuda")
+    x1 = x[:1].clone()
+    plan1 = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(1, 4096, 4096, "bf16", "bf16"))
+    args1 = bn.QuantizedLinearArgs(x1, w, ws, out[:1])
     result = {"variant": plan.kernel_variant(args),
               "QuantizedLinearPlan.run (workspace given) us": host_us(lambda: plan.run(args, workspace)),
               "QuantizedLinearPlan.run (no workspace) us": host_us(lambda: plan.run(args)),
               "quantized_linear() us": host_us(lambda: bn.quantized_linear(x, w, ws)),
+              "M=1 variant": plan1.kernel_variant(args1),
+              "M=1 QuantizedLinearPlan.run us": host_us(lambda: plan1.run(args1)),
+              "M=1 quantized_linear() us": host_us(lambda: bn.quantized_linear(x1, w, ws)),
               "quantized_linear(out=) us": host_us(lambda: bn.quantized_linear(x, w, ws, out=out)),
               "quantized_linear(bias=) us": host_us(lambda: bn.quantized_linear(x, w, ws, bias=bias)),
               "SmoothQuantLinearPlan.run us": host_us(lambda: sq_plan.run(sq_args)),
@@ -358,6 +361,10 @@ def host_calls(out_dir: Path) -> dict:
     two = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
     result["two-launch QuantizedLinearPlan.run (workspace given) us"] = host_us(lambda: two.run(args, workspace))
     result["two-launch quantized_linear() us"] = host_us(lambda: bn.quantized_linear(x, w, ws))
+    plans.FUSED_MAX_M = 16
+    clear_plan_cache()
+    fused16 = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
+    result["fused M=16 QuantizedLinearPlan.run us"] = host_us(lambda: fused16.run(args))
     plans.FUSED_MAX_M = shipped_max_m
     clear_plan_cache()
     profile = cProfile.Profile()

@@ -330,7 +330,9 @@ def test_fused_decode_equals_two_launches_and_reference(m, n, k, dtype, with_bia
     bias = rng.standard_normal(n).astype(np.float32) if with_bias else None
     desc = bn.QuantizedLinearDescriptor(m, n, k, element, element, with_bias)
     fused_out = np.zeros((m, n), x.dtype)
-    plan = bn.QuantizedLinearPlan.select(desc)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(plans, "FUSED_MAX_M", 16)  # the kernel takes any m <= 16
+        plan = bn.QuantizedLinearPlan.select(desc)
     args = bn.QuantizedLinearArgs(x, w, ws, fused_out, bias)
     assert plan.kernel_variant(args) == "fused"
     plan.run(args)
@@ -421,8 +423,9 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
     """The fast path (pointers patched into pre-packed blocks) hands the driver the bytes and grid of
     the checked path, launch by launch; it declines misaligned, strided and wrongly typed operands."""
     E = bn.ElementKind
-    m, n, k = {"smoothquant_pipelined": (300, 264, 512), "two_launch_skinny": (40, 4096, 4096),
-               "two_launch_pipelined_f16": (300, 264, 512)}.get(case, (16, 4096, 4096))
+    m, n, k = {"smoothquant_pipelined": (300, 264, 512), "two_launch_skinny": (16, 4096, 4096),
+               "two_launch_pipelined_f16": (300, 264, 512), "smoothquant_skinny": (16, 4096, 4096)}.get(case,
+                                                                                                    (3, 4096, 4096))
     bias = case in ("fused_bf16_bias", "smoothquant_pipelined", "two_launch_skinny")
     launches = 2 if case.startswith("two_launch") else 1
     if not case.startswith("smoothquant"):
@@ -484,7 +487,9 @@ def test_gpu_fused_decode_equals_two_launches_and_torch(m, n, k, dtype):
     w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
     ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
     bias = torch.randn(n, device="cuda", generator=g) if m % 2 else None
-    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, bias is not None))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(plans, "FUSED_MAX_M", 16)  # the kernel takes any m <= 16
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, bias is not None))
     fused = torch.empty(m, n, device="cuda", dtype=tdtype)
     args = bn.QuantizedLinearArgs(x, w, ws, fused, bias)
     assert plan.kernel_variant(args) == "fused" and plan._fast_pointers(args) is not None

@@ -66,6 +66,7 @@ MAX_EXACT_K = (2**31 - 1) // (127 * 128)
 STAGE_ALIGNMENT = None if SIMULATOR else 16
 # the simulator sizes a dynamic shared array by its dtype's itemsize: it needs a dtype instance there
 _DYNAMIC_STAGE_DTYPE = np.dtype(np.uint64) if SIMULATOR else np.uint64
+_DYNAMIC_BYTE_DTYPE = np.dtype(np.uint8) if SIMULATOR else np.uint8
 _U64 = np.uint64
 _LOW32 = _U64(0xFFFFFFFF)
 
@@ -124,6 +125,11 @@ def pipeline_shape(m: int, n: int, multiprocessors: int) -> PipelineShape:
         if tiles >= 0.9 * waves * multiprocessors:
             return large
     return PIPELINE
+
+
+def fused_shared_bytes(m: int, k: int) -> int:
+    """Dynamic shared memory of the fused skinny kernel: ``m`` quantized rows of ``k + 16`` bytes."""
+    return min(m, SKINNY_M) * (k + 16)
 
 
 def skinny_tiles(k: int) -> int:
@@ -397,7 +403,7 @@ def _fused_quantizer(x_element: ElementKind):
     :class:`~baracuda_numba.plans.dynamic.DynamicRangeQuantizePlan` does for the linear plans
     (symmetric, [-127, 127], the math precision of ``x``'s dynamic quantizer): ``piece_absmax``
     (finite ``max |x|`` of a 16-byte piece), ``row_params`` (``scale``, ``1 / scale``) and
-    ``quantized_chunk`` (16 quantized bytes of a row as two little-endian uint64)."""
+    ``quantized_byte`` (one element of a piece quantized)."""
     precision = MathPrecision.F64 if x_element is ElementKind.F64 else MathPrecision.F32
     M = math_type(precision)
     zero, one, inf, tiny = M(0.0), M(1.0), M(np.inf), M(np.finfo(M).tiny)
@@ -407,7 +413,6 @@ def _fused_quantizer(x_element: ElementKind):
     quantize = op_functions(precision)[ElementwiseOp.QUANTIZE]
     per_pair = 16 // x_element.itemsize  # elements of x in one 16-byte load
     bits = 8 * x_element.itemsize
-    pairs_per_chunk = 16 // per_pair  # 16-byte loads for 16 consecutive k
 
     @device_function
     def element(lo, hi, j):
@@ -432,39 +437,26 @@ def _fused_quantizer(x_element: ElementKind):
         return scale, device.reciprocal(scale)
 
     @device_function
-    def quantized_chunk(x_pairs, row, rows, k, K, inv, scale):
-        """``quantize(x[row, k .. k + 15])`` as two little-endian uint64; zeros past the edges."""
-        lo = _U64(0)
-        hi = _U64(0)
-        if row < rows and k < K:
-            first = (row * K + k) // per_pair
-            for p in range(pairs_per_chunk):
-                lo_word, hi_word = device.load_u64x2(x_pairs, first + p)
-                for j in range(per_pair):
-                    q = encode(quantize(element(lo_word, hi_word, j), zero, inv, scale, zero, q_min, q_max))
-                    byte = p * per_pair + j
-                    if byte < 8:
-                        lo |= q << _U64(8 * byte)
-                    else:
-                        hi |= q << _U64(8 * byte - 64)
-        return lo, hi
+    def quantized_byte(lo_word, hi_word, j, inv, scale):
+        """Element ``j`` of a 16-byte piece quantized to int8 (its two's complement byte)."""
+        return np.uint8(encode(quantize(element(lo_word, hi_word, j), zero, inv, scale, zero, q_min, q_max)))
 
-    return M, per_pair, piece_absmax, row_params, quantized_chunk
+    return M, per_pair, piece_absmax, row_params, quantized_byte
 
 
 def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_element: ElementKind | None = None):
     """The decode kernel; with ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs), computes each of its 16 rows' per-token scale (the block's
-    threads split each row's ``K``, warp shuffles, then across warps) into shared memory and quantizes ``x`` chunk by
-    chunk as the mmas need it (``row_scale`` is not used): one launch, the same bits as the
-    quantizer followed by the unfused kernel."""
+    threads split each row's ``K``, warp shuffles, then across warps), quantizes its live rows once
+    into shared memory (``fused_shared_bytes``) and streams the weight against them (``row_scale``
+    is not used): one launch, the same bits as the quantizer followed by the unfused kernel."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
     fused = x_element is not None
     if fused:
-        S, per_pair, piece_absmax, row_params, quantized_chunk = _fused_quantizer(x_element)
+        S, per_pair, piece_absmax, row_params, quantized_byte = _fused_quantizer(x_element)
     else:
         S, per_pair = np.float32, 1
-        piece_absmax = row_params = quantized_chunk = None
+        piece_absmax = row_params = quantized_byte = None
 
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
@@ -475,6 +467,10 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
         warp_max = cuda.shared.array((SKINNY_WARPS, SKINNY_M), S)  # fused: each warp's row maxima
         shuffle_scratch = cuda.shared.array(SKINNY_THREADS, S)  # used only by the simulator's shuffles
         row_max = cuda.local.array(SKINNY_M, S)
+        # fused: the block's quantized rows, `K + 16` bytes apart (the pad skews rows across banks);
+        # sized by the launch (fused_shared_bytes), both views of the same dynamic shared memory
+        xq_bytes = cuda.shared.array(0, _DYNAMIC_BYTE_DTYPE, alignment=STAGE_ALIGNMENT)
+        xq_pairs = cuda.shared.array(0, _DYNAMIC_STAGE_DTYPE, alignment=STAGE_ALIGNMENT)
         piece_lo = cuda.local.array(ABSMAX_LOADS, np.uint64)
         piece_hi = cuda.local.array(ABSMAX_LOADS, np.uint64)
         acc = cuda.local.array(slots, np.int32)
@@ -485,7 +481,6 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
         n_tile = cuda.blockIdx.x // tiles_m
         m_block = (cuda.blockIdx.x - n_tile * tiles_m) * SKINNY_M
         n_block = n_tile * (SKINNY_N * n_tiles)
-        inv_g = inv_h = scale_g = scale_h = S(0)
         if fused:
             # the scale pass: all threads split every live row's 16-byte pieces (`per_row` each per
             # row), ABSMAX_LOADS loads in flight per thread whatever row they fall in; then warp
@@ -524,8 +519,23 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
                         hi = max(hi, warp_max[other_warp, tid])
                 scales[0, tid], scales[1, tid] = row_params(hi)
             cuda.syncthreads()
-            scale_g, inv_g = scales[0, group], scales[1, group]
-            scale_h, inv_h = scales[0, group + 8], scales[1, group + 8]
+            # the quantize pass: the same pieces (from L2 now), once per block, into shared memory
+            row_bytes = K + 16
+            for first in range(0, live * per_row, ABSMAX_LOADS):
+                for u in range(ABSMAX_LOADS):
+                    r = (first + u) // per_row
+                    p = tid + SKINNY_THREADS * (first + u - r * per_row)
+                    if r < live and p < pieces:
+                        piece_lo[u], piece_hi[u] = device.load_u64x2(a_pairs, (m_block + r) * pieces + p)
+                for u in range(ABSMAX_LOADS):
+                    r = (first + u) // per_row
+                    p = tid + SKINNY_THREADS * (first + u - r * per_row)
+                    if r < live and p < pieces:
+                        inv, scale = scales[1, r], scales[0, r]
+                        for j in range(per_pair):
+                            xq_bytes[r * row_bytes + p * per_pair + j] = quantized_byte(piece_lo[u], piece_hi[u], j,
+                                                                                      inv, scale)
+            cuda.syncthreads()
         for i in range(slots):
             acc[i] = 0
         chunks = (K + CHUNK_K - 1) // CHUNK_K
@@ -542,9 +552,13 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
                                                           k + c * CHUNK_K * SKINNY_WARPS, K, aligned)
             for c in range(chunks_in_flight):
                 kc = k + c * CHUNK_K * SKINNY_WARPS
-                if fused:
-                    x0, x1 = quantized_chunk(a_pairs, m_block + group, M, kc, K, inv_g, scale_g)
-                    y0, y1 = quantized_chunk(a_pairs, m_block + group + 8, M, kc, K, inv_h, scale_h)
+                if fused:  # rows past M and k past K read as zeros, as load_chunk's do
+                    x0 = x1 = y0 = y1 = _U64(0)
+                    if kc < K:
+                        if m_block + group < M:
+                            x0, x1 = device.load_u64x2(xq_pairs, group * ((K + 16) // 16) + kc // 16)
+                        if m_block + group + 8 < M:
+                            y0, y1 = device.load_u64x2(xq_pairs, (group + 8) * ((K + 16) // 16) + kc // 16)
                 else:
                     x0, x1 = load_chunk(a_bytes, a_pairs, m_block + group, M, kc, K, aligned)
                     y0, y1 = load_chunk(a_bytes, a_pairs, m_block + group + 8, M, kc, K, aligned)

@@ -90,8 +90,12 @@ class SmoothQuantLinearArgs:
     bias: Any = None  # [n] float32
 
 
-# Decode shapes up to this many tokens quantize the activations inside the skinny GEMM (one launch).
-FUSED_MAX_M = 16
+# Decode shapes up to this many tokens quantize the activations inside the skinny GEMM (one launch),
+# when their quantized rows fit in FUSED_MAX_SHARED bytes of shared memory. Every block quantizes the
+# rows itself (N / 16 times over), a prologue that grows with M: on an H100 one launch won at M = 1
+# and lost at M = 16 (notes/gemm.md).
+FUSED_MAX_M = 4
+FUSED_MAX_SHARED = 160 * 1024
 # The parameter slots a fast launch rewrites: the data pointer of each of the 8 array structs, then
 # the float32 tensor_scale (after M, N, K, tiles_m, aligned).
 _POINTER_SLOTS = slice(4, 56, 7)
@@ -140,7 +144,8 @@ class _LinearPlan(Plan):
             if self._fuses_quantize():
                 kernel = linear_kernel(out, desc.has_bias, False, True, None, gemm.SKINNY_CHUNKS, tiles,
                                        fused_input=self.entry.input_element)
-                variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS)
+                variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
+                        gemm.fused_shared_bytes(desc.m, desc.k))
                 self._aligned_variant, self._fused = "fused", True
         else:
             # 16-byte aligned operands with K % 16 == 0 go through the cp.async pipeline; others
@@ -348,7 +353,8 @@ class QuantizedLinearPlan(_LinearPlan):
         self._quantizer_offset = self._scale_offset + _align(self._scale_element.itemsize * d.m)
 
     def _fuses_quantize(self) -> bool:
-        return self.desc.m <= FUSED_MAX_M and self.desc.k % 16 == 0
+        d = self.desc
+        return d.m <= FUSED_MAX_M and d.k % 16 == 0 and gemm.fused_shared_bytes(d.m, d.k) <= FUSED_MAX_SHARED
 
     def _fast_input_element(self) -> ElementKind:
         return self.desc.input_element
