@@ -425,7 +425,7 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
     E = bn.ElementKind
     m, n, k = {"smoothquant_pipelined": (300, 264, 512), "two_launch_skinny": (16, 4096, 4096),
                "two_launch_pipelined_f16": (300, 264, 512), "smoothquant_skinny": (16, 4096, 4096)}.get(case,
-                                                                                                    (3, 4096, 4096))
+                                                                                                    (1, 4096, 4096))
     bias = case in ("fused_bf16_bias", "smoothquant_pipelined", "two_launch_skinny")
     launches = 2 if case.startswith("two_launch") else 1
     if not case.startswith("smoothquant"):

@@ -93,8 +93,8 @@ class SmoothQuantLinearArgs:
 # Decode shapes up to this many tokens quantize the activations inside the skinny GEMM (one launch),
 # when their quantized rows fit in FUSED_MAX_SHARED bytes of shared memory. Every block quantizes the
 # rows itself (N / 16 times over), a prologue that grows with M: on an H100 one launch won at M = 1
-# and lost at M = 16 (notes/gemm.md).
-FUSED_MAX_M = 4
+# and lost at M = 16 (notes/gemm.md; M = 2 .. 4 not measured yet).
+FUSED_MAX_M = 1
 FUSED_MAX_SHARED = 160 * 1024
 # The parameter slots a fast launch rewrites: the data pointer of each of the 8 array structs, then
 # the float32 tensor_scale (after M, N, K, tiles_m, aligned).
