@@ -462,6 +462,17 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
                     _torch_operand(E.F16 if element is not E.F16 else E.F32, shape, ptr)):  # wrong dtype
             assert plan._fast_pointers(make(ops | {"input": bad})) is None
         assert plan._fast_pointers(make(ops | {"weight_scale": _torch_operand(E.F64, (n,), 0x300000)})) is None
+        if case.startswith("two_launch"):  # operands but no workspace: the checked path allocates it
+            class CheckedPath(Exception):
+                pass
+
+            def allocate(*_):
+                raise CheckedPath
+
+            monkeypatch.setattr(plan, "_run_two_launches_fast", lambda *a: pytest.fail("fast path without workspace"))
+            monkeypatch.setattr(bn.plans.linear, "allocate_like", allocate)
+            with pytest.raises(CheckedPath):
+                plan.run(args)
     calls = driver.calls
     assert len(calls) == 4 * launches
     fast, checked_calls, fast_again, checked_again = (calls[i: i + launches] for i in range(0, 4 * launches, launches))

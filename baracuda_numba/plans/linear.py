@@ -192,7 +192,7 @@ class _LinearPlan(Plan):
         the tensor scale."""
         d = self.desc
         launcher, tiles_m, _, _ = self._variants[self._aligned_variant]
-        if d.m == 0 or d.n == 0 or d.k % 16:
+        if d.m == 0 or d.n == 0 or d.k == 0 or d.k % 16:
             return
         values: list = []
         for ptr, nitems, itemsize, _ in self._fast_arrays((0,) * 6):
@@ -443,10 +443,11 @@ class QuantizedLinearPlan(_LinearPlan):
                         self._launch_fast(pointers, device, _ZERO_F32, torch_current_stream(device))
                         return
                 else:
-                    if workspace is None:
-                        workspace = sys.modules["torch"].empty(self.workspace_size(), dtype=sys.modules["torch"].uint8,
-                                                               device=args.input.device)
-                    ws_ptr = self._fast_workspace(workspace, device)
+                    x = args.input
+                    if workspace is None and type(x) is _torch_tensor_type():  # operands: the checked path
+                        torch = sys.modules["torch"]
+                        workspace = torch.empty(self.workspace_size(), dtype=torch.uint8, device=x.device)
+                    ws_ptr = None if workspace is None else self._fast_workspace(workspace, device)
                     if ws_ptr is not None:
                         self._run_two_launches_fast(pointers, device, ws_ptr)
                         return
