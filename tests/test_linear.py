@@ -259,7 +259,7 @@ def test_gpu_bit_identical_to_torch_ops(m, n, k, dtype):
 
 
 @requires_gpu
-@pytest.mark.parametrize(("m", "n", "k"), [(16, 4096, 4096), (300, 1000, 512), (2048, 4096, 512)])
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (16, 4096, 4096), (300, 1000, 512), (2048, 4096, 512)])
 def test_gpu_cuda_graph_replay_equals_eager(m, n, k):
     """The whole call (quantize, GEMM, output allocated outside) is capturable in a CUDA graph."""
     torch = pytest.importorskip("torch")
