@@ -199,42 +199,11 @@ def _epilogue(out: ElementKind, has_bias: bool, per_tensor_rows: bool):
     return store, store_scaled
 
 
-def _band_epilogue(store, warps_m: int, mt: int, nt: int, tile_m: int, tile_n: int, threads: int):
-    """The tiled kernels' epilogue, one band of ``tile_m / warps_m`` rows at a time: the band's warps
-    park their accumulators in the (drained) staging buffer, with constant indices into ``acc`` so it
-    stays in registers, then every thread stores consecutive columns (coalesced) through ``store``."""
-    half_rows = tile_m // warps_m
-    band_words = half_rows * tile_n // 2  # int32 accumulators, two per uint64
-
-    @device_function
-    def write_bands(acc, stage, band, group, t, n_warp, tid, m_block, n_block, M, N, row_scale, col_scale, bias,
-                    out_elems, tensor_scale):
-        for current in range(warps_m):
-            if band == current:
-                for mi in range(mt):
-                    for ni in range(nt):
-                        base = 4 * (mi * nt + ni)
-                        word = (16 * mi + group) * (tile_n // 2) + (n_warp + 8 * ni) // 2 + t
-                        stage[word] = (_U64(acc[base]) & _LOW32) | (_U64(acc[base + 1]) << _U64(32))
-                        stage[word + 4 * tile_n] = (_U64(acc[base + 2]) & _LOW32) | (_U64(acc[base + 3]) << _U64(32))
-            cuda.syncthreads()
-            for index in range(tid, 2 * band_words, threads):
-                r, c = index // tile_n, index % tile_n
-                word = stage[r * (tile_n // 2) + c // 2]
-                value = np.int64((word >> _U64(32 * (c % 2))) & _LOW32)
-                if value >= 2**31:  # back to the signed accumulator
-                    value -= 2**32
-                store(value, m_block + current * half_rows + r, n_block + c, M, N, row_scale, col_scale, bias,
-                      out_elems, tensor_scale)
-            cuda.syncthreads()
-
-    return write_bands, band_words
-
-
 def _tiled(store):
     slots, w_words = 4 * MT * NT, 2 * NT  # local array lengths must be compile-time constants
     w_offset = STAGE_WORDS_A // 2  # the weight stages follow the activation stages (in 16-byte pairs)
-    write_bands, band_words = _band_epilogue(store, WARPS_M, MT, NT, TILE_M, TILE_N, TILE_THREADS)
+    half_rows = TILE_M // WARPS_M  # the epilogue stages the output tile in WARPS_M horizontal bands
+    band_words = half_rows * TILE_N // 2  # int32 accumulators, two per uint64
     assert band_words <= STAGE_WORDS, "an output band must fit in the staging buffer"
 
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
@@ -285,8 +254,27 @@ def _tiled(store):
             device.store_u64x2(stage, w_offset + 4 * (other * TILE_N + row) + part, w0, w1)
             device.store_u64x2(stage, w_offset + 4 * (other * TILE_N + far) + part, w2, w3)
             cuda.syncthreads()
-        write_bands(acc, stage, band, group, t, n_warp, tid, m_block, n_block, M, N, row_scale, col_scale, bias,
-                    out_elems, tensor_scale)
+        # Epilogue, one band of rows at a time: the band's warps park their accumulators in shared
+        # memory (constant indices into `acc`, so it stays in registers), then every thread stores
+        # consecutive columns (coalesced) through the epilogue.
+        for current in range(WARPS_M):
+            if band == current:
+                for mi in range(MT):
+                    for ni in range(NT):
+                        base = 4 * (mi * NT + ni)
+                        word = (16 * mi + group) * (TILE_N // 2) + (n_warp + 8 * ni) // 2 + t
+                        stage[word] = (_U64(acc[base]) & _LOW32) | (_U64(acc[base + 1]) << _U64(32))
+                        stage[word + 4 * TILE_N] = (_U64(acc[base + 2]) & _LOW32) | (_U64(acc[base + 3]) << _U64(32))
+            cuda.syncthreads()
+            for index in range(tid, 2 * band_words, TILE_THREADS):
+                r, c = index // TILE_N, index % TILE_N
+                word = stage[r * (TILE_N // 2) + c // 2]
+                value = np.int64((word >> _U64(32 * (c % 2))) & _LOW32)
+                if value >= 2**31:  # back to the signed accumulator
+                    value -= 2**32
+                store(value, m_block + current * half_rows + r, n_block + c, M, N, row_scale, col_scale, bias,
+                      out_elems, tensor_scale)
+            cuda.syncthreads()
 
     return kernel
 
@@ -322,7 +310,8 @@ def _pipelined(store, shape: PipelineShape):
     stage_pairs, w_offset = shape.stage_pairs, 4 * tile_m  # a stage: [a rows | w rows], 4 pairs a row
     a_copies, w_copies = 4 * tile_m // threads, 4 * tile_n // threads
     assert a_copies * threads == 4 * tile_m and w_copies * threads == 4 * tile_n
-    write_bands, band_words = _band_epilogue(store, warps_m, mt, nt, tile_m, tile_n, threads)
+    half_rows = tile_m // warps_m  # the epilogue stages the output tile in warps_m horizontal bands
+    band_words = half_rows * tile_n // 2  # int32 accumulators, two per uint64
     assert band_words <= 2 * stages * stage_pairs, "an output band must fit in the staging buffer"
     wait_previous = device.cp_async_wait_group(stages - 2)
     wait_all = device.cp_async_wait_group(0)
@@ -387,8 +376,24 @@ def _pipelined(store, shape: PipelineShape):
         # the zero-filled copies past K may still be landing: drain them before reusing the stages
         wait_all()
         cuda.syncthreads()
-        write_bands(acc, stage, band, group, t, n_warp, tid, m_block, n_block, M, N, row_scale, col_scale, bias,
-                    out_elems, tensor_scale)
+        for current_band in range(warps_m):
+            if band == current_band:
+                for mi in range(mt):
+                    for ni in range(nt):
+                        base = 4 * (mi * nt + ni)
+                        word = (16 * mi + group) * (tile_n // 2) + (n_warp + 8 * ni) // 2 + t
+                        stage[word] = (_U64(acc[base]) & _LOW32) | (_U64(acc[base + 1]) << _U64(32))
+                        stage[word + 4 * tile_n] = (_U64(acc[base + 2]) & _LOW32) | (_U64(acc[base + 3]) << _U64(32))
+            cuda.syncthreads()
+            for index in range(tid, 2 * band_words, threads):
+                r, c = index // tile_n, index % tile_n
+                word = stage[r * (tile_n // 2) + c // 2]
+                value = np.int64((word >> _U64(32 * (c % 2))) & _LOW32)
+                if value >= 2**31:  # back to the signed accumulator
+                    value -= 2**32
+                store(value, m_block + current_band * half_rows + r, n_block + c, M, N, row_scale, col_scale, bias,
+                      out_elems, tensor_scale)
+            cuda.syncthreads()
 
     return kernel
 

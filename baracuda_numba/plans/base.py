@@ -280,7 +280,29 @@ class ElementwisePlan(Plan):
 
     def _fast_pointers(self, args: Any) -> tuple[list[int], int] | None:
         """Device pointers and device of ``args``'s arrays when all are plain, fitting torch CUDA tensors."""
-        return torch_fast_pointers(args, self._fast)
+        tensor_type = _torch_tensor_type()
+        pointers: list[int] = []
+        device = -1
+        for field, element, count, alignment in self._fast:
+            value = getattr(args, field)
+            kind = type(value)
+            if kind is tensor_type:
+                if (_TORCH_DTYPES.get(value.dtype) is not element or not value.is_cuda or value.numel() != count
+                        or not value.is_contiguous()):
+                    return None
+                ptr, value_device = value.data_ptr(), value.get_device()
+            elif kind is Operand:
+                if value.origin != "torch" or value.element is not element or value.size != count \
+                        or not value.contiguous:
+                    return None
+                ptr, value_device = value.ptr, value.device_id
+            else:
+                return None
+            if ptr % alignment or (device != value_device and device != -1):
+                return None
+            device = value_device
+            pointers.append(ptr)
+        return pointers, device
 
     def _launch_fast(self, args: Any, pointers: list[int], device: int) -> None:
         scalars = self._scalars(args)
@@ -477,36 +499,6 @@ def _torch_tensor_type() -> type | None:
                               torch.float32: ElementKind.F32, torch.float64: ElementKind.F64,
                               torch.int8: ElementKind.S8, torch.uint8: ElementKind.U8, torch.int32: ElementKind.I32})
     return torch.Tensor
-
-
-def torch_fast_pointers(args: Any, specs: Any) -> tuple[list[int], int] | None:
-    """Data pointers and device of the arrays of ``args`` named in ``specs`` (``(field, element,
-    count, alignment)`` each) when every one is a contiguous CUDA ``torch.Tensor`` (or an operand
-    adapted from one) of that element and size, aligned, all on one device; else None (the checked
-    path decides). The hot path of repeat calls: no Operand is built."""
-    tensor_type = _torch_tensor_type()
-    pointers: list[int] = []
-    device = -1
-    for field, element, count, alignment in specs:
-        value = getattr(args, field)
-        kind = type(value)
-        if kind is tensor_type:
-            if (_TORCH_DTYPES.get(value.dtype) is not element or not value.is_cuda or value.numel() != count
-                    or not value.is_contiguous()):
-                return None
-            ptr, value_device = value.data_ptr(), value.get_device()
-        elif kind is Operand:
-            if value.origin != "torch" or value.element is not element or value.size != count \
-                    or not value.contiguous:
-                return None
-            ptr, value_device = value.ptr, value.device_id
-        else:
-            return None
-        if ptr % alignment or (device != value_device and device != -1):
-            return None
-        device = value_device
-        pointers.append(ptr)
-    return pointers, device
 
 
 def chunk_views(op: Operand, n: int, nchunks: int, G: int) -> tuple[ArrayArg, ArrayArg]:
