@@ -27,7 +27,6 @@ import pstats
 import re
 import statistics
 import subprocess
-import time
 import traceback
 from collections import Counter
 from pathlib import Path
@@ -36,6 +35,7 @@ import torch
 
 import baracuda_numba as bn
 from baracuda_numba.arrays import adapt
+from baracuda_numba.bench import host_us
 from baracuda_numba.kernels import linear as gemm
 from baracuda_numba.ops.common import clear_plan_cache
 from baracuda_numba.vocabulary import ElementKind
@@ -84,20 +84,6 @@ def graph_ms(fn, calls: int = 10, replays: int = 15) -> float:
         end.synchronize()
         samples.append(begin.elapsed_time(end) / calls)
     return statistics.median(samples)
-
-
-def host_us(fn, calls: int = 1000) -> float:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return best
 
 
 def copy_gbs() -> float:

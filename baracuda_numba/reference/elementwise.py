@@ -25,6 +25,7 @@ __all__ = [
     "fake_quantize_backward",
     "dequantize_backward",
     "ste_mask",
+    "scaled_masked_gradient",
     "expand_channels",
     "expand_tokens",
     "expand_groups",
@@ -106,12 +107,17 @@ def ste_mask(x: Any, scale: Any, zero_point: Any, q_min: int, q_max: int) -> np.
 
 def quantize_backward(dy: Any, x: Any, scale: Any, zero_point: Any, q_min: int, q_max: int) -> np.ndarray:
     """``dy * inv * mask`` in ``x``'s dtype."""
+    return scaled_masked_gradient(dy, x, scale, ste_mask(x, scale, zero_point, q_min, q_max))
+
+
+def scaled_masked_gradient(dy: Any, x: Any, scale: Any, mask: np.ndarray) -> np.ndarray:
+    """``dy * inv * mask`` in ``x``'s dtype, each product rounded to the math precision (the quantize
+    backward of every grid, given its straight-through ``mask``)."""
     x = np.asarray(x)
     math = math_dtype(x.dtype)
     inv, _ = reciprocal(scale, math)
-    mask = ste_mask(x, scale, zero_point, q_min, q_max).astype(np.float64)
     with np.errstate(invalid="ignore"):
-        return _store(_round(_round(_f64(dy) * inv, math) * mask, math), x.dtype)
+        return _store(_round(_round(_f64(dy) * inv, math) * mask.astype(np.float64), math), x.dtype)
 
 
 def fake_quantize_backward(dy: Any, x: Any, scale: Any, zero_point: Any, q_min: int, q_max: int) -> np.ndarray:

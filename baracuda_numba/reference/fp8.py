@@ -21,7 +21,7 @@ import ml_dtypes
 import numpy as np
 
 from .dynamic import segments_view
-from .elementwise import _f64, _round, _store, math_dtype, reciprocal
+from .elementwise import _f64, _round, _store, math_dtype, reciprocal, scaled_masked_gradient
 
 __all__ = ["FP8_DTYPES", "fp8_max", "fp8_quantize", "fp8_dequantize", "fp8_fake_quantize", "fp8_ste_mask",
            "fp8_quantize_backward", "fp8_fake_quantize_backward", "fp8_dynamic_scale"]
@@ -92,12 +92,7 @@ def fp8_ste_mask(x: Any, scale: Any, fp8: Any, q_min: float | None = None, q_max
 def fp8_quantize_backward(dy: Any, x: Any, scale: Any, fp8: Any, q_min: float | None = None,
                           q_max: float | None = None) -> np.ndarray:
     """``dy * inv * mask`` in ``x``'s dtype."""
-    x = np.asarray(x)
-    math = math_dtype(x.dtype)
-    inv, _ = reciprocal(scale, math)
-    mask = fp8_ste_mask(x, scale, fp8, q_min, q_max).astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        return _store(_round(_round(_f64(dy) * inv, math) * mask, math), x.dtype)
+    return scaled_masked_gradient(dy, x, scale, fp8_ste_mask(x, scale, fp8, q_min, q_max))
 
 
 def fp8_fake_quantize_backward(dy: Any, x: Any, scale: Any, fp8: Any, q_min: float | None = None,
