@@ -11,7 +11,9 @@ skinny chunks in flight) on random data at ragged and full shapes:
 - GPU time: ten calls captured in a CUDA graph and replayed (no host time), device events, median
   of the replays; ``torch._int_mm`` alone and with its dequant epilogue captured the same way;
   the device-to-device copy bandwidth in the same run;
-- host time of ``QuantizedLinearPlan.run`` and ``quantized_linear()`` with torch tensors;
+- host time of ``QuantizedLinearPlan.run`` and ``quantized_linear()`` with torch tensors (``host_calls``:
+  every entry point, fused and two-launch, next to torch ops);
+- ``fused``: decode GPU time of the fused quantize + GEMM against the two-launch path;
 - graph replay equals eager;
 - ``cuobjdump -sass`` instruction mix and ptxas registers of each compiled variant.
 """
@@ -139,7 +141,8 @@ def gemm_runner(xq, sx, w, ws, bias, out, variant: str | None = None):
     o = adapt(out, "tune", "out")
 
     def run():
-        plan._gemm(ops[0], ops[1], ops[2], ops[3], b, o, 0.0, torch.cuda.current_stream().cuda_stream)
+        plan._gemm(ops[0], ops[1], ops[2], ops[3], b, o, 0.0, torch.cuda.current_stream().cuda_stream,
+                   unfused=True)
 
     return run
 
@@ -265,6 +268,103 @@ def decode(copy: float) -> list[dict]:
     return rows
 
 
+FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096)) for m in (1, 4, 16)]
+
+
+def fused_decode(copy: float) -> list[dict]:
+    """``quantized_linear`` at decode, GPU time: the fused kernel (x quantized inside the skinny GEMM,
+    one launch) against the two-launch path (dynamic quantizer, then the skinny GEMM) and the GEMM
+    alone on pre-quantized activations, at every M (whatever ``FUSED_MAX_M`` ships). Weights rotate
+    past L2 as in :func:`decode`; the fused output is checked bit for bit against the two-launch one."""
+    from baracuda_numba.plans import linear as plans
+
+    shipped_max_m = plans.FUSED_MAX_M
+    rows = []
+    for m, n, k in FUSED_DECODE:
+        x, w, ws, bias = problem(m, n, k, seed=m + n)
+        weights = [w] + [torch.randint_like(w, -128, 128) for _ in range(-(-200_000_000 // (n * k)))]
+        r = bn.dynamic_range_quantize(x)
+        xq, sx = r.q, r.scale.float()
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        row = {"shape": f"M={m} {n}x{k}", "copy_GBs": copy}
+        shipped()
+        runners = itertools.cycle([gemm_runner(xq, sx, wi, ws, None, out) for wi in weights])
+        ms = graph_ms(lambda runners=runners: next(runners)(), calls=10 * len(weights))
+        row["gemm_only_pct"] = 100 * n * k / ms / 1e6 / copy
+        variants = [("two_launch", 0, None), ("fused", 16, None)]
+        outputs = {}
+        for label, max_m, tiles in variants:
+            plans.FUSED_MAX_M = max_m
+            use(skinny=(gemm.SKINNY_CHUNKS, tiles))
+            outputs[label] = bn.quantized_linear(x, w, ws, bias=bias)
+            calls = itertools.cycle(weights)
+            ms = graph_ms(lambda calls=calls, x=x, ws=ws: bn.quantized_linear(x, next(calls), ws),
+                          calls=10 * len(weights))
+            row[f"{label}_us"] = 1e3 * ms
+            row[f"{label}_pct"] = 100 * n * k / ms / 1e6 / copy
+        plans.FUSED_MAX_M = shipped_max_m
+        shipped()
+        row["fused == two_launch"] = all(bit_equal(outputs["two_launch"], v) for v in outputs.values())
+        say(json.dumps(row, default=lambda v: round(v, 1)))
+        rows.append(row)
+    return rows
+
+
+def host_calls(out_dir: Path) -> dict:
+    """Host microseconds per call (best of 5 x 1000, torch CUDA tensors, 16 x 4096 @ 4096 x 4096 bf16),
+    a torch op timed the same way, and the profile of ``quantized_linear()``."""
+    shipped()
+    x, w, ws, bias = problem(16, 4096, 4096)
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
+    out = torch.empty(16, 4096, device="cuda", dtype=torch.bfloat16)
+    workspace = torch.empty(plan.workspace_size(), device="cuda", dtype=torch.uint8)
+    args = bn.QuantizedLinearArgs(x, w, ws, out)
+    act = torch.randint(-127, 128, (16, 4096), device="cuda", dtype=torch.int8)
+    sq_plan = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(16, 4096, 4096, "bf16"))
+    sq_args = bn.SmoothQuantLinearArgs(act, w, ws, 0.02, out)
+    small = torch.randn(64, 64, device="cuda")
+    x1 = x[:1].clone()
+    plan1 = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(1, 4096, 4096, "bf16", "bf16"))
+    args1 = bn.QuantizedLinearArgs(x1, w, ws, out[:1])
+    result = {"variant": plan.kernel_variant(args),
+              "QuantizedLinearPlan.run (workspace given) us": host_us(lambda: plan.run(args, workspace)),
+              "QuantizedLinearPlan.run (no workspace) us": host_us(lambda: plan.run(args)),
+              "quantized_linear() us": host_us(lambda: bn.quantized_linear(x, w, ws)),
+              "M=1 variant": plan1.kernel_variant(args1),
+              "M=1 QuantizedLinearPlan.run us": host_us(lambda: plan1.run(args1)),
+              "M=1 quantized_linear() us": host_us(lambda: bn.quantized_linear(x1, w, ws)),
+              "quantized_linear(out=) us": host_us(lambda: bn.quantized_linear(x, w, ws, out=out)),
+              "quantized_linear(bias=) us": host_us(lambda: bn.quantized_linear(x, w, ws, bias=bias)),
+              "SmoothQuantLinearPlan.run us": host_us(lambda: sq_plan.run(sq_args)),
+              "smoothquant_linear() us": host_us(lambda: bn.smoothquant_linear(act, w, ws, 0.02, dtype="bfloat16")),
+              "torch.mm 64x64 f32 us": host_us(lambda: torch.mm(small, small)),
+              "torch.empty(4096, int8) us": host_us(lambda: torch.empty(4096, dtype=torch.int8, device="cuda"))}
+    from baracuda_numba.plans import linear as plans
+
+    shipped_max_m = plans.FUSED_MAX_M
+    plans.FUSED_MAX_M = 0
+    clear_plan_cache()
+    two = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
+    result["two-launch QuantizedLinearPlan.run (workspace given) us"] = host_us(lambda: two.run(args, workspace))
+    result["two-launch quantized_linear() us"] = host_us(lambda: bn.quantized_linear(x, w, ws))
+    plans.FUSED_MAX_M = 16
+    clear_plan_cache()
+    fused16 = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
+    result["fused M=16 QuantizedLinearPlan.run us"] = host_us(lambda: fused16.run(args))
+    plans.FUSED_MAX_M = shipped_max_m
+    clear_plan_cache()
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(2000):
+        bn.quantized_linear(x, w, ws)
+    profile.disable()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(15)
+    (out_dir / "host_profile.txt").write_text(text.getvalue())
+    say(json.dumps(result, default=lambda v: round(v, 2) if isinstance(v, float) else v))
+    return result
+
+
 def host_and_graph(out_dir: Path) -> dict:
     shipped()
     x, w, ws, bias = problem(16, 4096, 4096)
@@ -339,7 +439,8 @@ def sass(out_dir: Path) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="/tmp/tune")
-    parser.add_argument("--only", nargs="*", default=["sass", "exact", "prefill", "decode", "host"])
+    parser.add_argument("--only", nargs="*", default=["sass", "exact", "prefill", "decode", "host", "fused",
+                                                       "host_calls"])
     args = parser.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -349,7 +450,8 @@ def main() -> None:
     results: dict = {"copy_GBs": copy}
     for section, fn in (("sass", lambda: sass(out_dir)), ("exact", lambda: exactness(out_dir)),
                         ("prefill", lambda: prefill(copy)), ("decode", lambda: decode(copy)),
-                        ("host", lambda: host_and_graph(out_dir))):
+                        ("host", lambda: host_and_graph(out_dir)), ("fused", lambda: fused_decode(copy)),
+                        ("host_calls", lambda: host_calls(out_dir))):
         if section not in args.only:
             continue
         try:

@@ -259,7 +259,7 @@ def test_gpu_bit_identical_to_torch_ops(m, n, k, dtype):
 
 
 @requires_gpu
-@pytest.mark.parametrize(("m", "n", "k"), [(16, 4096, 4096), (300, 1000, 512), (2048, 4096, 512)])
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (16, 4096, 4096), (300, 1000, 512), (2048, 4096, 512)])
 def test_gpu_cuda_graph_replay_equals_eager(m, n, k):
     """The whole call (quantize, GEMM, output allocated outside) is capturable in a CUDA graph."""
     torch = pytest.importorskip("torch")
@@ -295,3 +295,262 @@ def test_pipeline_shape_fills_waves():
     assert gemm.pipeline_shape(2048, 11008, 132) == gemm.PIPELINE  # 688 large tiles: 6 waves, 87 %
     assert gemm.pipeline_shape(300, 264, 132) == gemm.PIPELINE  # a few tiles: the small ones spread wider
     assert gemm.skinny_tiles(4096) == 2 and gemm.skinny_tiles(8192) == 4
+
+
+# -- the fused decode kernel (m <= 16: x quantized per token inside the skinny GEMM) ------------------
+
+
+def _special_rows(x):
+    """Rows that stress the per-token quantizer: zeros, +-inf and NaN (left out of the range), and
+    exact ties of ``x / scale`` (absmax 127: scale 1, so n + 0.5 rounds to even)."""
+    k = x.shape[1]
+    if x.shape[0] > 1:
+        x[1] = 0
+    x[0, 0], x[0, 1 % k] = np.inf, np.nan
+    if x.shape[0] > 2:
+        x[2] = (np.arange(k) % 9 - 4 + 0.5).astype(x.dtype)
+        x[2, 0] = 127
+    if x.shape[0] > 3:
+        x[3, :] = -np.inf
+    return x
+
+
+@settings(max_examples=4 if SIMULATOR else 25)
+@given(st.integers(1, 16), st.integers(1, 24), st.sampled_from([16, 64, 144, 208]),
+       st.sampled_from(sorted(FLOAT_DTYPES)), st.booleans(), st.integers(0, 2**32 - 1))
+def test_fused_decode_equals_two_launches_and_reference(m, n, k, dtype, with_bias, seed):
+    """The one-launch kernel gives the bits of the quantizer + unfused GEMM, and the reference's."""
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    rng = np.random.default_rng(seed)
+    element = bn.element_kind(dtype)
+    x = _special_rows((rng.standard_normal((m, k)) * rng.uniform(0.01, 50)).astype(element.numpy_dtype))
+    w, ws = weights(rng, n, k)
+    bias = rng.standard_normal(n).astype(np.float32) if with_bias else None
+    desc = bn.QuantizedLinearDescriptor(m, n, k, element, element, with_bias)
+    fused_out = np.zeros((m, n), x.dtype)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(plans, "FUSED_MAX_M", 16)  # the kernel takes any m <= 16
+        plan = bn.QuantizedLinearPlan.select(desc)
+    args = bn.QuantizedLinearArgs(x, w, ws, fused_out, bias)
+    assert plan.kernel_variant(args) == "fused"
+    plan.run(args)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(plans, "FUSED_MAX_M", 0)
+        clear_plan_cache()
+        unfused = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, element, element, with_bias))
+        two_launch_out = np.zeros((m, n), x.dtype)
+        unfused_args = bn.QuantizedLinearArgs(x, w, ws, two_launch_out, bias)
+        assert unfused.kernel_variant(unfused_args) == "skinny"
+        unfused.run(unfused_args)
+    clear_plan_cache()
+    np.testing.assert_array_equal(fused_out.view(f"u{x.itemsize}"), two_launch_out.view(f"u{x.itemsize}"))
+    expected = ref.linear.quantized_linear(x, w, ws, bias)
+    np.testing.assert_array_equal(fused_out.astype(np.float64), expected.astype(np.float64))
+
+
+def test_fused_decode_falls_back_for_unaligned_x_and_ragged_k():
+    rng = np.random.default_rng(5)
+    w, ws = weights(rng, 9, 64)
+    buffer = rng.standard_normal(2 * 64 + 1).astype(np.float32)
+    x = buffer[1:].reshape(2, 64)  # 4 bytes past a 16-byte boundary
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(2, 9, 64, "f32", "f32"))
+    args = bn.QuantizedLinearArgs(x, w, ws, np.zeros((2, 9), np.float32))
+    if SIMULATOR:  # on a GPU a host array is first copied into an (aligned) device buffer
+        assert plan.kernel_variant(args) == "skinny"
+    plan.run(args)
+    np.testing.assert_array_equal(args.output, ref.linear.quantized_linear(x, w, ws))
+    ragged = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(2, 9, 56, "f32", "f32"))
+    xr = np.ascontiguousarray(x[:, :56])
+    args = bn.QuantizedLinearArgs(xr, w[:, :56].copy(), ws, np.zeros((2, 9), np.float32))
+    assert ragged.kernel_variant(args) == "skinny"
+
+
+# -- the host fast path: pointers patched into a pre-packed parameter block -----------------------
+
+
+class _RecordingDriver:
+    """Stands in for libcuda: records each cuLaunchKernel's configuration and parameter bytes."""
+
+    def __init__(self, blocks) -> None:
+        self.blocks, self.calls = {b.params_address: b for b in blocks}, []
+
+    def current_device(self) -> int:
+        return 0
+
+    def launch_kernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params_address, extra):
+        self.calls.append(((function, gx, gy, gz, bx, by, bz, shared, stream), self.blocks[params_address].raw()))
+        return 0
+
+
+def _gpu_linear_plan(monkeypatch, plan):
+    """``plan`` rebuilt for the GPU launch path with a recording libcuda stand-in (no GPU needed)."""
+    from baracuda_numba import arrays, launch
+    from baracuda_numba.plans import base
+    from baracuda_numba.plans import dynamic as dynamic_plans
+    from baracuda_numba.plans import linear as plans
+
+    for module in (arrays, launch, plans, base, dynamic_plans):
+        monkeypatch.setattr(module, "SIMULATOR", False)
+
+    def gpu_launcher(old, function):
+        launcher = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types, old._shared_bytes)
+        launcher._functions[0] = function  # compiled: launches take the inline hot path
+        return launcher
+
+    for i, (name, (old, tiles_m, blocks, threads)) in enumerate(list(plan._variants.items())):
+        plan._variants[name] = (gpu_launcher(old, 0xF00 + i), tiles_m, blocks, threads)
+    launchers = [v[0] for v in plan._variants.values()]
+    quantizer = getattr(plan, "_quantizer", None)
+    if quantizer is not None:
+        quantizer._launchers["segment"] = gpu_launcher(quantizer._launchers["segment"], 0xE00)
+        launchers.append(quantizer._launchers["segment"])
+    plan._install_fast_template()
+    driver = _RecordingDriver([launcher.params for launcher in launchers])
+    monkeypatch.setattr(launch, "_driver", lambda: driver)
+    monkeypatch.setattr(launch, "_torch_stream_getter", lambda: (lambda device_id: 0x77))
+    return driver
+
+
+def _torch_operand(element, shape, ptr, contiguous=True):
+    return bn.arrays.Operand(None, "torch", element, shape, ptr, contiguous)
+
+
+@pytest.mark.parametrize("case", ["fused_bf16_bias", "fused_f64", "two_launch_skinny", "two_launch_pipelined_f16",
+                                  "smoothquant_skinny", "smoothquant_pipelined"])
+def test_fast_path_launches_what_the_checked_path_launches(case):
+    """The fast path (pointers patched into pre-packed blocks) hands the driver the bytes and grid of
+    the checked path, launch by launch; it declines misaligned, strided and wrongly typed operands."""
+    E = bn.ElementKind
+    m, n, k = {"smoothquant_pipelined": (300, 264, 512), "two_launch_skinny": (16, 4096, 4096),
+               "two_launch_pipelined_f16": (300, 264, 512), "smoothquant_skinny": (16, 4096, 4096)}.get(case,
+                                                                                                    (1, 4096, 4096))
+    bias = case in ("fused_bf16_bias", "smoothquant_pipelined", "two_launch_skinny")
+    launches = 2 if case.startswith("two_launch") else 1
+    if not case.startswith("smoothquant"):
+        element = {"fused_f64": E.F64, "two_launch_pipelined_f16": E.F16}.get(case, E.BF16)
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, element, element, bias))
+        assert plan._fused is case.startswith("fused")
+        fields = {"input": (element, (m, k), 0x100000), "output": (element, (m, n), 0x600000)}
+        workspace = _torch_operand(E.U8, (plan.workspace_size(),), 0x7000000)
+        make = lambda ops: bn.QuantizedLinearArgs(**ops)  # noqa: E731
+        run = lambda args: plan.run(args, workspace=workspace)  # noqa: E731
+        checked = lambda args: plan.run(args, workspace=workspace, stream=0x77)  # noqa: E731
+    else:
+        plan = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", bias))
+        fields = {"input": (E.S8, (m, k), 0x100000), "output": (E.BF16, (m, n), 0x600000)}
+        make = lambda ops: bn.SmoothQuantLinearArgs(**ops, act_scale=0.0125)  # noqa: E731
+        run = plan.run
+        checked = lambda args: plan.run(args, stream=0x77)  # noqa: E731
+    fields |= {"weight": (E.S8, (n, k), 0x200000), "weight_scale": (E.F32, (n,), 0x300000)}
+    if bias:
+        fields["bias"] = (E.F32, (n,), 0x400000)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        driver = _gpu_linear_plan(monkeypatch, plan)
+        ops = {f: _torch_operand(e, shape, ptr) for f, (e, shape, ptr) in fields.items()}
+        args = make(ops)
+        assert plan._fast_pointers(args) is not None
+        run(args)  # fast path
+        checked(args)
+        run(make(ops | {"weight": _torch_operand(E.S8, (n, k), 0x200000 + 0x40)}))  # another weight, fast
+        checked(make(ops | {"weight": _torch_operand(E.S8, (n, k), 0x200000 + 0x40)}))
+        # the fast path declines what the checked path must look at
+        element, shape, ptr = fields["input"]
+        for bad in (_torch_operand(element, shape, ptr + 8),  # misaligned
+                    _torch_operand(element, shape, ptr, contiguous=False),
+                    _torch_operand(E.F16 if element is not E.F16 else E.F32, shape, ptr)):  # wrong dtype
+            assert plan._fast_pointers(make(ops | {"input": bad})) is None
+        assert plan._fast_pointers(make(ops | {"weight_scale": _torch_operand(E.F64, (n,), 0x300000)})) is None
+        if case.startswith("two_launch"):  # operands but no workspace: the checked path allocates it
+            class CheckedPath(Exception):
+                pass
+
+            def allocate(*_):
+                raise CheckedPath
+
+            monkeypatch.setattr(plan, "_run_two_launches_fast", lambda *a: pytest.fail("fast path without workspace"))
+            monkeypatch.setattr(bn.plans.linear, "allocate_like", allocate)
+            with pytest.raises(CheckedPath):
+                plan.run(args)
+    calls = driver.calls
+    assert len(calls) == 4 * launches
+    fast, checked_calls, fast_again, checked_again = (calls[i: i + launches] for i in range(0, 4 * launches, launches))
+    assert fast == checked_calls and fast_again == checked_again and fast[-1] != fast_again[-1]
+    assert all(config[8] == 0x77 for config, _ in calls)
+
+
+@requires_gpu
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (7, 264, 8192), (16, 11008, 4096), (16, 40, 144)])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_gpu_fused_decode_equals_two_launches_and_torch(m, n, k, dtype):
+    """One launch (x quantized inside the GEMM) gives the two-launch path's bits and torch's."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    tdtype = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(m * n + k)
+    x = (torch.randn(m, k, device="cuda", generator=g) * 3).to(tdtype)
+    x[0, :3] = torch.tensor([float("inf"), float("nan"), -float("inf")], dtype=tdtype)
+    if m > 1:
+        x[1] = 0
+    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
+    bias = torch.randn(n, device="cuda", generator=g) if m % 2 else None
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(plans, "FUSED_MAX_M", 16)  # the kernel takes any m <= 16
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, bias is not None))
+    fused = torch.empty(m, n, device="cuda", dtype=tdtype)
+    args = bn.QuantizedLinearArgs(x, w, ws, fused, bias)
+    assert plan.kernel_variant(args) == "fused" and plan._fast_pointers(args) is not None
+    plan.run(args)  # the fast path
+    checked = torch.empty_like(fused)
+    plan.run(bn.QuantizedLinearArgs(x, w, ws, checked, bias), stream=torch.cuda.current_stream())
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(plans, "FUSED_MAX_M", 0)
+        clear_plan_cache()
+        two_launch = bn.quantized_linear(x, w, ws, bias=bias)
+    clear_plan_cache()
+    bits = {torch.float32: torch.int32, torch.float64: torch.int64}.get(tdtype, torch.int16)
+    assert torch.equal(fused.view(bits), two_launch.view(bits)) and torch.equal(checked.view(bits), fused.view(bits))
+    if dtype != "float64":  # torch's separately rounded float32 ops; f64 has a float64 quantizer
+        assert torch.equal(fused.view(bits), _torch_w8a8(torch, x, w, ws, bias).view(bits))
+
+
+@requires_gpu
+def test_gpu_op_fast_path_repeats_and_falls_back():
+    """Repeat ``quantized_linear`` / ``smoothquant_linear`` calls (the remembered plan, fast path)
+    equal the first; a misaligned or non-contiguous ``x`` and a float64 weight scale still work."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(16, 4096, device="cuda", generator=g, dtype=torch.bfloat16)
+    w = torch.randint(-128, 128, (512, 4096), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(512, device="cuda", generator=g) * 0.01 + 0.001
+    bias = torch.randn(512, device="cuda", generator=g)
+    first = bn.quantized_linear(x, w, ws, bias=bias)
+    assert torch.equal(bn.quantized_linear(x, w, ws, bias=bias), first)
+    out = torch.empty_like(first)
+    bn.quantized_linear(x, w, ws, bias=bias, out=out)
+    assert torch.equal(out, first)
+    flat = torch.empty(16 * 4096 + 1, device="cuda", dtype=torch.bfloat16)
+    shifted = flat[1:].view(16, 4096)
+    shifted.copy_(x)
+    assert torch.equal(bn.quantized_linear(shifted, w, ws, bias=bias), first)
+    assert torch.equal(bn.quantized_linear(shifted, w, ws.double(), bias=bias), first)
+    wide = torch.empty(16, 8192, device="cuda", dtype=torch.bfloat16)
+    wide[:, ::2] = x
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 512, 4096, "bf16", "bf16", True))
+    strided = bn.QuantizedLinearArgs(wide[:, ::2], w, ws, out, bias)
+    assert plan._fast_pointers(strided) is None
+    with pytest.raises(bn.InvalidProblem, match="C-contiguous"):
+        plan.run(strided)
+    act = torch.randint(-127, 128, (16, 4096), device="cuda", generator=g, dtype=torch.int8)
+    y = bn.smoothquant_linear(act, w, ws, 0.02, bias=bias, dtype="bfloat16")
+    assert torch.equal(bn.smoothquant_linear(act, w, ws, 0.02, bias=bias, dtype="bfloat16"), y)
+    act_scale = torch.tensor(0.02, dtype=torch.float32, device="cuda")
+    acc = (act.double() @ w.double().t()).to(torch.int32)
+    expected = ((acc.float() * act_scale) * ws[None, :] + bias).to(torch.bfloat16)
+    assert torch.equal(y, expected)
+    with pytest.raises(bn.InvalidProblem, match="act_scale"):
+        bn.smoothquant_linear(act, w, ws, 0.0, bias=bias, dtype="bfloat16")

@@ -37,9 +37,9 @@ from numba import cuda
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, MathPrecision
 from . import device
-from .codecs import codec
+from .codecs import codec, math_type
 from .device import device_function
-from .elementwise import ElementwiseKernel, uint_name
+from .elementwise import ElementwiseKernel, ElementwiseOp, op_functions, uint_name
 
 __all__ = ["TILE_M", "TILE_N", "TILE_THREADS", "SKINNY_MAX_M", "SKINNY_M", "SKINNY_N", "SKINNY_THREADS", "MAX_EXACT_K",
            "CHUNK_K", "PipelineShape", "PIPELINE", "PIPELINE_LARGE", "SKINNY_CHUNKS", "SKINNY_TILES", "linear_kernel",
@@ -58,6 +58,7 @@ SKINNY_MAX_M, SKINNY_M, SKINNY_N, SKINNY_WARPS = 64, 16, 8, 8
 SKINNY_THREADS = 32 * SKINNY_WARPS
 SKINNY_CHUNKS = 2  # 64-byte weight chunks each warp has in flight per iteration (16 bytes each per lane)
 SKINNY_TILES: int | None = None  # 8-column tiles per block sharing each activation fragment; None: skinny_tiles(k)
+ABSMAX_LOADS = 8  # fused skinny: 16-byte pieces of x each thread has in flight in the scale pass
 # |acc| <= K * 127 * 128 (activations in [-127, 127], weights in [-128, 127]) must stay below 2**31.
 MAX_EXACT_K = (2**31 - 1) // (127 * 128)
 
@@ -65,6 +66,7 @@ MAX_EXACT_K = (2**31 - 1) // (127 * 128)
 STAGE_ALIGNMENT = None if SIMULATOR else 16
 # the simulator sizes a dynamic shared array by its dtype's itemsize: it needs a dtype instance there
 _DYNAMIC_STAGE_DTYPE = np.dtype(np.uint64) if SIMULATOR else np.uint64
+_DYNAMIC_BYTE_DTYPE = np.dtype(np.uint8) if SIMULATOR else np.uint8
 _U64 = np.uint64
 _LOW32 = _U64(0xFFFFFFFF)
 
@@ -125,6 +127,11 @@ def pipeline_shape(m: int, n: int, multiprocessors: int) -> PipelineShape:
     return PIPELINE
 
 
+def fused_shared_bytes(m: int, k: int) -> int:
+    """Dynamic shared memory of the fused skinny kernel: ``m`` quantized rows of ``k + 16`` bytes."""
+    return min(m, SKINNY_M) * (k + 16)
+
+
 def skinny_tiles(k: int) -> int:
     """Column tiles per skinny block: measured best with 4 for K >= 8192, 2 below (rotating weights
     past L2, M = 1 and 16)."""
@@ -174,16 +181,22 @@ def _epilogue(out: ElementKind, has_bias: bool, per_tensor_rows: bool):
     f32 = np.float32
 
     @device_function
-    def store(acc_value, m, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale):
-        """``out[m, n] = (f32(acc) * row scale) * col_scale[n] (+ bias[n])`` inside the matrix."""
+    def store_scaled(acc_value, rs, m, n, M, N, col_scale, bias, out_elems):
+        """``out[m, n] = (f32(acc) * rs) * col_scale[n] (+ bias[n])`` inside the matrix."""
         if m < M and n < N:
-            rs = tensor_scale if per_tensor_rows else f32(row_scale[m])
             value = f32(acc_value) * rs * col_scale[n]
             if has_bias:
                 value = device.add_rn(value, bias[n])
             out_elems[m * N + n] = encode(value)
 
-    return store
+    @device_function
+    def store(acc_value, m, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale):
+        """``out[m, n] = (f32(acc) * row scale) * col_scale[n] (+ bias[n])`` inside the matrix."""
+        if m < M and n < N:
+            rs = tensor_scale if per_tensor_rows else f32(row_scale[m])
+            store_scaled(acc_value, rs, m, n, M, N, col_scale, bias, out_elems)
+
+    return store, store_scaled
 
 
 def _tiled(store):
@@ -385,14 +398,81 @@ def _pipelined(store, shape: PipelineShape):
     return kernel
 
 
-def _skinny(store, chunks_in_flight: int, n_tiles: int):
+def _fused_quantizer(x_element: ElementKind):
+    """Device functions quantizing rows of ``x`` per token exactly as
+    :class:`~baracuda_numba.plans.dynamic.DynamicRangeQuantizePlan` does for the linear plans
+    (symmetric, [-127, 127], the math precision of ``x``'s dynamic quantizer): ``piece_absmax``
+    (finite ``max |x|`` of a 16-byte piece), ``row_params`` (``scale``, ``1 / scale``) and
+    ``quantized_byte`` (one element of a piece quantized)."""
+    precision = MathPrecision.F64 if x_element is ElementKind.F64 else MathPrecision.F32
+    M = math_type(precision)
+    zero, one, inf, tiny = M(0.0), M(1.0), M(np.inf), M(np.finfo(M).tiny)
+    q_min, q_max = M(-127), M(127)
+    decode = codec(x_element, precision).decode
+    encode = codec(ElementKind.S8, precision).encode
+    quantize = op_functions(precision)[ElementwiseOp.QUANTIZE]
+    per_pair = 16 // x_element.itemsize  # elements of x in one 16-byte load
+    bits = 8 * x_element.itemsize
+
+    @device_function
+    def element(lo, hi, j):
+        bit = j * bits
+        return decode((lo if bit < 64 else hi) >> _U64(bit % 64))
+
+    @device_function
+    def piece_absmax(lo_word, hi_word, hi):
+        """``hi`` raised to the largest finite ``|x|`` of one 16-byte piece (NaN and +-inf left out)."""
+        for j in range(per_pair):
+            value = abs(element(lo_word, hi_word, j))
+            if value < inf and value > hi:
+                hi = value
+        return hi
+
+    @device_function
+    def row_params(hi):
+        """``(scale, 1 / scale)`` of a row whose finite absmax is ``hi``."""
+        scale = hi / (q_max - zero) if hi > zero else one
+        if scale < tiny:
+            scale = tiny
+        return scale, device.reciprocal(scale)
+
+    @device_function
+    def quantized_byte(lo_word, hi_word, j, inv, scale):
+        """Element ``j`` of a 16-byte piece quantized to int8 (its two's complement byte)."""
+        return np.uint8(encode(quantize(element(lo_word, hi_word, j), zero, inv, scale, zero, q_min, q_max)))
+
+    return M, per_pair, piece_absmax, row_params, quantized_byte
+
+
+def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_element: ElementKind | None = None):
+    """The decode kernel; with ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
+    place of ``a``'s bytes and pairs), computes each of its 16 rows' per-token scale (the block's
+    threads split each row's ``K``, warp shuffles, then across warps), quantizes its live rows once
+    into shared memory (``fused_shared_bytes``) and streams the weight against them (``row_scale``
+    is not used): one launch, the same bits as the quantizer followed by the unfused kernel."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
+    fused = x_element is not None
+    if fused:
+        S, per_pair, piece_absmax, row_params, quantized_byte = _fused_quantizer(x_element)
+    else:
+        S, per_pair = np.float32, 1
+        piece_absmax = row_params = quantized_byte = None
 
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
         tid = cuda.threadIdx.x
         scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
         partial = cuda.shared.array((SKINNY_WARPS, slots, 32), np.int32)
+        scales = cuda.shared.array((2, SKINNY_M), S)  # fused: scale, 1 / scale of the block's rows
+        warp_max = cuda.shared.array((SKINNY_WARPS, SKINNY_M), S)  # fused: each warp's row maxima
+        shuffle_scratch = cuda.shared.array(SKINNY_THREADS, S)  # used only by the simulator's shuffles
+        row_max = cuda.local.array(SKINNY_M, S)
+        # fused: the block's quantized rows, `K + 16` bytes apart (the pad skews rows across banks);
+        # sized by the launch (fused_shared_bytes), both views of the same dynamic shared memory
+        xq_bytes = cuda.shared.array(0, _DYNAMIC_BYTE_DTYPE, alignment=STAGE_ALIGNMENT)
+        xq_pairs = cuda.shared.array(0, _DYNAMIC_STAGE_DTYPE, alignment=STAGE_ALIGNMENT)
+        piece_lo = cuda.local.array(ABSMAX_LOADS, np.uint64)
+        piece_hi = cuda.local.array(ABSMAX_LOADS, np.uint64)
         acc = cuda.local.array(slots, np.int32)
         w_frag = cuda.local.array(w_words, np.uint64)
         warp, lane = tid // 32, tid % 32
@@ -401,6 +481,61 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int):
         n_tile = cuda.blockIdx.x // tiles_m
         m_block = (cuda.blockIdx.x - n_tile * tiles_m) * SKINNY_M
         n_block = n_tile * (SKINNY_N * n_tiles)
+        if fused:
+            # the scale pass: all threads split every live row's 16-byte pieces (`per_row` each per
+            # row), ABSMAX_LOADS loads in flight per thread whatever row they fall in; then warp
+            # shuffles and one thread per row over the warps (max is exact: any order gives the
+            # dynamic quantizer's bits)
+            pieces = K // per_pair
+            per_row = (pieces + SKINNY_THREADS - 1) // SKINNY_THREADS
+            live = min(SKINNY_M, M - m_block)
+            for r in range(SKINNY_M):
+                row_max[r] = S(0)
+            for first in range(0, live * per_row, ABSMAX_LOADS):
+                for u in range(ABSMAX_LOADS):
+                    r = (first + u) // per_row
+                    p = tid + SKINNY_THREADS * (first + u - r * per_row)
+                    if r < live and p < pieces:
+                        piece_lo[u], piece_hi[u] = device.load_u64x2(a_pairs, (m_block + r) * pieces + p)
+                for u in range(ABSMAX_LOADS):
+                    r = (first + u) // per_row
+                    p = tid + SKINNY_THREADS * (first + u - r * per_row)
+                    if r < live and p < pieces:
+                        row_max[r] = piece_absmax(piece_lo[u], piece_hi[u], row_max[r])
+            for r in range(live):
+                hi = row_max[r]
+                offset = 16
+                while offset > 0:
+                    other = device.shuffle_xor(hi, offset, shuffle_scratch, tid)
+                    hi = other if other > hi else hi
+                    offset //= 2
+                if lane == 0:
+                    warp_max[warp, r] = hi
+            cuda.syncthreads()
+            if tid < SKINNY_M:
+                hi = S(0)
+                if tid < live:
+                    for other_warp in range(SKINNY_WARPS):
+                        hi = max(hi, warp_max[other_warp, tid])
+                scales[0, tid], scales[1, tid] = row_params(hi)
+            cuda.syncthreads()
+            # the quantize pass: the same pieces (from L2 now), once per block, into shared memory
+            row_bytes = K + 16
+            for first in range(0, live * per_row, ABSMAX_LOADS):
+                for u in range(ABSMAX_LOADS):
+                    r = (first + u) // per_row
+                    p = tid + SKINNY_THREADS * (first + u - r * per_row)
+                    if r < live and p < pieces:
+                        piece_lo[u], piece_hi[u] = device.load_u64x2(a_pairs, (m_block + r) * pieces + p)
+                for u in range(ABSMAX_LOADS):
+                    r = (first + u) // per_row
+                    p = tid + SKINNY_THREADS * (first + u - r * per_row)
+                    if r < live and p < pieces:
+                        inv, scale = scales[1, r], scales[0, r]
+                        for j in range(per_pair):
+                            xq_bytes[r * row_bytes + p * per_pair + j] = quantized_byte(piece_lo[u], piece_hi[u], j,
+                                                                                      inv, scale)
+            cuda.syncthreads()
         for i in range(slots):
             acc[i] = 0
         chunks = (K + CHUNK_K - 1) // CHUNK_K
@@ -417,8 +552,16 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int):
                                                           k + c * CHUNK_K * SKINNY_WARPS, K, aligned)
             for c in range(chunks_in_flight):
                 kc = k + c * CHUNK_K * SKINNY_WARPS
-                x0, x1 = load_chunk(a_bytes, a_pairs, m_block + group, M, kc, K, aligned)
-                y0, y1 = load_chunk(a_bytes, a_pairs, m_block + group + 8, M, kc, K, aligned)
+                if fused:  # rows past M and k past K read as zeros, as load_chunk's do
+                    x0 = x1 = y0 = y1 = _U64(0)
+                    if kc < K:
+                        if m_block + group < M:
+                            x0, x1 = device.load_u64x2(xq_pairs, group * ((K + 16) // 16) + kc // 16)
+                        if m_block + group + 8 < M:
+                            y0, y1 = device.load_u64x2(xq_pairs, (group + 8) * ((K + 16) // 16) + kc // 16)
+                else:
+                    x0, x1 = load_chunk(a_bytes, a_pairs, m_block + group, M, kc, K, aligned)
+                    y0, y1 = load_chunk(a_bytes, a_pairs, m_block + group + 8, M, kc, K, aligned)
                 for j in range(n_tiles):
                     w = 2 * (c * n_tiles + j)
                     mma_chunk(acc, 4 * j, x0, x1, y0, y1, w_frag[w], w_frag[w + 1], scratch, tid)
@@ -431,9 +574,13 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int):
             total = 0
             for other in range(SKINNY_WARPS):
                 total += partial[other, slot, source]
-            m = m_block + source // 4 + (8 if slot % 4 >= 2 else 0)
+            local = source // 4 + (8 if slot % 4 >= 2 else 0)
             n = n_block + SKINNY_N * (slot // 4) + 2 * (source % 4) + slot % 2
-            store(total, m, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale)
+            if fused:
+                store_scaled(total, np.float32(scales[0, local]), m_block + local, n, M, N, col_scale, bias,
+                             out_elems)
+            else:
+                store(total, m_block + local, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale)
 
     return kernel
 
@@ -441,13 +588,19 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int):
 @functools.cache
 def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinny: bool = False,
                   pipeline: PipelineShape | None = None, skinny_chunks: int = SKINNY_CHUNKS,
-                  skinny_tiles: int = 2) -> ElementwiseKernel:
+                  skinny_tiles: int = 2, fused_input: ElementKind | None = None) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
-    activation scale), else ``row_scale[m]`` (per-token activation scales)."""
-    store = _epilogue(out, has_bias, per_tensor_rows)
-    if skinny:
+    activation scale), else ``row_scale[m]`` (per-token activation scales). ``fused_input``: the
+    skinny kernel quantizing ``x`` of that element per token itself (16-byte aligned ``x`` and
+    weight, ``K % 16 == 0``); its first two arrays are ``x``'s elements and 16-byte pairs, and it
+    keeps the per-token scales in shared memory (``row_scale`` is not read)."""
+    store, store_scaled = _epilogue(out, has_bias, per_tensor_rows)
+    if fused_input is not None:
+        kernel = _skinny(store, skinny_chunks, skinny_tiles, store_scaled, fused_input)
+        shape = f"skinny{skinny_chunks}x{skinny_tiles}_fused_{fused_input.short}"
+    elif skinny:
         kernel, shape = _skinny(store, skinny_chunks, skinny_tiles), f"skinny{skinny_chunks}x{skinny_tiles}"
     elif pipeline is not None:
         kernel, shape = _pipelined(store, pipeline), f"pipelined_{pipeline.name}"
@@ -455,7 +608,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
         kernel, shape = _tiled(store), "tiled"
     # per-token scales come from the dynamic quantizer: float64 for float64 activations
     row = "float64" if out is ElementKind.F64 and not per_tensor_rows else "float32"
-    signature = (f"void(uint8[::1], uint64[::1], uint8[::1], uint64[::1], {row}[::1], float32[::1], float32[::1], "
+    a_view = "uint8" if fused_input is None else uint_name(fused_input.itemsize)
+    signature = (f"void({a_view}[::1], uint64[::1], uint8[::1], uint64[::1], {row}[::1], float32[::1], float32[::1], "
                  f"{uint_name(out.itemsize)}[::1], int64, int64, int64, int64, boolean, float32)")
     kernel.__name__ = kernel.__qualname__ = (f"w8a8_gemm_{shape}_{out.short}{'_bias' if has_bias else ''}"
                                              f"{'_tensor' if per_tensor_rows else '_token'}")

@@ -16,7 +16,7 @@ from ..vocabulary import ElementKind, element_kind
 
 __all__ = ["coerced", "operand", "scale_operands", "select_plan", "resolve_dtype", "default_q_range",
            "scalar_zero_point", "output_operand", "clear_plan_cache", "zeros_like_kind", "fast_key", "fast_run",
-           "remember_fast"]
+           "remember_fast", "remembered_plan"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -69,6 +69,12 @@ def fast_run(key: tuple | None, like: Any, make_args: Any, stream: Any) -> Any:
     result = sys.modules["torch"].empty(like.shape, dtype=dtype, device=like.device)
     plan.run(make_args(result), stream=stream)
     return result
+
+
+def remembered_plan(key: tuple | None) -> Plan | None:
+    """The plan remembered under ``key`` (for calls that write into a given ``out=``), or None."""
+    found = None if key is None else _FAST_PLANS.get(key)
+    return None if found is None else found[0]
 
 
 def remember_fast(key: tuple | None, plan: Plan, result: Any) -> None:

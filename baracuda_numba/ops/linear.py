@@ -27,7 +27,17 @@ from ..plans.linear import (
     SmoothQuantLinearPlan,
 )
 from ..vocabulary import ElementKind
-from .common import coerced, operand, output_operand, resolve_dtype, select_plan
+from .common import (
+    coerced,
+    fast_key,
+    fast_run,
+    operand,
+    output_operand,
+    remember_fast,
+    remembered_plan,
+    resolve_dtype,
+    select_plan,
+)
 
 __all__ = ["quantized_linear", "smoothquant_linear", "activation_absmax", "weight_absmax", "smoothing_scales",
            "smooth_weight", "smooth_activation"]
@@ -58,6 +68,16 @@ def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, *, bias: Any = No
     epilogue ``(acc * scale_x[m]) * weight_scale[n] + bias[n]`` in float32.
     """
     where = "quantized_linear"
+    key = fast_key(where, _tensors(x, weight_q, weight_scale, bias, out), bias is None)
+    if key is not None:  # a repeat call on plain CUDA torch tensors: the remembered plan, unadapted
+        if out is None:
+            result = fast_run(key, _Result((*x.shape[:-1], weight_q.shape[0]), x.device),
+                              lambda y: QuantizedLinearArgs(x, weight_q, weight_scale, y, bias), stream)
+            if result is not None:
+                return result
+        elif _remembered(key, lambda plan: plan.run(QuantizedLinearArgs(x, weight_q, weight_scale, out, bias),
+                                                    stream=stream)):
+            return out
     xo, wo = operand(x, where, "x"), operand(weight_q, where, "weight_q")
     m, n, k = _linear_shapes(xo.shape, wo.shape, where)
     if wo.element is not ElementKind.S8:
@@ -67,6 +87,8 @@ def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, *, bias: Any = No
                                                                       bias is not None))
     result = output_operand(out, xo, (*xo.shape[:-1], n), xo.element, where)
     plan.run(QuantizedLinearArgs(xo, wo, scale, result, bias_op), stream=stream)
+    if scale.obj is weight_scale and (bias is None or bias_op.obj is bias):  # no conversion: repeatable raw
+        remember_fast(key, plan, result.obj)
     return result.obj
 
 
@@ -75,6 +97,17 @@ def smoothquant_linear(act_q: Any, weight_q: Any, weight_scale: Any, act_scale: 
     """SmoothQuant W8A8 linear: ``act_q [..., K]`` int8 quantized with the static per-tensor
     ``act_scale``; ``y = (acc * act_scale) * weight_scale[n] (+ bias[n])`` in ``dtype``."""
     where = "smoothquant_linear"
+    key = fast_key(where, _tensors(act_q, weight_q, weight_scale, bias, out), bias is None, dtype)
+    if key is not None:  # a repeat call on plain CUDA torch tensors: the remembered plan, unadapted
+        if out is None:
+            result = fast_run(key, _Result((*act_q.shape[:-1], weight_q.shape[0]), act_q.device),
+                              lambda y: SmoothQuantLinearArgs(act_q, weight_q, weight_scale, act_scale, y, bias),
+                              stream)
+            if result is not None:
+                return result
+        elif _remembered(key, lambda plan: plan.run(SmoothQuantLinearArgs(act_q, weight_q, weight_scale, act_scale,
+                                                                           out, bias), stream=stream)):
+            return out
     ao, wo = operand(act_q, where, "act_q"), operand(weight_q, where, "weight_q")
     m, n, k = _linear_shapes(ao.shape, wo.shape, where)
     for name, op in (("act_q", ao), ("weight_q", wo)):
@@ -85,7 +118,32 @@ def smoothquant_linear(act_q: Any, weight_q: Any, weight_scale: Any, act_scale: 
     plan = select_plan(SmoothQuantLinearPlan, SmoothQuantLinearDescriptor(m, n, k, element, bias is not None))
     result = output_operand(out, ao, (*ao.shape[:-1], n), element, where)
     plan.run(SmoothQuantLinearArgs(ao, wo, scale, act_scale, result, bias_op), stream=stream)
+    if scale.obj is weight_scale and (bias is None or bias_op.obj is bias):  # no conversion: repeatable raw
+        remember_fast(key, plan, result.obj)
     return result.obj
+
+
+class _Result:
+    """Shape and device of a new output, as :func:`~baracuda_numba.ops.common.fast_run` takes them."""
+
+    __slots__ = ("device", "shape")
+
+    def __init__(self, shape: tuple[int, ...], device: Any) -> None:
+        self.shape, self.device = shape, device
+
+
+def _tensors(*arrays: Any) -> tuple:
+    """The array arguments of a call, the absent optional ones (None) left out."""
+    return tuple(a for a in arrays if a is not None)
+
+
+def _remembered(key: tuple, run: Any) -> bool:
+    """Run the plan remembered under ``key`` (an ``out=`` call); False when none is."""
+    plan = remembered_plan(key)
+    if plan is None:
+        return False
+    run(plan)
+    return True
 
 
 # -- SmoothQuant calibration (host-side compositions in the inputs' framework) -----------------------

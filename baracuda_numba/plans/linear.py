@@ -11,6 +11,7 @@ is ``[N, K]`` int8 row-major (``nn.Linear.weight``), ``weight_scale`` ``[N]`` fl
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ import numpy as np
 from ..arrays import Operand, adapt, allocate_like, finish, sub_operand
 from ..errors import InvalidProblem, problem_message
 from ..kernels import linear as gemm
+from ..kernels.elementwise import chunk_view_itemsize
 from ..kernels.linear import (
     MAX_EXACT_K,
     SKINNY_M,
@@ -30,10 +32,10 @@ from ..kernels.linear import (
     TILE_THREADS,
     linear_kernel,
 )
-from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
+from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize, torch_current_stream
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
-from .base import Plan, checked_operand, checked_scale
+from .base import _TORCH_DTYPES, Plan, _torch_tensor_type, checked_operand, checked_scale
 from .dynamic import (
     DynamicRangeMode,
     DynamicRangeQuantizeArgs,
@@ -88,6 +90,18 @@ class SmoothQuantLinearArgs:
     bias: Any = None  # [n] float32
 
 
+# Decode shapes up to this many tokens quantize the activations inside the skinny GEMM (one launch),
+# when their quantized rows fit in FUSED_MAX_SHARED bytes of shared memory. Every block quantizes the
+# rows itself (N / 16 times over), a prologue that grows with M: on an H100 one launch won at M = 1
+# and lost at M = 16 (notes/gemm.md; M = 2 .. 4 not measured yet).
+FUSED_MAX_M = 1
+FUSED_MAX_SHARED = 160 * 1024
+# The parameter slots a fast launch rewrites: the data pointer of each of the 8 array structs, then
+# the float32 tensor_scale (after M, N, K, tiles_m, aligned).
+_POINTER_SLOTS = slice(4, 56, 7)
+_TENSOR_SCALE_SLOT = range(61, 62)
+
+
 def _align(n: int) -> int:
     return -(-n // 256) * 256
 
@@ -120,12 +134,19 @@ class _LinearPlan(Plan):
             self._variants[name] = (launcher, tiles_m, tiles_m * -(-desc.n // cols), threads)
             compiles[name] = kernel.compiled
 
+        self._fused = False
         if desc.m <= SKINNY_MAX_M:
             # decode-like shapes stream the weight once through the skinny kernel (any alignment)
             tiles = gemm.skinny_tiles(desc.k)
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.SKINNY_CHUNKS, tiles)
             variant("skinny", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS)
             self._aligned_variant = self._other_variant = "skinny"
+            if self._fuses_quantize():
+                kernel = linear_kernel(out, desc.has_bias, False, True, None, gemm.SKINNY_CHUNKS, tiles,
+                                       fused_input=self.entry.input_element)
+                variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
+                        gemm.fused_shared_bytes(desc.m, desc.k))
+                self._aligned_variant, self._fused = "fused", True
         else:
             # 16-byte aligned operands with K % 16 == 0 go through the cp.async pipeline; others
             # through the register-staged tiled kernel, which assembles unaligned chunks from bytes
@@ -135,8 +156,99 @@ class _LinearPlan(Plan):
             variant("tiled", linear_kernel(out, desc.has_bias, per_tensor_rows), TILE_M, TILE_N, TILE_THREADS)
             self._aligned_variant = "pipelined" if desc.k % 16 == 0 else "tiled"
             self._other_variant = "tiled"
+        self._fast_specs: tuple | None = None
         if not SIMULATOR:
             compiles[self._aligned_variant]()  # compile now rather than in the first run
+            self._install_fast_template()
+
+    def _fuses_quantize(self) -> bool:
+        """Whether aligned operands take the skinny kernel that quantizes ``x`` itself."""
+        return False
+
+    # -- fast path: plain CUDA torch tensors, pointers patched into a pre-packed parameter block --
+
+    def _fast_arrays(self, pointers: tuple[int, ...]) -> tuple[ArrayArg, ...]:
+        """The 8 kernel arrays of the aligned variant for operands at ``pointers`` (GEMM input, weight,
+        weight_scale, bias or weight_scale, output, row scales), as :meth:`_gemm` builds them."""
+        d = self.desc
+        a_ptr, w_ptr, s_ptr, b_ptr, o_ptr, row_ptr = pointers
+        if self._fused:
+            itemsize = self.entry.input_element.itemsize
+            a_views = (ArrayArg(a_ptr, d.m * d.k, itemsize), ArrayArg(a_ptr, d.m * d.k * itemsize // 8, 8))
+            row = ArrayArg(0, 0, 8 if self.entry.input_element is ElementKind.F64 else 4)
+        else:
+            a_views = (ArrayArg(a_ptr, d.m * d.k, 1), ArrayArg(a_ptr, d.m * d.k // 8, 8))
+            row = self._fast_row_vector(row_ptr)
+        return (*a_views, ArrayArg(w_ptr, d.n * d.k, 1), ArrayArg(w_ptr, d.n * d.k // 8, 8), row,
+                ArrayArg(s_ptr, d.n, 4), ArrayArg(b_ptr, d.n, 4),
+                ArrayArg(o_ptr, d.m * d.n, d.output_element.itemsize))
+
+    def _fast_row_vector(self, ptr: int) -> ArrayArg:
+        """The row-scale array of the unfused GEMM (SmoothQuant: the weight scales, unread)."""
+        return ArrayArg(ptr, self.desc.n, 4)
+
+    def _install_fast_template(self) -> None:
+        """Pack the aligned variant's parameter block once; the fast path patches the 8 pointers and
+        the tensor scale."""
+        d = self.desc
+        launcher, tiles_m, _, _ = self._variants[self._aligned_variant]
+        if d.m == 0 or d.n == 0 or d.k == 0 or d.k % 16:
+            return
+        values: list = []
+        for ptr, nitems, itemsize, _ in self._fast_arrays((0,) * 6):
+            values += (0, 0, nitems, itemsize, ptr, nitems, itemsize)
+        values += (d.m, d.n, d.k, tiles_m, True, 0.0)
+        launcher.params.set_template(values, (_POINTER_SLOTS,), _TENSOR_SCALE_SLOT, np.float32)
+        specs = [("input", self._fast_input_element(), d.m * d.k, 16), ("weight", ElementKind.S8, d.n * d.k, 16),
+                 ("weight_scale", ElementKind.F32, d.n, 4)]
+        if d.has_bias:
+            specs.append(("bias", ElementKind.F32, d.n, 4))
+        specs.append(("output", d.output_element, d.m * d.n, d.output_element.itemsize))
+        self._fast_specs = tuple(specs)
+
+    def _fast_input_element(self) -> ElementKind:
+        return ElementKind.S8
+
+    def _fast_pointers(self, args: Any) -> tuple[list[int], int] | None:
+        """Data pointers and device of ``args``'s arrays when every one is a contiguous CUDA
+        ``torch.Tensor`` (or an operand adapted from one) of the expected dtype and size, aligned
+        for the aligned variant, on one device (else None: the checked path decides)."""
+        tensor_type = _torch_tensor_type()
+        pointers: list[int] = []
+        device = -1
+        for field, element, count, alignment in self._fast_specs:
+            value = getattr(args, field)
+            kind = type(value)
+            if kind is tensor_type:
+                if (_TORCH_DTYPES.get(value.dtype) is not element or not value.is_cuda or value.numel() != count
+                        or not value.is_contiguous()):
+                    return None
+                ptr, value_device = value.data_ptr(), value.get_device()
+            elif kind is Operand:
+                if value.origin != "torch" or value.element is not element or value.size != count \
+                        or not value.contiguous:
+                    return None
+                ptr, value_device = value.ptr, value.device_id
+            else:
+                return None
+            if ptr % alignment or (device != value_device and device != -1):
+                return None
+            device = value_device
+            pointers.append(ptr)
+        return pointers, device
+
+    def _launch_fast(self, pointers: list[int], device: int, tensor_scale: Any, stream: int,
+                     a_ptr: int | None = None, row_ptr: int = 0) -> None:
+        """The aligned GEMM variant on ``pointers`` (input, weight, weight_scale, [bias,] output);
+        ``a_ptr`` / ``row_ptr``: quantized activations and their scales in place of the input."""
+        if not self.desc.has_bias:
+            pointers.insert(3, pointers[2])  # the unused bias slot points at weight_scale
+        in_ptr, w_ptr, s_ptr, b_ptr, o_ptr = pointers
+        if a_ptr is None:
+            a_ptr, row_ptr = in_ptr, (0 if self._fused else s_ptr)
+        launcher, _, blocks, threads = self._variants[self._aligned_variant]
+        launcher.launch_patched(blocks, threads, stream, ((a_ptr, a_ptr, w_ptr, w_ptr, row_ptr, s_ptr, b_ptr, o_ptr),),
+                                (tensor_scale,), device)
 
     def _common(self, args: Any) -> tuple[Operand, Operand, Operand | None, Operand]:
         d, name = self.desc, self.name
@@ -154,29 +266,39 @@ class _LinearPlan(Plan):
         return weight, weight_scale, bias, output
 
     def _gemm(self, a: Operand, weight: Operand, row_scale: Operand | None, weight_scale: Operand,
-              bias: Operand | None, output: Operand, tensor_scale: float, handle: int) -> None:
+              bias: Operand | None, output: Operand, tensor_scale: float, handle: int, unfused: bool = False) -> None:
         d = self.desc
         aligned = d.k % 16 == 0 and _address(a) % 16 == 0 and _address(weight) % 16 == 0
         name = self._aligned_variant if aligned else self._other_variant
+        if unfused and name == "fused":
+            name = "skinny"  # `a` is already quantized
         launcher, tiles_m, blocks, threads = self._variants[name]
-        arrays = (*_byte_views(a, d.m * d.k), *_byte_views(weight, d.n * d.k),
-                  _vector(row_scale if row_scale is not None else weight_scale),
-                  _vector(weight_scale), _vector(bias if bias is not None else weight_scale),
-                  ArrayArg(output.ptr, d.m * d.n, output.element.itemsize,
-                           None if output.host is None else output.host.view(f"u{output.element.itemsize}")))
+        if name == "fused":  # `a` is x itself; the scales stay in the kernel's shared memory
+            a_views = (_element_view(a, d.m * d.k), _pair_view(a, d.m * d.k * a.element.itemsize))
+            row_vector = ArrayArg(0, 0, a.element.itemsize if a.element is ElementKind.F64 else 4,
+                                  None if not SIMULATOR else np.zeros(0, np.float64 if a.element is ElementKind.F64
+                                                                      else np.float32))
+        else:
+            a_views = _byte_views(a, d.m * d.k)
+            row_vector = _vector(row_scale if row_scale is not None else weight_scale)
+        arrays = (*a_views, *_byte_views(weight, d.n * d.k), row_vector,
+                  _vector(weight_scale), _vector(bias if bias is not None else weight_scale), _element_view(output,
+                                                                                                          d.m * d.n))
         launcher.launch(blocks, threads, handle, arrays, (d.m, d.n, d.k, tiles_m, aligned, tensor_scale),
                         a.device_id)
 
     def kernel_variant(self, args: Any) -> str:
-        """Which GEMM kernel ``run(args)`` launches: ``skinny``, ``pipelined`` or ``tiled``."""
+        """Which GEMM kernel ``run(args)`` launches: ``fused`` (the skinny kernel quantizing ``x``
+        itself), ``skinny``, ``pipelined`` or ``tiled``."""
         operands = self._bind(args)
         aligned = self.desc.k % 16 == 0 and _address(operands[1]) % 16 == 0
-        if isinstance(self, QuantizedLinearPlan):
+        if isinstance(self, QuantizedLinearPlan) and not self._fused:
             return self._aligned_variant if aligned else self._other_variant  # xq lives in the workspace
         return self._aligned_variant if aligned and _address(operands[0]) % 16 == 0 else self._other_variant
 
 
 _SCALARS = (np.int64,) * 4 + (np.bool_, np.float32)
+_ZERO_F32 = np.float32(0.0)
 
 
 def _multiprocessors() -> int:
@@ -194,13 +316,24 @@ def _address(op: Operand) -> int:
 
 def _byte_views(op: Operand, nbytes: int) -> tuple[ArrayArg, ArrayArg]:
     if SIMULATOR:
-        raw = op.host.view(np.uint8)
-        return ArrayArg(0, nbytes, 1, raw), ArrayArg(0, nbytes // 8, 8, raw[: nbytes // 8 * 8].view(np.uint64))
+        return ArrayArg(0, nbytes, 1, op.host.view(np.uint8)), _pair_view(op, nbytes)
     return ArrayArg(op.ptr, nbytes, 1), ArrayArg(op.ptr, nbytes // 8, 8)
 
 
 def _vector(op: Operand) -> ArrayArg:
     return ArrayArg(op.ptr, op.size, op.element.itemsize, op.host)
+
+
+def _element_view(op: Operand, count: int) -> ArrayArg:
+    itemsize = op.element.itemsize
+    return ArrayArg(op.ptr, count, itemsize, None if op.host is None else op.host.view(f"u{itemsize}"))
+
+
+def _pair_view(op: Operand, nbytes: int) -> ArrayArg:
+    """``nbytes`` of ``op`` as uint64 (16-byte aligned: read as pairs)."""
+    if SIMULATOR:
+        return ArrayArg(0, nbytes // 8, 8, op.host.view(np.uint8)[: nbytes // 8 * 8].view(np.uint64))
+    return ArrayArg(op.ptr, nbytes // 8, 8)
 
 
 class QuantizedLinearPlan(_LinearPlan):
@@ -219,9 +352,68 @@ class QuantizedLinearPlan(_LinearPlan):
         self._scale_offset = _align(d.m * d.k)
         self._quantizer_offset = self._scale_offset + _align(self._scale_element.itemsize * d.m)
 
+    def _fuses_quantize(self) -> bool:
+        d = self.desc
+        return d.m <= FUSED_MAX_M and d.k % 16 == 0 and gemm.fused_shared_bytes(d.m, d.k) <= FUSED_MAX_SHARED
+
+    def _fast_input_element(self) -> ElementKind:
+        return self.desc.input_element
+
+    def _fast_workspace(self, workspace: Any, device: int) -> int | None:
+        """The address of a workspace the fast path takes unchecked (a contiguous, 16-byte aligned CUDA
+        tensor, or an operand adapted from one, of at least ``workspace_size()`` bytes on ``device``),
+        else None."""
+        kind = type(workspace)
+        if kind is _torch_tensor_type():
+            if (not workspace.is_cuda or workspace.get_device() != device or not workspace.is_contiguous()
+                    or workspace.numel() * workspace.element_size() < self.workspace_size()):
+                return None
+            ptr = workspace.data_ptr()
+        elif kind is Operand:
+            if (workspace.origin != "torch" or workspace.device_id != device or not workspace.contiguous
+                    or workspace.size * workspace.element.itemsize < self.workspace_size()):
+                return None
+            ptr = workspace.ptr
+        else:
+            return None
+        return None if ptr % 16 else ptr
+
+    def _fast_row_vector(self, ptr: int) -> ArrayArg:
+        return ArrayArg(ptr, self.desc.m, self._scale_element.itemsize)
+
+    def _install_fast_template(self) -> None:
+        super()._install_fast_template()
+        if self._fast_specs is None or self._fused:
+            return
+        # two launches: the quantizer's segment kernel on its aligned chunk path, then the GEMM
+        q, d = self._quantizer, self.desc
+        nseg, seg_len = q._segments
+        G, n = q._kernels.chunk, d.m * d.k
+        cps = seg_len // G
+        x_size = d.input_element.itemsize
+        x_word, q_word = chunk_view_itemsize(G * x_size), chunk_view_itemsize(G)
+        values = [*array_values(0, nseg * cps * G * x_size // x_word, x_word), *array_values(0, n, x_size),
+                  *array_values(0, nseg * cps * G // q_word, q_word), *array_values(0, n, 1),
+                  *array_values(0, nseg, self._scale_element.itemsize), *array_values(0, nseg, 4),
+                  nseg, seg_len, cps, q._tps, *q._q_scalars]
+        quantize_slots = 7 * 6 + 4
+        q._launchers["segment"].params.set_template(values, (slice(4, 42, 7),),
+                                                    range(quantize_slots, quantize_slots), q._math)
+
+    def _run_two_launches_fast(self, pointers: list[int], device: int, ws_ptr: int) -> None:
+        """The quantizer's segment kernel and the GEMM, both on pre-packed parameter blocks."""
+        q = self._quantizer
+        stream = torch_current_stream(device)
+        scale_ptr, zp_ptr = ws_ptr + self._scale_offset, ws_ptr + self._quantizer_offset
+        x_ptr = pointers[0]
+        q._launchers["segment"].launch_patched(q._segment_blocks, q._threads, stream,
+                                               ((x_ptr, x_ptr, ws_ptr, ws_ptr, scale_ptr, zp_ptr),), (), device)
+        self._launch_fast(pointers, device, _ZERO_F32, stream, ws_ptr, scale_ptr)
+
     def workspace_size(self) -> int:
         """Quantized activations ``[m, k]`` int8, their scales ``[m]`` (float32; float64 for f64 input),
-        the quantizer's scratch."""
+        the quantizer's scratch. (The fused decode kernel, ``m <= 16``, uses none of it when ``x``
+        is 16-byte aligned.)"""
         return self._quantizer_offset + self._quantizer.workspace_size()
 
     def _bind(self, args: Any) -> tuple:
@@ -234,24 +426,55 @@ class QuantizedLinearPlan(_LinearPlan):
     def run(self, args: Any, workspace: Any = None, stream: Any = None) -> None:
         """Quantize ``args.input`` per token into the workspace, then the int8 GEMM and epilogue.
 
-        ``workspace``: at least ``workspace_size()`` bytes, or None to let the plan allocate it.
+        ``workspace``: at least ``workspace_size()`` bytes, or None to let the plan allocate it
+        (only when the two-launch path runs).
+
+        At ``m <= 16`` with ``K % 16 == 0`` and 16-byte aligned ``x`` and weight, one kernel does
+        both. When, in addition, every array is a contiguous CUDA ``torch.Tensor`` of the expected
+        dtype on one device and ``stream`` is None, the plan patches their pointers into its
+        pre-packed parameter block and launches (no operand adaptation, no workspace).
         """
+        if self._fast_specs is not None and stream is None and type(args) is QuantizedLinearArgs:
+            found = self._fast_pointers(args)
+            if found is not None:
+                pointers, device = found
+                if self._fused:
+                    if workspace is None or self._fast_workspace(workspace, device) is not None:
+                        self._launch_fast(pointers, device, _ZERO_F32, torch_current_stream(device))
+                        return
+                else:
+                    x = args.input
+                    if workspace is None and type(x) is _torch_tensor_type():  # operands: the checked path
+                        torch = sys.modules["torch"]
+                        workspace = torch.empty(self.workspace_size(), dtype=torch.uint8, device=x.device)
+                    ws_ptr = None if workspace is None else self._fast_workspace(workspace, device)
+                    if ws_ptr is not None:
+                        self._run_two_launches_fast(pointers, device, ws_ptr)
+                        return
         x, weight, weight_scale, bias, output = self._bind(args)
         d = self.desc
         if d.m == 0 or d.n == 0:
+            return
+        handle = stream_handle(stream, (x, output), self.name)
+        if self._fused and d.k and _address(x) % 16 == 0 and _address(weight) % 16 == 0:
+            if workspace is not None:
+                self._check_workspace(workspace)
+            self._gemm(x, weight, None, weight_scale, bias, output, 0.0, handle)
+            if output.on_host or x.on_host:
+                synchronize(handle)
+                finish(output)
             return
         if workspace is None:
             workspace = allocate_like(x, (self.workspace_size(),), ElementKind.U8)
         else:
             self._check_workspace(workspace)
         ws = adapt(workspace, self.name, "workspace")
-        handle = stream_handle(stream, (x, output), self.name)
         xq = sub_operand(ws, 0, ElementKind.S8, (d.m, d.k))
         scale_x = sub_operand(ws, self._scale_offset, self._scale_element, (d.m,))
         scratch = sub_operand(ws, self._quantizer_offset, ElementKind.U8, (self._quantizer.workspace_size(),))
         if d.k:
             self._quantizer.run(DynamicRangeQuantizeArgs(x, xq, scale_x, None), workspace=scratch, stream=handle)
-        self._gemm(xq, weight, scale_x, weight_scale, bias, output, 0.0, handle)
+        self._gemm(xq, weight, scale_x, weight_scale, bias, output, 0.0, handle, unfused=True)
         if output.on_host or x.on_host:
             synchronize(handle)
             finish(output)
@@ -276,7 +499,17 @@ class SmoothQuantLinearPlan(_LinearPlan):
         return (act, *self._common(args), act_scale)
 
     def run(self, args: Any, workspace: Any = None, stream: Any = None) -> None:
-        """The int8 GEMM and epilogue on pre-quantized activations (no workspace)."""
+        """The int8 GEMM and epilogue on pre-quantized activations (no workspace).
+
+        Contiguous CUDA ``torch.Tensor`` arrays of the expected dtypes on one device, 16-byte aligned
+        ``act`` and weight, ``K % 16 == 0`` and ``stream=None`` take a fast path: their pointers are
+        patched into the plan's pre-packed parameter block."""
+        if self._fast_specs is not None and stream is None and type(args) is SmoothQuantLinearArgs:
+            found = self._fast_pointers(args)
+            if found is not None:
+                _, act_scale = checked_scale(self.name, args.act_scale, np.float32, "act_scale")
+                self._launch_fast(found[0], found[1], act_scale, torch_current_stream(found[1]))
+                return
         act, weight, weight_scale, bias, output, act_scale = self._bind(args)
         d = self.desc
         if d.m == 0 or d.n == 0:
