@@ -343,7 +343,7 @@ class QuantizedLinearPlan(_LinearPlan):
     Args = QuantizedLinearArgs
 
     def _prepare(self) -> None:
-        super()._prepare()
+        # set before the base prepares: on a GPU it installs the fast template, which reads them
         d = self.desc
         self._quantizer = DynamicRangeQuantizePlan.select(DynamicRangeQuantizeDescriptor(
             (d.m, d.k), DynamicRangeMode.SYMMETRIC, DynamicRangeScope.token(), -127, 127, d.input_element,
@@ -351,6 +351,7 @@ class QuantizedLinearPlan(_LinearPlan):
         self._scale_element = ElementKind.F64 if d.input_element is ElementKind.F64 else ElementKind.F32
         self._scale_offset = _align(d.m * d.k)
         self._quantizer_offset = self._scale_offset + _align(self._scale_element.itemsize * d.m)
+        super()._prepare()
 
     def _fuses_quantize(self) -> bool:
         d = self.desc
