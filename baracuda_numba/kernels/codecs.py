@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, MathPrecision
 from . import device
 from .device import device_function
@@ -126,6 +127,53 @@ def fp8_bits_codec(element: ElementKind):
     return decode, encode
 
 
+def _fp8_codec(element: ElementKind, M: type):
+    """``(decode, encode)`` between FP8 bits and the math type ``M``.
+
+    On the GPU one conversion instruction each way (``cvt.rn.satfinite.{e4m3,e5m2}x2.f32``, sm_89+;
+    E4M3 decodes through ``cvt.rn.f16x2.e4m3x2``, E5M2 bits are the top byte of a float16), with the
+    NaN's sign put back (the instruction gives the canonical NaN, PyTorch keeps the sign). The
+    simulator runs :func:`fp8_bits_codec`, the integer model of the same conversion: both are held
+    to PyTorch's ``x.to(float8)`` bit for bit (tests/test_fp8.py).
+    """
+    if SIMULATOR:
+        fp8_decode, fp8_encode = fp8_bits_codec(element)
+
+        @device_function
+        def decode_model(w):
+            return M(device.bits_to_f32(fp8_decode(w)))
+
+        @device_function
+        def encode_model(x):
+            return fp8_encode(device.f32_to_bits(np.float32(x)))
+
+        return decode_model, encode_model
+
+    e4m3 = element is ElementKind.FP8_E4M3
+    to_fp8 = device.f32_to_e4m3_bits if e4m3 else device.f32_to_e5m2_bits
+    from_e4m3 = device.e4m3_bits_to_f32 if e4m3 else None
+    nan_bits, sign_shift, sign_bit = np.uint64(0x7F), np.uint64(24), np.uint64(0x80)
+    eight = np.uint64(8)
+
+    @device_function
+    def encode_hardware(x):
+        f = np.float32(x)
+        if f != f:
+            return ((device.f32_to_bits(f) >> sign_shift) & sign_bit) | nan_bits
+        return to_fp8(f)
+
+    if e4m3:
+        @device_function
+        def decode_hardware(w):
+            return M(from_e4m3(w))
+    else:
+        @device_function
+        def decode_hardware(w):
+            return M(device.f16_bits_to_f32((w & _BYTE) << eight))
+
+    return decode_hardware, encode_hardware
+
+
 def math_type(precision: MathPrecision) -> type:
     """NumPy scalar type used as the cast to the math precision (works in kernels and on the host)."""
     return np.float64 if precision is MathPrecision.F64 else np.float32
@@ -175,19 +223,10 @@ def codec(element: ElementKind, precision: MathPrecision) -> Codec:
 
         return Codec(element, decode_int, encode_int, 8)
     elif element.is_fp8:
-        # FP8 through float32 bits. Float64 math values are rounded to float32 first, as PyTorch's
+        # FP8 through float32. Float64 math values are rounded to float32 first, as PyTorch's
         # conversion does (``Float8_e4m3fn(float)``); the scaled values are clamped to the finite
         # range before this, so that double rounding only touches ties below float32 precision.
-        fp8_decode, fp8_encode = fp8_bits_codec(element)
-
-        @device_function
-        def decode_fp8(w):
-            return M(device.bits_to_f32(fp8_decode(w)))
-
-        @device_function
-        def encode_fp8(x):
-            return fp8_encode(device.f32_to_bits(np.float32(x)))
-
+        decode_fp8, encode_fp8 = _fp8_codec(element, M)
         return Codec(element, decode_fp8, encode_fp8, 8)
     else:
         raise ValueError(f"no codec for {element!r}")

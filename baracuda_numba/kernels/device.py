@@ -513,3 +513,45 @@ else:
             return context.make_tuple(builder, result, [builder.extract_value(out, i) for i in range(4)])
 
         return result(stage, c, scratch, tid), codegen
+
+
+if not SIMULATOR:
+    # FP8 through the conversion unit (sm_89+). The simulator has no equivalent instruction:
+    # codecs.py models it with integer arithmetic there (fp8_bits_codec), and the GPU tests hold
+    # both to PyTorch's conversion.
+
+    def _f32_to_fp8(kind: str):
+        # Both halves from the same value: only the low byte is kept.
+        text = (f"{{ .reg .b16 pair; cvt.rn.satfinite.{kind}x2.f32 pair, $1, $1; "
+                "cvt.u32.u16 $0, pair; and.b32 $0, $0, 255; }")
+
+        @intrinsic
+        def f32_to_fp8_bits(typingctx, x):
+            if x != types.float32:
+                return None
+
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(_I32, [ir.FloatType()]), text, "=r,f")
+                return builder.zext(builder.call(asm, [args[0]]), _I64)
+
+            return types.uint64(x), codegen
+
+        return f32_to_fp8_bits
+
+    f32_to_e4m3_bits = _f32_to_fp8("e4m3")
+    f32_to_e5m2_bits = _f32_to_fp8("e5m2")
+
+    _E4M3_TO_F32 = ("{ .reg .b16 byte, lo, hi; .reg .b32 halves; cvt.u16.u32 byte, $1; "
+                    "cvt.rn.f16x2.e4m3x2 halves, byte; mov.b32 {lo, hi}, halves; cvt.f32.f16 $0, lo; }")
+
+    @intrinsic
+    def e4m3_bits_to_f32(typingctx, w):
+        if not isinstance(w, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            low = builder.and_(builder.trunc(_to_i64(builder, args[0], w), _I32), ir.Constant(_I32, 0xFF))
+            asm = ir.InlineAsm(ir.FunctionType(ir.FloatType(), [_I32]), _E4M3_TO_F32, "=f,r")
+            return builder.call(asm, [low])
+
+        return types.float32(w), codegen
