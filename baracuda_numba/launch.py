@@ -122,11 +122,19 @@ class KernelLauncher:
                 dispatcher = self._compile()
                 overload = next(iter(dispatcher.overloads.values()))
                 function = int(overload._codelibrary.get_cufunc().handle)
-                if self._shared_bytes > _DEFAULT_SHARED_LIMIT:
-                    error = _driver().set_max_dynamic_shared(function, self._shared_bytes, device_id)
+                static = overload.shared_mem_per_block
+                if self._shared_bytes and static + self._shared_bytes > _DEFAULT_SHARED_LIMIT:
+                    # The attribute belongs to the function, which several launchers (plans of other
+                    # shapes) share: allow all the device can give, not this launcher's bytes, so
+                    # that no launcher lowers it under another's.
+                    allowed = cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN - static
+                    if self._shared_bytes > allowed:
+                        raise BaracudaError(f"{self._shared_bytes} bytes of dynamic shared memory asked, the "
+                                            f"device allows {allowed} next to the kernel's {static} static")
+                    error = _driver().set_max_dynamic_shared(function, allowed, device_id)
                     if error:
                         raise BaracudaError(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, "
-                                            f"{self._shared_bytes}) failed with CUresult {error}")
+                                            f"{allowed}) failed with CUresult {error}")
                 self._functions[device_id] = function
         return function
 

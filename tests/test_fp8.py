@@ -21,6 +21,7 @@ from baracuda_numba.kernels.codecs import fp8_bits_codec
 from baracuda_numba.reference import elementwise as ref
 from baracuda_numba.reference import fp8 as ref8
 from baracuda_numba.vocabulary import ElementKind as E
+from baracuda_numba.vocabulary import MathPrecision
 from baracuda_numba.vocabulary import QuantizeKind as K
 
 torch = pytest.importorskip("torch")
@@ -463,6 +464,44 @@ def assert_torch_bits(got, want) -> None:
     nan = (want_bits & 0x7F) == 0x7F
     assert torch.equal(got_bits[~nan], want_bits[~nan])
     assert bool(((got_bits[nan] & 0x7F) == 0x7F).all())
+
+
+@functools.cache
+def _hardware_encode_kernel(element):
+    from numba import cuda
+
+    from baracuda_numba.kernels.codecs import codec
+
+    encode = codec(element, MathPrecision.F32).encode
+
+    @cuda.jit
+    def apply(x, encoded):
+        i = cuda.grid(1)
+        if i < x.size:
+            encoded[i] = encode(x[i])
+
+    return apply
+
+
+@requires_gpu
+@pytest.mark.parametrize("element", FP8, ids=fp8_id)
+def test_gpu_conversion_instruction_equals_the_integer_model(element):
+    """The kernels' encoder (``cvt.rn.satfinite``) against the integer model the simulator runs, over
+    every f16 / bf16 value, random f32 bit patterns and every tie of the format."""
+    from numba import cuda
+
+    rng = np.random.default_rng(16)
+    values = finite_fp8_values(element)
+    mids = ((values[1:] + values[:-1]) / 2).astype(np.float32)
+    x = np.concatenate([
+        np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float32),
+        (np.arange(2**16, dtype=np.uint32) << 16).view(np.float32),
+        rng.integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32).view(np.float32),
+        mids, -mids, np.nextafter(mids, np.float32(np.inf)), np.nextafter(mids, np.float32(0)),
+    ])
+    encoded = cuda.device_array(x.size, np.uint64)
+    _hardware_encode_kernel(element)[-(-x.size // 256), 256](cuda.to_device(x), encoded)
+    np.testing.assert_array_equal(encoded.copy_to_host().astype(np.uint8), _encode_all(element, x))
 
 
 @requires_gpu

@@ -519,6 +519,32 @@ def test_gpu_fused_decode_equals_two_launches_and_torch(m, n, k, dtype):
 
 
 @requires_gpu
+def test_gpu_plans_sharing_a_kernel_with_different_shared_memory():
+    """Plans of several M launch the same fused kernel with different dynamic shared memory, some
+    past 48 KiB with the kernel's static shared memory: each launch works, in any order (the
+    opt-in belongs to the kernel, so a later plan must not lower it under an earlier one's)."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    n, k = 264, 8192
+    g = torch.Generator(device="cuda").manual_seed(11)
+    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
+    cases = [(m, (torch.randn(m, k, device="cuda", generator=g) * 3).to(torch.bfloat16)) for m in (16, 4, 7, 2, 16)]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(plans, "FUSED_MAX_M", 16)
+        clear_plan_cache()
+        fused = [bn.quantized_linear(x, w, ws) for _, x in cases]
+        fused += [bn.quantized_linear(x, w, ws) for _, x in cases]  # again, every plan already built
+    clear_plan_cache()
+    for (m, x), got, again in zip(cases, fused[:len(cases)], fused[len(cases):], strict=True):
+        want = _torch_w8a8(torch, x, w, ws, None)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), m
+        assert torch.equal(again.view(torch.int16), want.view(torch.int16)), m
+
+
+@requires_gpu
 def test_gpu_op_fast_path_repeats_and_falls_back():
     """Repeat ``quantized_linear`` / ``smoothquant_linear`` calls (the remembered plan, fast path)
     equal the first; a misaligned or non-contiguous ``x`` and a float64 weight scale still work."""

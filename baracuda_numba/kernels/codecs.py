@@ -37,6 +37,11 @@ class Fp8Format:
     infinities: bool
 
 
+# How the GPU kernels decode FP8: False, the exact rescale of fp8_bits_codec (integer and float
+# adder work); True, the conversion unit (``cvt.rn.f16x2.e4m3x2`` / E5M2 as a float16, then
+# ``cvt.f32.f16``). Same bits either way; benchmarks/tune_fp8.py times both on the GPU.
+FP8_DECODE_BY_CONVERSION = False
+
 _FP8 = {
     ElementKind.FP8_E4M3: Fp8Format(3, 7, 0x7E, False),
     ElementKind.FP8_E5M2: Fp8Format(2, 15, 0x7B, True),
@@ -55,8 +60,9 @@ def fp8_bits_codec(element: ElementKind):
     ``encode(f32 bits)``: round to nearest even with subnormals (one rounding from float32), finite
     values beyond the largest finite one and +-inf saturate to ``+-max`` (E5M2 too: saturating,
     as a quantizer must), NaN -> ``0x7F`` with the NaN's sign (PyTorch's encoding in both formats).
-    Integer arithmetic only: the same on the GPU and the simulator, no ``cvt.e4m3`` needed.
-    ``decode(fp8 bits)``: exact (every FP8 value is a float32), NaN -> quiet NaN, +-inf for E5M2.
+    Integer arithmetic only: the simulator's model of ``cvt.rn.satfinite`` (the GPU runs the instruction).
+    ``decode(fp8 bits)``: exact (every FP8 value is a float32), NaN -> quiet NaN, +-inf for E5M2; one
+    float multiply, on the GPU and the simulator alike.
     """
     fmt = _FP8[element]
     u64 = np.uint64
@@ -71,9 +77,6 @@ def fp8_bits_codec(element: ElementKind):
     implicit, mantissa_mask = u64(0x800000), u64(0x7FFFFF)
     one, zero, sign_shift = u64(1), u64(0), u64(24)
     round_bias = (one << (shift - one)) - one
-    exp_mask = u64((1 << (7 - m)) - 1)
-    fp8_mantissa_mask = u64((1 << m) - 1)
-    top_exponent = exp_mask
     has_inf = fmt.infinities
     f32_nan = u64(0x7FC00000)
 
@@ -102,27 +105,21 @@ def fp8_bits_codec(element: ElementKind):
             r = max_bits
         return sign | r
 
+    # Decoding scales the FP8 magnitude bits, placed as float32 bits, by 2**(127 - bias): exact (a
+    # power-of-two product into the normal range; the FP8 subnormals are float32 subnormals before
+    # it), with no conversion instruction; the patterns past the largest finite one are put back.
+    place = shift
+    rescale = np.float32(2.0 ** (127 - fmt.exponent_bias))
+    magnitude_mask = u64(0x7F)
+    first_special = u64(0x7C) if has_inf else u64(0x7F)  # E5M2: 0x7C infinity, above it NaN
+
     @device_function
     def decode(w):
-        b = w & _BYTE
-        sign = (b & u64(0x80)) << sign_shift
-        e = (b >> u64(m)) & exp_mask
-        mant = b & fp8_mantissa_mask
-        if e == top_exponent and (has_inf or mant == fp8_mantissa_mask):
-            if has_inf and mant == zero:
-                return sign | f32_inf
-            return sign | f32_nan
-        if e == zero:
-            if mant == zero:
-                return sign
-            # Subnormal: shift the mantissa up to its leading one (k places), into a float32 normal.
-            k = one
-            mant <<= one
-            while (mant & (one << u64(m))) == zero:
-                mant <<= one
-                k += one
-            return sign | ((min_normal_exponent - k) << u64(23)) | ((mant & fp8_mantissa_mask) << shift)
-        return sign | ((e + min_normal_exponent - one) << u64(23)) | (mant << shift)
+        magnitude = w & magnitude_mask
+        value = device.f32_to_bits(device.bits_to_f32(magnitude << place) * rescale)
+        if magnitude >= first_special:
+            value = f32_inf if has_inf and magnitude == first_special else f32_nan
+        return ((w & u64(0x80)) << sign_shift) | value
 
     return decode, encode
 
@@ -130,48 +127,47 @@ def fp8_bits_codec(element: ElementKind):
 def _fp8_codec(element: ElementKind, M: type):
     """``(decode, encode)`` between FP8 bits and the math type ``M``.
 
-    On the GPU one conversion instruction each way (``cvt.rn.satfinite.{e4m3,e5m2}x2.f32``, sm_89+;
-    E4M3 decodes through ``cvt.rn.f16x2.e4m3x2``, E5M2 bits are the top byte of a float16), with the
-    NaN's sign put back (the instruction gives the canonical NaN, PyTorch keeps the sign). The
-    simulator runs :func:`fp8_bits_codec`, the integer model of the same conversion: both are held
-    to PyTorch's ``x.to(float8)`` bit for bit (tests/test_fp8.py).
+    Encoding on the GPU is one conversion instruction (``cvt.rn.satfinite.{e4m3,e5m2}x2.f32``, sm_89+)
+    with the NaN's sign put back (the instruction gives the canonical NaN, PyTorch keeps the sign);
+    the simulator runs :func:`fp8_bits_codec`'s integer model of it. Both are held to PyTorch's
+    ``x.to(float8)`` bit for bit (tests/test_fp8.py). Decoding is :func:`fp8_bits_codec`'s exact
+    rescale everywhere (no conversion unit: the dequantize and fake-quantize kernels issue enough
+    conversions already).
     """
-    if SIMULATOR:
-        fp8_decode, fp8_encode = fp8_bits_codec(element)
+    fp8_decode, fp8_encode = fp8_bits_codec(element)
 
+    if FP8_DECODE_BY_CONVERSION and not SIMULATOR:
+        if element is ElementKind.FP8_E4M3:
+            @device_function
+            def decode_fp8(w):
+                return M(device.e4m3_bits_to_f32(w))
+        else:
+            @device_function
+            def decode_fp8(w):
+                return M(device.f16_bits_to_f32((w & _BYTE) << np.uint64(8)))  # E5M2 is a float16's top byte
+    else:
         @device_function
-        def decode_model(w):
+        def decode_fp8(w):
             return M(device.bits_to_f32(fp8_decode(w)))
 
+    if SIMULATOR:
         @device_function
         def encode_model(x):
             return fp8_encode(device.f32_to_bits(np.float32(x)))
 
-        return decode_model, encode_model
+        return decode_fp8, encode_model
 
-    e4m3 = element is ElementKind.FP8_E4M3
-    to_fp8 = device.f32_to_e4m3_bits if e4m3 else device.f32_to_e5m2_bits
-    from_e4m3 = device.e4m3_bits_to_f32 if e4m3 else None
-    nan_bits, sign_shift, sign_bit = np.uint64(0x7F), np.uint64(24), np.uint64(0x80)
-    eight = np.uint64(8)
+    to_fp8 = device.f32_to_e4m3_bits if element is ElementKind.FP8_E4M3 else device.f32_to_e5m2_bits
+    sign_shift, sign_bit = np.uint64(24), np.uint64(0x80)
 
     @device_function
     def encode_hardware(x):
+        # The instruction keeps the sign of every non-NaN input; OR-ing it in again only changes its
+        # canonical NaN (0x7F) into the NaN with the input's sign, without a branch.
         f = np.float32(x)
-        if f != f:
-            return ((device.f32_to_bits(f) >> sign_shift) & sign_bit) | nan_bits
-        return to_fp8(f)
+        return to_fp8(f) | ((device.f32_to_bits(f) >> sign_shift) & sign_bit)
 
-    if e4m3:
-        @device_function
-        def decode_hardware(w):
-            return M(from_e4m3(w))
-    else:
-        @device_function
-        def decode_hardware(w):
-            return M(device.f16_bits_to_f32((w & _BYTE) << eight))
-
-    return decode_hardware, encode_hardware
+    return decode_fp8, encode_hardware
 
 
 def math_type(precision: MathPrecision) -> type:
