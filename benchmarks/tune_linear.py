@@ -310,6 +310,18 @@ def fused_decode(copy: float) -> list[dict]:
     return rows
 
 
+def write_profile(call, calls: int, top: int, path: Path) -> None:
+    """cProfile of ``calls`` runs of ``call``, its ``top`` functions by own time, into ``path``."""
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(calls):
+        call()
+    profile.disable()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(top)
+    path.write_text(text.getvalue())
+
+
 def host_calls(out_dir: Path) -> dict:
     """Host microseconds per call (best of 5 x 1000, torch CUDA tensors, 16 x 4096 @ 4096 x 4096 bf16),
     a torch op timed the same way, and the profile of ``quantized_linear()``."""
@@ -353,14 +365,7 @@ def host_calls(out_dir: Path) -> dict:
     result["fused M=16 QuantizedLinearPlan.run us"] = host_us(lambda: fused16.run(args))
     plans.FUSED_MAX_M = shipped_max_m
     clear_plan_cache()
-    profile = cProfile.Profile()
-    profile.enable()
-    for _ in range(2000):
-        bn.quantized_linear(x, w, ws)
-    profile.disable()
-    text = io.StringIO()
-    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(15)
-    (out_dir / "host_profile.txt").write_text(text.getvalue())
+    write_profile(lambda: bn.quantized_linear(x, w, ws), 2000, 15, out_dir / "host_profile.txt")
     say(json.dumps(result, default=lambda v: round(v, 2) if isinstance(v, float) else v))
     return result
 
@@ -377,14 +382,7 @@ def host_and_graph(out_dir: Path) -> dict:
     result["plan.run us"] = host_us(lambda: plan.run(args, workspace))
     result["quantized_linear() us"] = host_us(lambda: bn.quantized_linear(x, w, ws))
     result["torch.mm bf16 us"] = host_us(lambda: torch.mm(x, x.t()))
-    profile = cProfile.Profile()
-    profile.enable()
-    for _ in range(300):
-        bn.quantized_linear(x, w, ws)
-    profile.disable()
-    text = io.StringIO()
-    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(25)
-    (out_dir / "host_profile.txt").write_text(text.getvalue())
+    write_profile(lambda: bn.quantized_linear(x, w, ws), 300, 25, out_dir / "host_profile.txt")
     # graph capture: replay equals eager, both kernels and the quantize
     for m, n, k in ((16, 4096, 4096), (300, 1000, 512)):
         x, w, ws, bias = problem(m, n, k, seed=7)

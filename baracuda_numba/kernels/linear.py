@@ -458,6 +458,20 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
         S, per_pair = np.float32, 1
         piece_absmax = row_params = quantized_byte = None
 
+    @device_function
+    def piece_at(i, per_row, tid):
+        """Fused: (row, piece) of this thread's ``i``-th 16-byte piece (``per_row`` per row)."""
+        r = i // per_row
+        return r, tid + SKINNY_THREADS * (i - r * per_row)
+
+    @device_function
+    def load_pieces(a_pairs, piece_lo, piece_hi, first, m_block, live, per_row, pieces, tid):
+        """Fused: this thread's ABSMAX_LOADS pieces from ``first`` on, all loads issued together."""
+        for u in range(ABSMAX_LOADS):
+            r, p = piece_at(first + u, per_row, tid)
+            if r < live and p < pieces:
+                piece_lo[u], piece_hi[u] = device.load_u64x2(a_pairs, (m_block + r) * pieces + p)
+
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
         tid = cuda.threadIdx.x
@@ -492,14 +506,9 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
             for r in range(SKINNY_M):
                 row_max[r] = S(0)
             for first in range(0, live * per_row, ABSMAX_LOADS):
+                load_pieces(a_pairs, piece_lo, piece_hi, first, m_block, live, per_row, pieces, tid)
                 for u in range(ABSMAX_LOADS):
-                    r = (first + u) // per_row
-                    p = tid + SKINNY_THREADS * (first + u - r * per_row)
-                    if r < live and p < pieces:
-                        piece_lo[u], piece_hi[u] = device.load_u64x2(a_pairs, (m_block + r) * pieces + p)
-                for u in range(ABSMAX_LOADS):
-                    r = (first + u) // per_row
-                    p = tid + SKINNY_THREADS * (first + u - r * per_row)
+                    r, p = piece_at(first + u, per_row, tid)
                     if r < live and p < pieces:
                         row_max[r] = piece_absmax(piece_lo[u], piece_hi[u], row_max[r])
             for r in range(live):
@@ -522,14 +531,9 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
             # the quantize pass: the same pieces (from L2 now), once per block, into shared memory
             row_bytes = K + 16
             for first in range(0, live * per_row, ABSMAX_LOADS):
+                load_pieces(a_pairs, piece_lo, piece_hi, first, m_block, live, per_row, pieces, tid)
                 for u in range(ABSMAX_LOADS):
-                    r = (first + u) // per_row
-                    p = tid + SKINNY_THREADS * (first + u - r * per_row)
-                    if r < live and p < pieces:
-                        piece_lo[u], piece_hi[u] = device.load_u64x2(a_pairs, (m_block + r) * pieces + p)
-                for u in range(ABSMAX_LOADS):
-                    r = (first + u) // per_row
-                    p = tid + SKINNY_THREADS * (first + u - r * per_row)
+                    r, p = piece_at(first + u, per_row, tid)
                     if r < live and p < pieces:
                         inv, scale = scales[1, r], scales[0, r]
                         for j in range(per_pair):

@@ -187,6 +187,36 @@ class _Bound:
 _PATCHED_INT_SLOTS = (slice(4, 60, 7), slice(60, 62))
 
 
+def fast_pointers(specs: tuple, args: Any) -> tuple[list[int], int] | None:
+    """Data pointers and device of ``args``'s arrays named in ``specs`` (``(field, element, count,
+    alignment)`` each) when every one is a contiguous CUDA ``torch.Tensor`` (or an operand adapted
+    from one) of that element and size, aligned, all on one device; else None (the checked path
+    decides)."""
+    tensor_type = _torch_tensor_type()
+    pointers: list[int] = []
+    device = -1
+    for field, element, count, alignment in specs:
+        value = getattr(args, field)
+        kind = type(value)
+        if kind is tensor_type:
+            if (_TORCH_DTYPES.get(value.dtype) is not element or not value.is_cuda or value.numel() != count
+                    or not value.is_contiguous()):
+                return None
+            ptr, value_device = value.data_ptr(), value.get_device()
+        elif kind is Operand:
+            if value.origin != "torch" or value.element is not element or value.size != count \
+                    or not value.contiguous:
+                return None
+            ptr, value_device = value.ptr, value.device_id
+        else:
+            return None
+        if ptr % alignment or (device != value_device and device != -1):
+            return None
+        device = value_device
+        pointers.append(ptr)
+    return pointers, device
+
+
 class ElementwisePlan(Plan):
     """Plans whose kernel is :mod:`baracuda_numba.kernels.elementwise`.
 
@@ -279,30 +309,7 @@ class ElementwisePlan(Plan):
         super().run(args, workspace, stream)
 
     def _fast_pointers(self, args: Any) -> tuple[list[int], int] | None:
-        """Device pointers and device of ``args``'s arrays when all are plain, fitting torch CUDA tensors."""
-        tensor_type = _torch_tensor_type()
-        pointers: list[int] = []
-        device = -1
-        for field, element, count, alignment in self._fast:
-            value = getattr(args, field)
-            kind = type(value)
-            if kind is tensor_type:
-                if (_TORCH_DTYPES.get(value.dtype) is not element or not value.is_cuda or value.numel() != count
-                        or not value.is_contiguous()):
-                    return None
-                ptr, value_device = value.data_ptr(), value.get_device()
-            elif kind is Operand:
-                if value.origin != "torch" or value.element is not element or value.size != count \
-                        or not value.contiguous:
-                    return None
-                ptr, value_device = value.ptr, value.device_id
-            else:
-                return None
-            if ptr % alignment or (device != value_device and device != -1):
-                return None
-            device = value_device
-            pointers.append(ptr)
-        return pointers, device
+        return fast_pointers(self._fast, args)
 
     def _launch_fast(self, args: Any, pointers: list[int], device: int) -> None:
         scalars = self._scalars(args)

@@ -35,7 +35,7 @@ from ..kernels.linear import (
 from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize, torch_current_stream
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
-from .base import _TORCH_DTYPES, Plan, _torch_tensor_type, checked_operand, checked_scale
+from .base import Plan, _torch_tensor_type, checked_operand, checked_scale, fast_pointers
 from .dynamic import (
     DynamicRangeMode,
     DynamicRangeQuantizeArgs,
@@ -210,32 +210,8 @@ class _LinearPlan(Plan):
         return ElementKind.S8
 
     def _fast_pointers(self, args: Any) -> tuple[list[int], int] | None:
-        """Data pointers and device of ``args``'s arrays when every one is a contiguous CUDA
-        ``torch.Tensor`` (or an operand adapted from one) of the expected dtype and size, aligned
-        for the aligned variant, on one device (else None: the checked path decides)."""
-        tensor_type = _torch_tensor_type()
-        pointers: list[int] = []
-        device = -1
-        for field, element, count, alignment in self._fast_specs:
-            value = getattr(args, field)
-            kind = type(value)
-            if kind is tensor_type:
-                if (_TORCH_DTYPES.get(value.dtype) is not element or not value.is_cuda or value.numel() != count
-                        or not value.is_contiguous()):
-                    return None
-                ptr, value_device = value.data_ptr(), value.get_device()
-            elif kind is Operand:
-                if value.origin != "torch" or value.element is not element or value.size != count \
-                        or not value.contiguous:
-                    return None
-                ptr, value_device = value.ptr, value.device_id
-            else:
-                return None
-            if ptr % alignment or (device != value_device and device != -1):
-                return None
-            device = value_device
-            pointers.append(ptr)
-        return pointers, device
+        """Pointers and device of ``args`` for the aligned variant (see :func:`.base.fast_pointers`)."""
+        return fast_pointers(self._fast_specs, args)
 
     def _launch_fast(self, pointers: list[int], device: int, tensor_scale: Any, stream: int,
                      a_ptr: int | None = None, row_ptr: int = 0) -> None:
