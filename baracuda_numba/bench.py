@@ -33,13 +33,23 @@ TORCH = {} if torch is None else {"f32": torch.float32, "bf16": torch.bfloat16, 
                                    "f64": torch.float64}
 
 
+# GPU cycles of the busy wait queued before each timed call (about 1 ms): longer than any call's host
+# time, so the call is queued while the GPU still waits and the events hold GPU work only.
+_QUEUE_AHEAD_CYCLES = 2_000_000
+
+
 def device_ms(fn: Callable[[], object], repeats: int) -> float:
+    """Median GPU milliseconds of ``fn``'s work. A busy wait is queued first, so that ``fn``'s host
+    side (argument checks, allocation, the launch calls) runs while the GPU is still waiting: with
+    an idle GPU the begin event would fire at once and the host time would be counted too (tens of
+    microseconds against a few hundred of GPU time at the default size)."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
     samples = []
     for _ in range(repeats):
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(_QUEUE_AHEAD_CYCLES)
         begin.record()
         fn()
         end.record()
