@@ -53,8 +53,9 @@ class LaunchPolicy:
 
 # The simulator runs one Python thread per CUDA thread: keep grids tiny there.
 ELEMENTWISE_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(512, 32)
-# Packed 4-bit kernels: several chunks in flight per thread, a grid that fits the SMs in one wave.
-PACKED_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(256, 8)
+# Packed 4-bit kernels: UNROLL chunks in flight per thread, and a grid that is resident in one wave (1024 threads
+# per SM fit up to 64 registers per thread; a second, partial wave of a grid-stride kernel costs a whole wave).
+PACKED_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(256, 4)
 LINEAR_POLICY = LaunchPolicy(TILE_THREADS, 0)  # one block per output tile (tiled and skinny alike): no grid-stride cap
 
 

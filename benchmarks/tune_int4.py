@@ -202,27 +202,27 @@ def tune(x, scales, zps, copy: float, rows: list) -> None:
         bn.clear_plan_cache()
 
     original = entries[0].policy
-    for unroll in (1, 2, 4, 8):
+    for unroll in (2, 4, 8):
         packed.UNROLL = unroll
-        for threads, bps in ((256, 8), (256, 16), (512, 4), (512, 32)):
+        reset()  # new kernels; the launch policy below only changes plans
+        for threads, bps in ((256, 4), (256, 8), (512, 4), (512, 32)):
             policy(threads, bps)
-            reset()
+            bn.clear_plan_cache()
             for label in ("quantize int4", "dequantize int4"):
                 run(f"{label} unroll {unroll} threads {threads} bps {bps}", *cases[label], copy, rows)
         for builder in (packed.quantize_kernel, packed.dequantize_kernel):
             _compiled.append(builder(E.BF16, E.S4, P.F32))
     packed.UNROLL = 4
-    for slots in (2, 4, 8):
-        packed.DYNAMIC_SLOTS = slots
-        for threads in (128, 256):
-            packed.DYNAMIC_THREADS = threads
-            for bps in (8, 16, 32):
-                policy(original.threads_per_block, bps)
-                reset()
-                for label in ("dynamic int4", "dynamic uint4"):
-                    run(f"{label} slots {slots} threads {threads} bps {bps}", *cases[label], copy, rows)
-            for symmetric, p in ((True, E.S4), (False, E.U4)):
-                _compiled.append(packed.dynamic_kernel(E.BF16, p, P.F32, symmetric, 1))
+    for slots, threads in ((2, 256), (4, 256), (8, 256), (4, 128), (4, 512)):
+        packed.DYNAMIC_SLOTS, packed.DYNAMIC_THREADS = slots, threads
+        reset()
+        for bps in (2, 4, 8) if threads == 256 else (2048 // threads,):
+            policy(original.threads_per_block, bps)
+            bn.clear_plan_cache()
+            for label in ("dynamic int4", "dynamic uint4"):
+                run(f"{label} slots {slots} threads {threads} bps {bps}", *cases[label], copy, rows)
+        for symmetric, p in ((True, E.S4), (False, E.U4)):
+            _compiled.append(packed.dynamic_kernel(E.BF16, p, P.F32, symmetric, 1))
     packed.DYNAMIC_SLOTS, packed.DYNAMIC_THREADS = 4, 256
     policy(original.threads_per_block, original.blocks_per_sm)
     reset()
