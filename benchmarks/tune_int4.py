@@ -4,7 +4,8 @@ next to the device-to-device copy of the same run. ``python benchmarks/tune_int4
 
 Variants: chunks in flight per thread (``packed.UNROLL``) x launch policy (threads per block, blocks per
 SM) for quantize / dequantize; chunk slots per lane x threads per block x blocks per SM for the one-pass
-dynamic kernel; the elementwise fake-quantize per group at the elementwise ``UNROLL``. ``--api-only``
+dynamic kernel; the elementwise fake-quantize per group at the elementwise ``UNROLL``. ``--ptxas``: only
+the registers per thread of every variant, compiled for sm_90 without a GPU. ``--api-only``
 times the public functions only (what an older checkout has too: run it with that checkout on
 ``PYTHONPATH`` to time the old kernels in the same session).
 
@@ -17,9 +18,13 @@ out). Times: median of 15 samples, each the mean of 5 back-to-back calls between
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
+
+if "--ptxas" in sys.argv:  # compile for sm_90 without a GPU: the real CUDA target, not the simulator
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
 
 import torch
 
@@ -28,7 +33,7 @@ from baracuda_numba.vocabulary import ElementKind as E
 from baracuda_numba.vocabulary import MathPrecision as P
 
 COLS = 4096
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke run on the simulator
 GROUP = 128
 
 
@@ -209,7 +214,7 @@ def tune(x, scales, zps, copy: float, rows: list) -> None:
             policy(threads, bps)
             bn.clear_plan_cache()
             for label in ("quantize int4", "dequantize int4"):
-                run(f"{label} unroll {unroll} threads {threads} bps {bps}", *cases[label], copy, rows)
+                run(f"{label} unroll {unroll} threads {threads} bps<={bps}", *cases[label], copy, rows)
         for builder in (packed.quantize_kernel, packed.dequantize_kernel):
             _compiled.append(builder(E.BF16, E.S4, P.F32))
     packed.UNROLL = 4
@@ -220,7 +225,7 @@ def tune(x, scales, zps, copy: float, rows: list) -> None:
             policy(original.threads_per_block, bps)
             bn.clear_plan_cache()
             for label in ("dynamic int4", "dynamic uint4"):
-                run(f"{label} slots {slots} threads {threads} bps {bps}", *cases[label], copy, rows)
+                run(f"{label} slots {slots} threads {threads} bps<={bps}", *cases[label], copy, rows)
         for symmetric, p in ((True, E.S4), (False, E.U4)):
             _compiled.append(packed.dynamic_kernel(E.BF16, p, P.F32, symmetric, 1))
     packed.DYNAMIC_SLOTS, packed.DYNAMIC_THREADS = 4, 256
@@ -234,11 +239,59 @@ def tune(x, scales, zps, copy: float, rows: list) -> None:
             run(f"{label} (elementwise) unroll {unroll}", *cases[label], copy, rows)
 
 
+def ptxas_registers() -> None:
+    """Registers per thread of every packed kernel variant, compiled for sm_90 here (no GPU needed:
+    NVVM, then ``ptxas -v`` from PATH; the PTX version line is lowered to what that ptxas reads)."""
+    import re
+    import subprocess
+    import tempfile
+
+    from numba import cuda
+    from numba.cuda.cudadrv import nvrtc
+
+    from baracuda_numba.kernels import packed
+
+    try:
+        nvrtc.get_arch_option(9, 0)
+    except Exception:  # no NVRTC library: NVVM alone compiles, it only needs the arch name
+        nvrtc.get_arch_option = lambda major, minor: f"compute_{major}{minor}"
+    def assemble(ptx: str) -> str:
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+            f.write(ptx)
+            f.flush()
+            return subprocess.run(["ptxas", "-arch=sm_90", "-v", f.name, "-o", os.devnull], capture_output=True,
+                                  text=True).stderr
+
+    def registers(kernel) -> str:
+        ptx, _ = cuda.compile_ptx(kernel.py_func, kernel.signature, cc=(9, 0))
+        log = assemble(ptx)
+        older = re.search(r"current version is '([\d.]+)'", log)
+        if older:  # NVVM newer than this ptxas: the kernels use nothing the older PTX version lacks
+            log = assemble(re.sub(r"^\.version [\d.]+", f".version {older.group(1)}", ptx, flags=re.M))
+        found = re.search(r"Used (\d+) registers", log)
+        return found.group(1) if found else log.strip()[-200:]
+
+    for unroll in (2, 4, 8):
+        for p in (E.S4, E.U4):
+            for builder in (packed.quantize_kernel, packed.dequantize_kernel):
+                k = builder(E.BF16, p, P.F32, unroll)
+                print(f"registers {k.py_func.__name__}: {registers(k)}", flush=True)
+    for slots in (2, 4, 8):
+        for symmetric, p in ((True, E.S4), (False, E.U4)):
+            for per_lane in (1, 2, 8):
+                k = packed.dynamic_kernel(E.BF16, p, P.F32, symmetric, per_lane, slots, 256)
+                print(f"registers {k.py_func.__name__}: {registers(k)}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--log2n", type=int, default=28)
     parser.add_argument("--api-only", action="store_true")
+    parser.add_argument("--ptxas", action="store_true", help="only print the sm_90 register counts (no GPU)")
     args = parser.parse_args()
+    if args.ptxas:
+        ptxas_registers()
+        return
     n = 1 << args.log2n
     copy = copy_gbs(n)
     device = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (simulator smoke run)"

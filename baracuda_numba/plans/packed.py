@@ -25,6 +25,7 @@ from ..kernels import packed as packed_kernels
 from ..kernels.codecs import math_type
 from ..kernels.packed import chunk_elements, dynamic_layout, group_shift, groups_per_pass
 from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
+from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
 from .base import (
     Plan,
@@ -130,6 +131,9 @@ class _PackedPlan(Plan):
         self._chunked = desc.group_size % G == 0  # every chunk inside one group
         self._shift = group_shift(desc.group_size // G)
         self._unroll = packed_kernels.UNROLL  # chunks a thread takes per step (a module knob: benchmarks tune it)
+        policy = entry.policy
+        self._threads = policy.threads_per_block
+        self._blocks_per_sm = resident_blocks(kernel, self._threads, policy.blocks_per_sm)
         self._scale_element = ElementKind.F64 if M is np.float64 else ElementKind.F32
         if not self.QUANTIZE:
             return
@@ -153,8 +157,8 @@ class _PackedPlan(Plan):
         scalars = (*sizes, *self._q) if self.QUANTIZE else sizes
         handle = stream_handle(stream, (x, packed), self.name)
         work = max(-(-nchunks // self._unroll), nbytes - nchunks * (G // 2))
-        blocks = self.entry.policy.blocks(work, sm_count(x.device_id))
-        self._launcher.launch(blocks, self.entry.policy.threads_per_block, handle,
+        blocks = max(1, min(-(-work // self._threads), self._blocks_per_sm * sm_count(x.device_id)))
+        self._launcher.launch(blocks, self._threads, handle,
                               (*arrays, typed_view(scale, self._math), zps), scalars, x.device_id)
         out = packed if self.QUANTIZE else x
         if any(op is not None and op.on_host for op in (x, packed, scale, zero_point)):
@@ -302,6 +306,7 @@ class DynamicRangePackedPlan(Plan):
             kernel = self.entry.dynamic_kernel(self._symmetric, self._layout[1])
             self._threads = packed_kernels.DYNAMIC_THREADS
             self._one_pass = KernelLauncher(kernel.compiled, 4, (np.int64, np.int64, M, M, M))
+            self._blocks_per_sm = resident_blocks(kernel, self._threads, self.entry.policy.blocks_per_sm)
             self._scale_math = M
 
     def scale_shape(self) -> tuple[int, ...]:
@@ -345,7 +350,7 @@ class DynamicRangePackedPlan(Plan):
         nchunks = self._n // G
         threads = self._threads
         groups_per_block = (threads // lanes) * groups_per_pass(per_lane)
-        blocks = max(1, min(-(-count // groups_per_block), self.entry.policy.blocks_per_sm * sm_count(x.device_id)))
+        blocks = max(1, min(-(-count // groups_per_block), self._blocks_per_sm * sm_count(x.device_id)))
         arrays = (typed_view(x, np.uint64, 2 * nchunks), typed_view(packed, np.dtype(f"u{G // 2}"), nchunks),
                   typed_view(scale, self._scale_math), zps)
         self._one_pass.launch(blocks, threads, handle, arrays, (count, lanes, *self._q_scalars), x.device_id)
@@ -369,6 +374,19 @@ class DynamicRangePackedPlan(Plan):
         self._pack.launch(blocks, self.entry.policy.threads_per_block, handle,
                           (typed_view(values, np.uint8, self._n), typed_view(packed, np.uint8)), (nbytes,),
                           x.device_id)
+
+
+def resident_blocks(kernel: Any, threads: int, cap: int) -> int:
+    """Blocks of ``threads`` one SM holds at once given the kernel's registers (at most ``cap``): a
+    grid-stride grid larger than one resident wave runs a second, partial wave that costs a whole one.
+    64K registers per SM, allocated per warp in units of 256, at most 64 warps (sm_70 - sm_90)."""
+    if SIMULATOR:
+        return cap
+    counts = kernel.compiled().get_regs_per_thread()
+    regs = max(counts.values()) if isinstance(counts, dict) else int(counts)
+    warps = max(1, threads // 32)
+    per_warp = -(-regs * 32 // 256) * 256
+    return max(1, min(cap, (65536 // per_warp) // warps, 64 // warps))
 
 
 def _address(op: Operand) -> int:
