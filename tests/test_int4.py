@@ -208,10 +208,12 @@ def test_gpu_packed_ops_match_reference(name):
                                   ref.dequantize(values, s_full, z_full, ml_dtypes.bfloat16).astype(np.float32))
     r = bn.dynamic_range_quantize_packed(x, group_size=128, dtype=name)
     mode = "symmetric" if element is E.S4 else "asymmetric"
-    qv, scale, _ = ref_dynamic.dynamic_range_quantize(xs, mode, "group", -high if mode == "symmetric" else low, high,
-                                                      np.int8, group_size=128)
+    qv, scale, zp = ref_dynamic.dynamic_range_quantize(xs, mode, "group", -high if mode == "symmetric" else low,
+                                                       high, np.int8, group_size=128)
     np.testing.assert_array_equal(r.q.cpu().numpy(), pack_nibbles(qv))
     np.testing.assert_array_equal(r.scale.cpu().numpy(), scale)
+    if element is E.U4:
+        np.testing.assert_array_equal(r.zero_point.cpu().numpy(), zp)
 
 
 def test_per_tensor_fake_quantize_simulates_int4_range():
