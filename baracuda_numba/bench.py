@@ -293,6 +293,8 @@ def lowbit(bench: Bench, n: int) -> None:
               lambda: bn.dequantize_per_group_packed(packed, scales, None, 128, dtype=torch.bfloat16))
     bench.add("int4", "dynamic group128 int4", "bf16", nbytes,
               lambda: bn.dynamic_range_quantize_packed(x, group_size=128))
+    bench.add("int4", "fake_quantize_per_group int4", "bf16", 4 * n,
+              lambda: bn.fake_quantize_per_group(x, scales, None, 128, dtype="int4"))
     x = q = packed = None  # free the device memory before the next family
     torch.cuda.empty_cache()
 

@@ -18,7 +18,7 @@ from .errors import Unsupported
 from .kernels.dynamic import DynamicKernels, dynamic_kernels
 from .kernels.elementwise import ElementwiseKernel, ElementwiseOp, ScaleMode, elementwise_kernel
 from .kernels.linear import TILE_THREADS, linear_kernel
-from .kernels.packed import PACKED_ELEMENTS, dequantize_kernel, pack_kernel, quantize_kernel
+from .kernels.packed import PACKED_ELEMENTS, dequantize_kernel, dynamic_kernel, pack_kernel, quantize_kernel
 from .platform import SIMULATOR
 from .vocabulary import (
     ArchSku,
@@ -53,6 +53,9 @@ class LaunchPolicy:
 
 # The simulator runs one Python thread per CUDA thread: keep grids tiny there.
 ELEMENTWISE_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(512, 32)
+# Packed 4-bit kernels: UNROLL chunks in flight per thread, and a grid that is resident in one wave (1024 threads
+# per SM fit up to 64 registers per thread; a second, partial wave of a grid-stride kernel costs a whole wave).
+PACKED_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(256, 4)
 LINEAR_POLICY = LaunchPolicy(TILE_THREADS, 0)  # one block per output tile (tiled and skinny alike): no grid-stride cap
 
 
@@ -136,13 +139,18 @@ class PackedEntry(Entry):
     scales: str = "rows"
 
     def kernel(self) -> ElementwiseKernel:
-        """The packing kernel of this entry's direction (dynamic range: the nibble packer)."""
+        """The packing kernel of this entry's direction (dynamic range: the two-pass path's nibble packer)."""
         precision = self.sku.precision_guarantee.math_precision
         if self.kernel_name == "quantize_packed":
             return quantize_kernel(self.input_element, self.output_element, precision)
         if self.kernel_name == "dequantize_packed":
             return dequantize_kernel(self.input_element, self.output_element, precision)
         return pack_kernel()
+
+    def dynamic_kernel(self, symmetric: bool, per_lane: int) -> ElementwiseKernel:
+        """The one-pass dynamic-range kernel for groups held ``per_lane`` chunks per lane."""
+        return dynamic_kernel(self.input_element, self.output_element, self.sku.precision_guarantee.math_precision,
+                              symmetric, per_lane)
 
 
 def _packed_entries() -> Iterator[Entry]:
@@ -153,7 +161,7 @@ def _packed_entries() -> Iterator[Entry]:
             for kind, name, scales in ((QuantizeKind.PER_GROUP, "quantize_packed", "rows"),
                                        (QuantizeKind.DEQUANTIZE_PER_GROUP, "dequantize_packed", "rows"),
                                        (QuantizeKind.DYNAMIC_RANGE, "dynamic_range_packed", "runtime")):
-                yield PackedEntry(kind, f, p, _sku(kind, f, p), ELEMENTWISE_POLICY, name, scales)
+                yield PackedEntry(kind, f, p, _sku(kind, f, p), PACKED_POLICY, name, scales)
             for kind, op in ((QuantizeKind.PER_GROUP_BACKWARD, ElementwiseOp.QUANTIZE_BACKWARD),
                              (QuantizeKind.DEQUANTIZE_PER_GROUP_BACKWARD, ElementwiseOp.DEQUANTIZE_BACKWARD),
                              (QuantizeKind.FAKE_QUANTIZE, ElementwiseOp.FAKE_QUANTIZE),

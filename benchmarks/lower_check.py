@@ -30,6 +30,9 @@ def kernels(which: str) -> list:
             out += [e.kernel(True), e.kernel(False)]
         elif isinstance(e, registry.PackedEntry):
             out.append(e.kernel())
+            if e.kind is registry.QuantizeKind.DYNAMIC_RANGE:  # the one-pass kernels, every chunks-per-lane shape
+                for symmetric in (True,) if e.output_element is registry.ElementKind.S4 else (True, False):
+                    out += [e.dynamic_kernel(symmetric, per_lane) for per_lane in (1, 2, 3, 8)]
         elif isinstance(e, registry.DynamicRangeEntry):
             for symmetric in (True,) if fp8 else (True, False):
                 k = e.kernels(symmetric)

@@ -208,10 +208,12 @@ def test_gpu_packed_ops_match_reference(name):
                                   ref.dequantize(values, s_full, z_full, ml_dtypes.bfloat16).astype(np.float32))
     r = bn.dynamic_range_quantize_packed(x, group_size=128, dtype=name)
     mode = "symmetric" if element is E.S4 else "asymmetric"
-    qv, scale, _ = ref_dynamic.dynamic_range_quantize(xs, mode, "group", -high if mode == "symmetric" else low, high,
-                                                      np.int8, group_size=128)
+    qv, scale, zp = ref_dynamic.dynamic_range_quantize(xs, mode, "group", -high if mode == "symmetric" else low,
+                                                       high, np.int8, group_size=128)
     np.testing.assert_array_equal(r.q.cpu().numpy(), pack_nibbles(qv))
     np.testing.assert_array_equal(r.scale.cpu().numpy(), scale)
+    if element is E.U4:
+        np.testing.assert_array_equal(r.zero_point.cpu().numpy(), zp)
 
 
 def test_per_tensor_fake_quantize_simulates_int4_range():
@@ -244,3 +246,99 @@ def test_chunked_and_byte_paths_agree(dtype, offset):
     out = np.empty(4 * 64 + offset, f)[offset:].reshape(4, 64)
     bn.dequantize_per_group_packed(q, scales, zps, 32, q_dtype="uint4", dtype=f, out=out)
     assert_same(out, ref.dequantize(values, s_full, z_full, f))
+
+
+# -- the bandwidth paths: several chunks in flight per thread, and the one-pass dynamic kernel ---------
+
+
+def test_dynamic_layout_lanes_and_chunks_per_lane():
+    from baracuda_numba.kernels.packed import DYNAMIC_MAX_PER_LANE, dynamic_layout, group_shift
+
+    # lanes: the largest power of two <= 32 dividing the chunks per group; the rest per lane
+    assert [dynamic_layout(c) for c in (1, 2, 3, 12, 16, 32, 64, 96, 256)] == [
+        (1, 1), (2, 1), (1, 3), (4, 3), (16, 1), (32, 1), (32, 2), (32, 3), (32, 8)]
+    assert dynamic_layout(32 * (DYNAMIC_MAX_PER_LANE + 1)) is None and dynamic_layout(0) is None
+    assert [group_shift(c) for c in (1, 2, 16, 3, 12)] == [0, 1, 4, -1, -1]
+
+
+def _dynamic_input(rng, shape, group_size, f):
+    """Normal values at per-row magnitudes, with the groups that decide the scale rule: all zero, all
+    negative, one huge value, subnormal-only (the scale clamps to the smallest normal), and NaN / +-inf
+    (left out of the range)."""
+    x = rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 40.0], (shape[0], 1))
+    flat = x.reshape(-1, group_size)
+    groups = flat.shape[0]
+    flat[0] = 0
+    flat[1 % groups] = -np.abs(flat[1 % groups]) - 0.5
+    flat[2 % groups, 1] = 3e4
+    flat[3 % groups] = 1e-41 if f is np.float32 else 0.0
+    flat[4 % groups, :3] = [np.nan, np.inf, -np.inf]
+    return x.astype(f)
+
+
+@pytest.mark.parametrize("name", ["int4", "uint4"])
+@pytest.mark.parametrize(("dtype", "group_size"), [
+    ("f32", 4), ("f32", 8), ("f32", 12), ("f32", 24), ("f32", 128), ("f32", 256), ("f32", 1024),
+    ("bf16", 40), ("bf16", 128), ("f16", 16), ("f64", 6), ("f64", 64),
+    ("f32", 2048),  # 16 chunks per lane: the two-pass path
+    ("f32", 6),  # not a whole number of chunks: the two-pass path
+])
+def test_dynamic_one_pass_matches_reference(dtype, group_size, name):
+    """Every lane layout of the one-pass kernel (one lane per group, several groups per pass, whole
+    warps per group, several chunks per lane) and the two-pass fallback give the reference's scales,
+    zero points and nibbles."""
+    element = PACKED[name]
+    f = FLOAT_DTYPES[dtype]
+    cols = max(group_size, 1024 if group_size <= 256 else group_size)
+    cols -= cols % group_size
+    x = _dynamic_input(np.random.default_rng(group_size), (3, cols), group_size, f)
+    r = bn.dynamic_range_quantize_packed(x, group_size=group_size, dtype=name)
+    mode = "symmetric" if element is E.S4 else "asymmetric"
+    low, high = element.int_range
+    q, scale, zp = ref_dynamic.dynamic_range_quantize(x, mode, "group", -high if element is E.S4 else low, high,
+                                                      np.int8, group_size=group_size)
+    assert_same(r.q, pack_nibbles(q))
+    np.testing.assert_array_equal(r.scale, scale)
+    if element is E.U4:
+        np.testing.assert_array_equal(r.zero_point, zp)
+
+
+@pytest.mark.parametrize("offset", [0, 1])
+def test_dynamic_uint4_symmetric_and_misaligned(offset):
+    """uint4 in symmetric mode (zero point 8, none written) and a misaligned input (the two-pass path)
+    agree with the reference."""
+    rng = np.random.default_rng(offset)
+    buffer = rng.standard_normal(2 * 256 + offset).astype(np.float32)
+    x = buffer[offset:].reshape(2, 256)
+    r = bn.dynamic_range_quantize_packed(x, group_size=32, dtype="uint4", mode="symmetric")
+    q, scale, _ = ref_dynamic.dynamic_range_quantize(x, "symmetric", "group", 0, 15, np.int8, group_size=32)
+    assert_same(r.q, pack_nibbles(q))
+    np.testing.assert_array_equal(r.scale, scale)
+    assert r.zero_point == 8
+
+
+@pytest.mark.parametrize("name", ["int4", "uint4"])
+@pytest.mark.parametrize(("dtype", "group_size"), [("f32", 8), ("f32", 24), ("bf16", 40), ("f64", 6)])
+def test_many_chunks_per_thread_match_reference(dtype, group_size, name):
+    """Enough chunks that every thread runs full unrolled steps and a remainder, with the group index
+    by shift (chunks per group a power of two) and by division (24 / 40 / 6 elements)."""
+    element = PACKED[name]
+    f = FLOAT_DTYPES[dtype]
+    math_t = np.float64 if dtype == "f64" else np.float32
+    low, high = element.int_range
+    rng = np.random.default_rng(group_size)
+    cols = group_size * (1200 // group_size)
+    x = (rng.standard_normal((5, cols)) * 2).astype(np.float32)
+    x[0, :3] = [np.nan, np.inf, -np.inf]
+    x = x.astype(f)
+    gshape = (5, cols // group_size)
+    scales = (rng.random(gshape) * 0.5 + 0.05).astype(math_t)
+    scales[0, 1] = 0
+    zps = rng.integers(low, high + 1, gshape).astype(np.int32) if element is E.U4 else None
+    s_full = ref.expand_groups(scales, x.shape, group_size)
+    z_full = ref.expand_groups(zps if zps is not None else np.zeros(gshape, np.int32), x.shape, group_size)
+    values = ref.quantize(x, s_full, z_full, low, high, np.int8)
+    q = bn.quantize_per_group_packed(x, scales, zps, group_size, dtype=name)
+    assert_same(q, pack_nibbles(values))
+    assert_same(bn.dequantize_per_group_packed(q, scales, zps, group_size, q_dtype=name, dtype=f),
+                ref.dequantize(values, s_full, z_full, f))

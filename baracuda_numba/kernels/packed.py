@@ -5,11 +5,23 @@ element ``2b`` in bits 0-3 and element ``2b + 1`` in bits 4-7 (S4 as a 4-bit two
 Scales (and U4 zero points) are per group of ``group_size`` consecutive elements along the last
 axis, ``group_size`` even so that no byte straddles two groups.
 
-The math is the elementwise family's (:func:`.elementwise.op_functions`, integer grid): these
-kernels only change what one thread reads and writes (a 16-byte chunk of floats and its ``G / 2``
-packed bytes, or one byte at the tail), not the arithmetic.
-``quantize_kernel``: float -> packed; ``dequantize_kernel``: packed -> float; ``pack_kernel``: int8
-values already in the 4-bit range -> packed (the second step of dynamic-range quantization).
+The math is the elementwise family's (:func:`.elementwise.op_functions`, integer grid) and, for
+dynamic range, the per-segment rule of :mod:`.dynamic`: these kernels only change what one thread
+reads and writes, not the arithmetic.
+
+Memory access (the kernels are bound by DRAM bandwidth on an H100): a chunk is 16 bytes of the
+float operand (``G`` elements) and its ``G / 2`` packed bytes. A thread issues ``unroll`` chunk loads
+(and their scale loads) before it computes any of them, chunks ``c, c + grid, ...`` so that every
+load and store of a warp is one contiguous span; the group of a chunk is a shift when the chunks per
+group are a power of two (a 64-bit division otherwise).
+
+- ``quantize_kernel``: float -> packed; ``dequantize_kernel``: packed -> float.
+- ``dynamic_kernel``: dynamic-range per group in one pass: the ``cpg`` chunks of a group are held by
+  ``lanes`` lanes of one warp (``per_lane`` chunks each, in registers), the lanes reduce the group's
+  range with butterfly shuffles, lane 0 writes the scale (and zero point), and every lane quantizes,
+  packs and stores what it holds. ``x`` is read once.
+- ``pack_kernel``: int8 values already in the 4-bit range -> packed (the second step of the two-pass
+  dynamic-range path, kept for groups that are not a whole number of chunks and misaligned operands).
 """
 
 from __future__ import annotations
@@ -19,15 +31,21 @@ import functools
 import numpy as np
 from numba import cuda
 
+from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, MathPrecision
 from . import device
 from .codecs import codec, math_type
 from .device import device_function
 from .elementwise import CHUNK_BYTES, ElementwiseKernel, ElementwiseOp, chunk_io, op_functions, uint_name
 
-__all__ = ["PACKED_ELEMENTS", "chunk_elements", "quantize_kernel", "dequantize_kernel", "pack_kernel"]
+__all__ = ["PACKED_ELEMENTS", "UNROLL", "DYNAMIC_SLOTS", "DYNAMIC_THREADS", "chunk_elements", "group_shift",
+           "dynamic_layout", "groups_per_pass", "quantize_kernel", "dequantize_kernel", "dynamic_kernel", "pack_kernel"]
 
 PACKED_ELEMENTS = (ElementKind.S4, ElementKind.U4)
+UNROLL = 4  # chunks each thread loads before computing (tuned on an H100: benchmarks/tune_int4.py)
+DYNAMIC_SLOTS = 4  # chunks a lane of the one-pass dynamic kernel holds per pass (several groups when they are small)
+DYNAMIC_MAX_PER_LANE = 8  # larger groups (more than 8 chunks per lane) take the two-pass path
+DYNAMIC_THREADS = 32 if SIMULATOR else 256  # threads per block of the dynamic kernel
 _NIBBLE = np.uint64(0xF)
 _FOUR = np.uint64(4)
 
@@ -41,72 +59,148 @@ def chunk_elements(element: ElementKind) -> int:
     return CHUNK_BYTES // element.itemsize
 
 
-@functools.cache
-def quantize_kernel(element: ElementKind, packed: ElementKind, precision: MathPrecision) -> ElementwiseKernel:
-    """``q[b] = nibble(quantize(x[2b])) | nibble(quantize(x[2b + 1])) << 4``.
+def group_shift(chunks_per_group: int) -> int:
+    """``log2(chunks_per_group)`` when it is a power of two (the group of chunk ``c`` is ``c >> shift``), else -1."""
+    if chunks_per_group > 0 and chunks_per_group & (chunks_per_group - 1) == 0:
+        return chunks_per_group.bit_length() - 1
+    return -1
 
-    Arguments: ``x_chunks (uint64 pairs), x_elems, q_chunks (G / 2 bytes each), q_bytes, scales,
-    zero_points, nchunks, nbytes, group_size, q_min, q_max``. Thread ``t`` takes chunks ``t, t +
-    grid, ...`` (16-byte loads, ``G / 2``-byte stores: coalesced), every chunk inside one group
-    (the plan passes ``nchunks = 0`` unless ``group_size % G == 0`` and the operands are aligned);
-    the bytes past the chunks go one per thread. Zero points are read for U4 only (S4 is
-    symmetric: zero point 0).
-    """
-    M = math_type(precision)
+
+def dynamic_layout(chunks_per_group: int) -> tuple[int, int] | None:
+    """``(lanes, per_lane)`` of the one-pass dynamic kernel for groups of ``chunks_per_group`` chunks:
+    ``lanes`` the largest power of two <= 32 dividing it, ``per_lane = chunks_per_group / lanes``; None
+    when a lane would hold more than ``DYNAMIC_MAX_PER_LANE`` chunks."""
+    if chunks_per_group <= 0:
+        return None
+    lanes = 1
+    while lanes < 32 and chunks_per_group % (2 * lanes) == 0:
+        lanes *= 2
+    per_lane = chunks_per_group // lanes
+    return (lanes, per_lane) if per_lane <= DYNAMIC_MAX_PER_LANE else None
+
+
+def groups_per_pass(per_lane: int, slots: int | None = None) -> int:
+    """Groups a team of the dynamic kernel takes per pass: as many as ``slots`` chunks per lane hold."""
+    return max(1, (slots or DYNAMIC_SLOTS) // per_lane)
+
+
+@device_function
+def _group_of(c, shift, chunks_per_group):
+    return (c >> shift) if shift >= 0 else c // chunks_per_group
+
+
+@functools.cache
+def _nibble_packer(element: ElementKind, precision: MathPrecision):
+    """``pack(lo, hi, inv, scale, zp, q_min, q_max)``: the ``G`` floats of a chunk (two uint64 words)
+    quantized (the elementwise ``quantize``) and packed into ``G / 2`` bytes, element 0 lowest."""
     G = chunk_elements(element)
     quantize = op_functions(precision)[ElementwiseOp.QUANTIZE]
     decode = codec(element, precision).decode
     encode = codec(ElementKind.S8, precision).encode  # two's complement low byte; its low nibble is the 4-bit value
-    load, _ = chunk_io(CHUNK_BYTES)
     bits = 8 * element.itemsize
+    zero = math_type(precision)(0.0)
+    u64 = np.uint64
+
+    @device_function
+    def nibble(x, inv, sc, zp, q_min, q_max):
+        return encode(quantize(x, zero, inv, sc, zp, q_min, q_max)) & _NIBBLE
+
+    @device_function
+    def pack(lo, hi, inv, sc, zp, q_min, q_max):
+        word = u64(0)
+        for j in range(G):
+            bit = j * bits
+            w = (lo if bit < 64 else hi) >> u64(bit % 64)
+            word |= nibble(decode(w), inv, sc, zp, q_min, q_max) << u64(4 * j)
+        return word
+
+    return nibble, pack
+
+
+@functools.cache
+def quantize_kernel(element: ElementKind, packed: ElementKind, precision: MathPrecision,
+                    unroll: int | None = None) -> ElementwiseKernel:
+    """``q[b] = nibble(quantize(x[2b])) | nibble(quantize(x[2b + 1])) << 4``.
+
+    Arguments: ``x_chunks (uint64 pairs), x_elems, q_chunks (G / 2 bytes each), q_bytes, scales,
+    zero_points, nchunks, nbytes, group_size, shift, q_min, q_max`` (``shift``: :func:`group_shift` of
+    the chunks per group). Each thread loads ``unroll`` chunks (default :data:`UNROLL`) and their
+    scales before quantizing them; every chunk lies inside one group (the plan passes ``nchunks = 0``
+    unless ``group_size % G == 0`` and the operands are aligned); the bytes past the chunks go one per
+    thread. Zero points are read for U4 only (S4 is symmetric: zero point 0).
+    """
+    M = math_type(precision)
+    G = chunk_elements(element)
+    unroll = unroll or UNROLL
+    decode = codec(element, precision).decode
+    nibble, pack = _nibble_packer(element, precision)
+    load, _ = chunk_io(CHUNK_BYTES)
     reads_zero_points = packed is ElementKind.U4
     zero = M(0.0)
     u64 = np.uint64
     reciprocal = device.reciprocal
 
     @device_function
-    def params(scales, zero_points, s):
-        sc = scales[s]
-        inv = reciprocal(sc) if sc != zero else zero
-        return inv, sc, (M(zero_points[s]) if reads_zero_points else zero)
+    def zero_point(zero_points, s):
+        return M(zero_points[s]) if reads_zero_points else zero
 
     @device_function
-    def nibble(x, inv, sc, zp, q_min, q_max):
-        return encode(quantize(x, zero, inv, sc, zp, q_min, q_max)) & _NIBBLE
+    def inverse(sc):
+        return reciprocal(sc) if sc != zero else zero
 
-    def kernel(xw, x, qw, q, scales, zero_points, nchunks, nbytes, group_size, q_min, q_max):
+    def kernel(xw, x, qw, q, scales, zero_points, nchunks, nbytes, group_size, shift, q_min, q_max):
         start, stride = cuda.grid(1), cuda.gridsize(1)
-        for c in range(start, nchunks, stride):
+        x_lo = cuda.local.array(unroll, np.uint64)
+        x_hi = cuda.local.array(unroll, np.uint64)
+        k_scale = cuda.local.array(unroll, M)
+        k_zp = cuda.local.array(unroll, M)
+        cpg = group_size // G
+        c = start
+        while c + (unroll - 1) * stride < nchunks:  # all unroll chunks exist: loads first, then the math
+            for k in range(unroll):
+                ck = c + k * stride
+                x_lo[k], x_hi[k] = load(xw, ck)
+                s = _group_of(ck, shift, cpg)
+                k_scale[k] = scales[s]
+                k_zp[k] = zero_point(zero_points, s)
+            for k in range(unroll):
+                sc = k_scale[k]
+                qw[c + k * stride] = pack(x_lo[k], x_hi[k], inverse(sc), sc, k_zp[k], q_min, q_max)
+            c += unroll * stride
+        while c < nchunks:
             lo, hi = load(xw, c)
-            inv, sc, zp = params(scales, zero_points, (c * G) // group_size)
-            word = u64(0)
-            for j in range(G):
-                bit = j * bits
-                w = (lo if bit < 64 else hi) >> u64(bit % 64)
-                word |= nibble(decode(w), inv, sc, zp, q_min, q_max) << u64(4 * j)
-            qw[c] = word
+            s = _group_of(c, shift, cpg)
+            sc = scales[s]
+            qw[c] = pack(lo, hi, inverse(sc), sc, zero_point(zero_points, s), q_min, q_max)
+            c += stride
         for b in range(nchunks * (G // 2) + start, nbytes, stride):
-            inv, sc, zp = params(scales, zero_points, (2 * b) // group_size)
+            s = (2 * b) // group_size
+            sc = scales[s]
+            inv, zp = inverse(sc), zero_point(zero_points, s)
             lo = nibble(decode(u64(x[2 * b])), inv, sc, zp, q_min, q_max)
             hi = nibble(decode(u64(x[2 * b + 1])), inv, sc, zp, q_min, q_max)
             q[b] = lo | (hi << _FOUR)
 
     m = _math_name(precision)
     signature = (f"void(uint64[::1], {uint_name(element.itemsize)}[::1], {uint_name(G // 2)}[::1], uint8[::1], "
-                 f"{m}[::1], int32[::1], int64, int64, int64, {m}, {m})")
-    kernel.__name__ = kernel.__qualname__ = f"quantize_packed_{element.short}_{packed.short}"
+                 f"{m}[::1], int32[::1], int64, int64, int64, int64, {m}, {m})")
+    kernel.__name__ = kernel.__qualname__ = f"quantize_packed_{element.short}_{packed.short}_u{unroll}"
     return ElementwiseKernel(kernel, signature, element, None, packed, precision, G)
 
 
 @functools.cache
-def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: MathPrecision) -> ElementwiseKernel:
+def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: MathPrecision,
+                      unroll: int | None = None) -> ElementwiseKernel:
     """``x[2b + k] = (nibble_k(q[b]) - zero_point) * scale`` (S4 nibbles sign-extended).
 
     Arguments: ``q_chunks, q_bytes, x_chunks, x_elems, scales, zero_points, nchunks, nbytes,
-    group_size``; chunks as in :func:`quantize_kernel` (``G / 2``-byte loads, 16-byte stores).
+    group_size, shift``; chunks as in :func:`quantize_kernel` (``G / 2``-byte loads, 16-byte stores).
+    A nibble becomes a float through the float adder (``2**23 + n`` has ``n`` as its mantissa), not
+    the quarter-rate conversion unit: the same exact small integer.
     """
     M = math_type(precision)
     G = chunk_elements(element)
+    unroll = unroll or UNROLL
     dequantize = op_functions(precision)[ElementwiseOp.DEQUANTIZE]
     encode = codec(element, precision).encode
     _, store = chunk_io(CHUNK_BYTES)
@@ -114,44 +208,205 @@ def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: Math
     signed = packed is ElementKind.S4
     reads_zero_points = not signed
     zero = M(0.0)
-    eight, sixteen = M(8.0), M(16.0)
     u64 = np.uint64
+    # S4: (n ^ 8) is the value + 8 (offset binary), so 2**23 + (n ^ 8) - (2**23 + 8) is the value.
+    flip = u64(8 if signed else 0)
+    exponent = u64(0x4B000000)  # the float32 bits of 2**23
+    offset = np.float32(2.0**23 + (8 if signed else 0))
+    bits_to_f32 = device.bits_to_f32
 
     @device_function
     def value(nibble, sc, zp):
-        v = M(nibble)
-        if signed and v >= eight:
-            v -= sixteen
+        v = M(bits_to_f32((nibble ^ flip) | exponent) - offset)
         return encode(dequantize(v, zero, zero, sc, zp, zero, zero))
 
     @device_function
-    def params(scales, zero_points, s):
-        return scales[s], (M(zero_points[s]) if reads_zero_points else zero)
+    def zero_point(zero_points, s):
+        return M(zero_points[s]) if reads_zero_points else zero
 
-    def kernel(qw, q, xw, x, scales, zero_points, nchunks, nbytes, group_size):
+    @device_function
+    def unpack(word, sc, zp):
+        lo, hi = u64(0), u64(0)
+        for j in range(G):
+            e = value((word >> u64(4 * j)) & _NIBBLE, sc, zp)
+            bit = j * bits
+            if bit < 64:
+                lo |= e << u64(bit)
+            else:
+                hi |= e << u64(bit - 64)
+        return lo, hi
+
+    def kernel(qw, q, xw, x, scales, zero_points, nchunks, nbytes, group_size, shift):
         start, stride = cuda.grid(1), cuda.gridsize(1)
-        for c in range(start, nchunks, stride):
-            word = u64(qw[c])
-            sc, zp = params(scales, zero_points, (c * G) // group_size)
-            lo, hi = u64(0), u64(0)
-            for j in range(G):
-                e = value((word >> u64(4 * j)) & _NIBBLE, sc, zp)
-                bit = j * bits
-                if bit < 64:
-                    lo |= e << u64(bit)
-                else:
-                    hi |= e << u64(bit - 64)
+        k_word = cuda.local.array(unroll, np.uint64)
+        k_scale = cuda.local.array(unroll, M)
+        k_zp = cuda.local.array(unroll, M)
+        cpg = group_size // G
+        c = start
+        while c + (unroll - 1) * stride < nchunks:
+            for k in range(unroll):
+                ck = c + k * stride
+                k_word[k] = u64(qw[ck])
+                s = _group_of(ck, shift, cpg)
+                k_scale[k] = scales[s]
+                k_zp[k] = zero_point(zero_points, s)
+            for k in range(unroll):
+                lo, hi = unpack(k_word[k], k_scale[k], k_zp[k])
+                store(xw, c + k * stride, lo, hi)
+            c += unroll * stride
+        while c < nchunks:
+            s = _group_of(c, shift, cpg)
+            lo, hi = unpack(u64(qw[c]), scales[s], zero_point(zero_points, s))
             store(xw, c, lo, hi)
+            c += stride
         for b in range(nchunks * (G // 2) + start, nbytes, stride):
-            sc, zp = params(scales, zero_points, (2 * b) // group_size)
+            s = (2 * b) // group_size
+            sc, zp = scales[s], zero_point(zero_points, s)
             byte = u64(q[b])
             x[2 * b] = value(byte & _NIBBLE, sc, zp)
             x[2 * b + 1] = value(byte >> _FOUR, sc, zp)
 
     signature = (f"void({uint_name(G // 2)}[::1], uint8[::1], uint64[::1], {uint_name(element.itemsize)}[::1], "
-                 f"{_math_name(precision)}[::1], int32[::1], int64, int64, int64)")
-    kernel.__name__ = kernel.__qualname__ = f"dequantize_packed_{packed.short}_{element.short}"
+                 f"{_math_name(precision)}[::1], int32[::1], int64, int64, int64, int64)")
+    kernel.__name__ = kernel.__qualname__ = f"dequantize_packed_{packed.short}_{element.short}_u{unroll}"
     return ElementwiseKernel(kernel, signature, packed, None, element, precision, G)
+
+
+@functools.cache
+def range_functions(precision: MathPrecision, symmetric: bool):
+    """``accumulate``, ``combine`` and ``range_params`` of dynamic-range quantization to an integer
+    grid, exactly :mod:`.dynamic`'s (its module docstring states the rule): the range over the finite
+    elements, then ``scale`` (at least the smallest normal) and the zero point."""
+    M = math_type(precision)
+    zero, one, inf = M(0.0), M(1.0), M(np.inf)
+    min_scale = M(np.finfo(M).tiny)
+    rint, reciprocal = device.rint, device.reciprocal
+
+    @device_function
+    def accumulate(hi, lo, x):
+        if symmetric:
+            m = abs(x)
+            if m < inf and m > hi:
+                hi = m
+        elif x > -inf and x < inf:
+            if x > hi:
+                hi = x
+            if x < lo:
+                lo = x
+        return hi, lo
+
+    @device_function
+    def combine(hi, lo, other_hi, other_lo):
+        return (other_hi if other_hi > hi else hi), (other_lo if other_lo < lo else lo)
+
+    @device_function
+    def range_params(hi, lo, q_min, q_max, zp_sym):
+        if symmetric:
+            scale = hi / (q_max - zp_sym) if hi > zero else one
+        else:
+            span = hi - lo
+            scale = span / (q_max - q_min) if span > zero else one
+        if scale < min_scale:
+            scale = min_scale
+        zp = zp_sym
+        if not symmetric:
+            zp = q_min - rint(lo / scale)
+            if zp < q_min:
+                zp = q_min
+            if zp > q_max:
+                zp = q_max
+        return reciprocal(scale), scale, zp
+
+    return accumulate, combine, range_params
+
+
+@functools.cache
+def dynamic_kernel(element: ElementKind, packed: ElementKind, precision: MathPrecision, symmetric: bool,
+                   per_lane: int, slots: int | None = None, threads: int | None = None) -> ElementwiseKernel:
+    """Dynamic-range quantize per group to packed nibbles in one pass (read ``x`` once).
+
+    Arguments: ``x_chunks (uint64 pairs), q_chunks (G / 2 bytes each), scales, zero_points, ngroups,
+    lanes, q_min, q_max, zp_sym``. A group is ``lanes * per_lane`` chunks (``lanes`` a power of two
+    <= 32, :func:`dynamic_layout`); team ``t`` (``lanes`` consecutive threads) takes groups ``t, t +
+    teams, ...``, ``max(1, slots // per_lane)`` of them per pass with all their loads issued first;
+    lane ``l`` holds chunks ``l, l + lanes, ...`` of its group. The butterfly over the team gives
+    every lane the range; lane 0 writes the scale and, when ``zero_points`` is not empty, the zero
+    point. Every thread of a block runs the same number of passes (the shuffles need the whole warp;
+    the simulator's need the whole block). ``threads`` per block (default :data:`DYNAMIC_THREADS`)
+    is baked in for the simulator's shuffle scratch.
+    """
+    M = math_type(precision)
+    G = chunk_elements(element)
+    slots = slots or DYNAMIC_SLOTS
+    tpb = threads or DYNAMIC_THREADS
+    per_pass = groups_per_pass(per_lane, slots)
+    held = per_pass * per_lane
+    decode = codec(element, precision).decode
+    _, pack = _nibble_packer(element, precision)
+    accumulate, combine, range_params = range_functions(precision, symmetric)
+    load, _ = chunk_io(CHUNK_BYTES)
+    shuffle_xor = device.shuffle_xor
+    bits = 8 * element.itemsize
+    zero = M(0.0)
+    u64 = np.uint64
+    i32 = np.int32
+
+    @device_function
+    def chunk_range(hi, lo, w_lo, w_hi):
+        for j in range(G):
+            bit = j * bits
+            hi, lo = accumulate(hi, lo, decode((w_lo if bit < 64 else w_hi) >> u64(bit % 64)))
+        return hi, lo
+
+    def kernel(xw, qw, scales, zero_points, ngroups, lanes, q_min, q_max, zp_sym):
+        tid = cuda.threadIdx.x
+        scratch_hi = cuda.shared.array(tpb, M)  # used only by the simulator's shuffles
+        scratch_lo = cuda.shared.array(tpb, M)
+        w_lo = cuda.local.array(held, np.uint64)
+        w_hi = cuda.local.array(held, np.uint64)
+        team = tid // lanes
+        lane = tid - team * lanes
+        teams_per_block = cuda.blockDim.x // lanes
+        teams = cuda.gridDim.x * teams_per_block
+        cpg = lanes * per_lane
+        writes_zero_points = len(zero_points) > 0
+        first = cuda.blockIdx.x * teams_per_block  # this block's first group: the loop is block-uniform
+        while first < ngroups:
+            for u in range(per_pass):
+                g = first + team + u * teams
+                if g < ngroups:
+                    for r in range(per_lane):
+                        w_lo[u * per_lane + r], w_hi[u * per_lane + r] = load(xw, g * cpg + lane + r * lanes)
+            for u in range(per_pass):
+                g = first + team + u * teams
+                hi, lo = zero, zero
+                if g < ngroups:
+                    for r in range(per_lane):
+                        hi, lo = chunk_range(hi, lo, w_lo[u * per_lane + r], w_hi[u * per_lane + r])
+                offset = lanes // 2
+                while offset > 0:
+                    other_hi = shuffle_xor(hi, offset, scratch_hi, tid)
+                    other_lo = lo
+                    if not symmetric:
+                        other_lo = shuffle_xor(lo, offset, scratch_lo, tid)
+                    hi, lo = combine(hi, lo, other_hi, other_lo)
+                    offset //= 2
+                if g < ngroups:
+                    inv, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
+                    if lane == 0:
+                        scales[g] = sc
+                        if writes_zero_points:
+                            zero_points[g] = i32(zp)
+                    for r in range(per_lane):
+                        qw[g * cpg + lane + r * lanes] = pack(w_lo[u * per_lane + r], w_hi[u * per_lane + r], inv,
+                                                              sc, zp, q_min, q_max)
+            first += per_pass * teams
+
+    m = _math_name(precision)
+    signature = f"void(uint64[::1], {uint_name(G // 2)}[::1], {m}[::1], int32[::1], int64, int64, {m}, {m}, {m})"
+    tag = f"{'sym' if symmetric else 'asym'}_{element.short}_{packed.short}_r{per_lane}_s{slots}_t{tpb}"
+    kernel.__name__ = kernel.__qualname__ = f"dynamic_packed_{tag}"
+    return ElementwiseKernel(kernel, signature, element, None, packed, precision, G)
 
 
 @functools.cache

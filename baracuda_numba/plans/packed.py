@@ -21,8 +21,11 @@ import numpy as np
 from .. import registry
 from ..arrays import Operand, adapt, allocate_like, finish
 from ..errors import InvalidProblem, problem_message
+from ..kernels import packed as packed_kernels
 from ..kernels.codecs import math_type
+from ..kernels.packed import chunk_elements, dynamic_layout, group_shift, groups_per_pass
 from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
+from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
 from .base import (
     Plan,
@@ -38,6 +41,7 @@ from .dynamic import (
     DynamicRangeQuantizeDescriptor,
     DynamicRangeQuantizePlan,
     DynamicRangeScope,
+    symmetric_zero_point,
 )
 from .per_axis import (
     QuantizeArrayArgs,
@@ -121,10 +125,15 @@ class _PackedPlan(Plan):
         M = self._math = math_type(kernel.precision)
         self._n = desc.outer_size * desc.axis_size
         self._groups = desc.outer_size * (desc.axis_size // desc.group_size)
-        scalars = (np.int64, np.int64, np.int64, M, M) if self.QUANTIZE else (np.int64, np.int64, np.int64)
-        self._launcher = KernelLauncher(kernel.compiled, 6, scalars)
+        sizes = (np.int64,) * 4
+        self._launcher = KernelLauncher(kernel.compiled, 6, (*sizes, M, M) if self.QUANTIZE else sizes)
         self._chunk = G = kernel.chunk
         self._chunked = desc.group_size % G == 0  # every chunk inside one group
+        self._shift = group_shift(desc.group_size // G)
+        self._unroll = packed_kernels.UNROLL  # chunks a thread takes per step (a module knob: benchmarks tune it)
+        policy = entry.policy
+        self._threads = policy.threads_per_block
+        self._blocks_per_sm = resident_blocks(kernel, self._threads, policy.blocks_per_sm)
         self._scale_element = ElementKind.F64 if M is np.float64 else ElementKind.F32
         if not self.QUANTIZE:
             return
@@ -144,12 +153,12 @@ class _PackedPlan(Plan):
         bytes_ = (typed_view(packed, np.dtype(f"u{G // 2}"), nchunks), typed_view(packed, np.uint8))
         zps = typed_view(zero_point, np.int32) if zero_point is not None else ArrayArg(0, 0, 4, np.zeros(0, np.int32))
         arrays = (*floats, *bytes_) if self.QUANTIZE else (*bytes_, *floats)
-        sizes = (nchunks, nbytes, self.desc.group_size)
+        sizes = (nchunks, nbytes, self.desc.group_size, self._shift)
         scalars = (*sizes, *self._q) if self.QUANTIZE else sizes
         handle = stream_handle(stream, (x, packed), self.name)
-        work = max(nchunks, nbytes - nchunks * (G // 2))
-        blocks = self.entry.policy.blocks(work, sm_count(x.device_id))
-        self._launcher.launch(blocks, self.entry.policy.threads_per_block, handle,
+        work = max(-(-nchunks // self._unroll), nbytes - nchunks * (G // 2))
+        blocks = max(1, min(-(-work // self._threads), self._blocks_per_sm * sm_count(x.device_id)))
+        self._launcher.launch(blocks, self._threads, handle,
                               (*arrays, typed_view(scale, self._math), zps), scalars, x.device_id)
         out = packed if self.QUANTIZE else x
         if any(op is not None and op.on_host for op in (x, packed, scale, zero_point)):
@@ -260,8 +269,12 @@ class DynamicRangePackedArgs:
 
 
 class DynamicRangePackedPlan(Plan):
-    """The per-group dynamic-range plan into one 4-bit value per byte (exactly its scales, zero
-    points and values), then the nibbles packed: two passes, the second over a quarter of the bytes."""
+    """Dynamic-range quantize per group straight to nibbles: one pass over ``x`` (the kernel of
+    :func:`..kernels.packed.dynamic_kernel`: a group's lanes reduce its range with shuffles, then
+    quantize and pack what they hold), with the scales and zero points of the per-group dynamic plan
+    bit for bit. Groups that are not a whole number of 16-byte chunks (or hold more than
+    ``DYNAMIC_MAX_PER_LANE`` chunks per lane) and misaligned operands take the two-pass path: the
+    per-group dynamic plan into one 4-bit value per byte, then the nibble packer."""
 
     KIND, Descriptor, Args = QuantizeKind.DYNAMIC_RANGE, DynamicRangePackedDescriptor, DynamicRangePackedArgs
     ENTRY = registry.PackedEntry
@@ -276,15 +289,31 @@ class DynamicRangePackedPlan(Plan):
     def _prepare(self) -> None:
         desc = self.desc
         self._n = desc.outer_size * desc.axis_size
+        self._ngroups = self._n // desc.group_size
+        self._symmetric = desc.mode is DynamicRangeMode.SYMMETRIC
+        # The unpacked plan validates the range (as it did when it was the only path) and is the fallback.
         self._unpacked = DynamicRangeQuantizePlan.select(DynamicRangeQuantizeDescriptor(
             (desc.outer_size, desc.axis_size), desc.mode, DynamicRangeScope.group(desc.group_size), desc.q_min,
             desc.q_max, desc.input_element, UNPACKED[desc.output_element]))
         self._pack = KernelLauncher(self.entry.kernel().compiled, 2, (np.int64,))
+        G = self._chunk = chunk_elements(desc.input_element)
+        self._layout = dynamic_layout(desc.group_size // G) if desc.group_size % G == 0 else None
+        if self._layout is not None:
+            M = math_type(self.entry.sku.precision_guarantee.math_precision)
+            self._scale_element = ElementKind.F64 if M is np.float64 else ElementKind.F32
+            zp_sym = symmetric_zero_point(desc.q_min, desc.q_max) if self._symmetric else 0
+            self._q_scalars = (M(desc.q_min), M(desc.q_max), M(zp_sym))
+            kernel = self.entry.dynamic_kernel(self._symmetric, self._layout[1])
+            self._threads = packed_kernels.DYNAMIC_THREADS
+            self._one_pass = KernelLauncher(kernel.compiled, 4, (np.int64, np.int64, M, M, M))
+            self._blocks_per_sm = resident_blocks(kernel, self._threads, self.entry.policy.blocks_per_sm)
+            self._scale_math = M
 
     def scale_shape(self) -> tuple[int, ...]:
         return (self.desc.outer_size, self.desc.axis_size // self.desc.group_size)
 
     def workspace_size(self) -> int:
+        """What the two-pass path needs (the one-pass path needs none)."""
         return self._n + self._unpacked.workspace_size()
 
     def run(self, args: Any, workspace: Any = None, stream: Any = None) -> None:
@@ -294,6 +323,44 @@ class DynamicRangePackedPlan(Plan):
         packed = checked_operand(self.name, args.output, "output", ElementKind.U8, self._n // 2)
         if self._n == 0:
             return
+        handle = stream_handle(stream, (x, packed), self.name)
+        G = self._chunk
+        if self._layout is not None and _address(x) % 16 == 0 and _address(packed) % (G // 2) == 0:
+            self._run_one_pass(x, packed, args, handle)
+        else:
+            self._run_two_pass(x, packed, args, workspace, handle)
+        if x.on_host or packed.on_host:
+            synchronize(handle)
+            finish(packed)
+
+    def _run_one_pass(self, x: Operand, packed: Operand, args: Any, handle: Any) -> None:
+        name, count = self.name, self._ngroups
+        scale = checked_operand(name, args.scale, "scale", self._scale_element, count)
+        zero_point = None
+        if args.zero_point is None:
+            if not self._symmetric:
+                raise InvalidProblem(problem_message(name, "zero_point", "an int32 array in asymmetric mode", None))
+            zps = ArrayArg(0, 0, 4, np.zeros(0, np.int32))
+        else:
+            zero_point = checked_operand(name, args.zero_point, "zero_point", ElementKind.I32, count)
+            zps = typed_view(zero_point, np.int32)
+        zero_point_on_host = zero_point is not None and zero_point.on_host
+        lanes, per_lane = self._layout
+        G = self._chunk
+        nchunks = self._n // G
+        threads = self._threads
+        groups_per_block = (threads // lanes) * groups_per_pass(per_lane)
+        blocks = max(1, min(-(-count // groups_per_block), self._blocks_per_sm * sm_count(x.device_id)))
+        arrays = (typed_view(x, np.uint64, 2 * nchunks), typed_view(packed, np.dtype(f"u{G // 2}"), nchunks),
+                  typed_view(scale, self._scale_math), zps)
+        self._one_pass.launch(blocks, threads, handle, arrays, (count, lanes, *self._q_scalars), x.device_id)
+        if scale.on_host or zero_point_on_host:
+            synchronize(handle)
+            finish(scale)
+            if zero_point is not None:
+                finish(zero_point)
+
+    def _run_two_pass(self, x: Operand, packed: Operand, args: Any, workspace: Any, handle: Any) -> None:
         values = allocate_like(x, (self._n,), ElementKind.U8) if workspace is None else adapt(
             workspace, self.name, "workspace")
         # The 4-bit values, one per byte, as the unpacked element (the bytes are reinterpreted).
@@ -301,16 +368,25 @@ class DynamicRangePackedPlan(Plan):
                            True, host=None if values.host is None else values.host[: self._n].view(
                                UNPACKED[self.desc.output_element].numpy_dtype),
                            device_id=values.device_id)
-        handle = stream_handle(stream, (x, packed), self.name)
         self._unpacked.run(DynamicRangeQuantizeArgs(x, unpacked, args.scale, args.zero_point), stream=handle)
         nbytes = self._n // 2
         blocks = self.entry.policy.blocks(nbytes, sm_count(x.device_id))
         self._pack.launch(blocks, self.entry.policy.threads_per_block, handle,
                           (typed_view(values, np.uint8, self._n), typed_view(packed, np.uint8)), (nbytes,),
                           x.device_id)
-        if x.on_host or packed.on_host:
-            synchronize(handle)
-            finish(packed)
+
+
+def resident_blocks(kernel: Any, threads: int, cap: int) -> int:
+    """Blocks of ``threads`` one SM holds at once given the kernel's registers (at most ``cap``): a
+    grid-stride grid larger than one resident wave runs a second, partial wave that costs a whole one.
+    64K registers per SM, allocated per warp in units of 256, at most 64 warps (sm_70 - sm_90)."""
+    if SIMULATOR:
+        return cap
+    counts = kernel.compiled().get_regs_per_thread()
+    regs = max(counts.values()) if isinstance(counts, dict) else int(counts)
+    warps = max(1, threads // 32)
+    per_warp = -(-regs * 32 // 256) * 256
+    return max(1, min(cap, (65536 // per_warp) // warps, 64 // warps))
 
 
 def _address(op: Operand) -> int:
