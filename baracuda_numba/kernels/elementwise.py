@@ -201,6 +201,7 @@ class ElementwiseKernel:
     out: ElementKind
     precision: MathPrecision
     chunk: int  # elements per chunk (G)
+    options: tuple = ()  # extra ``cuda.jit`` options as (name, value) pairs, e.g. launch_bounds
     _compiled: dict = field(default_factory=dict, compare=False, repr=False)
 
     def compiled(self) -> Any:
@@ -210,7 +211,7 @@ class ElementwiseKernel:
             with _COMPILE_LOCK:
                 dispatcher = self._compiled.get("dispatcher")
                 if dispatcher is None:
-                    dispatcher = cuda.jit(self.signature)(self.py_func)
+                    dispatcher = cuda.jit(self.signature, **dict(self.options))(self.py_func)
                     self._compiled["dispatcher"] = dispatcher
         return dispatcher
 
