@@ -108,6 +108,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     tpb = threads or TPB
     keep = keep or KEEP_CHUNKS
     nwarps = max(1, tpb // WARP)
+    warp_slots = 2 * nwarps  # shared-array sizes must be compile-time constants, not expressions
 
     @device_function
     def accumulate(hi, lo, x):
@@ -279,8 +280,8 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         tid = cuda.threadIdx.x
         scratch_hi = cuda.shared.array(tpb, M)  # used only by the simulator's shuffles
         scratch_lo = cuda.shared.array(tpb, M)
-        warp_hi = cuda.shared.array(2 * nwarps, M)
-        warp_lo = cuda.shared.array(2 * nwarps, M)
+        warp_hi = cuda.shared.array(warp_slots, M)
+        warp_lo = cuda.shared.array(warp_slots, M)
         words_lo = cuda.local.array(keep, np.uint64)
         words_hi = cuda.local.array(keep, np.uint64)
         spb = tpb // tps
