@@ -52,22 +52,19 @@ CHECKED = {  # extra shapes checked bit for bit, not timed: odd sizes, element p
 VARIANTS = {  # name -> TUNING fields (the rest default)
     "default": {},
     "res k2 t256": dict(resident_keep=2, resident_threads=256),
-    "res k4 t128": dict(resident_keep=4, resident_threads=128),
-    "res k4 t256": dict(resident_keep=4, resident_threads=256),
     "res k8 t128": dict(resident_keep=8, resident_threads=128),
     "res k1 t512": dict(resident_keep=1, resident_threads=512),
     "res k2 t256 lb5": dict(resident_keep=2, resident_threads=256, resident_min_blocks=5),
     "res k4 t128 lb10": dict(resident_keep=4, resident_threads=128, resident_min_blocks=10),
-    "res k4 t128 lb12": dict(resident_keep=4, resident_threads=128, resident_min_blocks=12),
-    "res k2 t256 8/SM": dict(resident_keep=2, resident_threads=256, resident_blocks_per_sm=8),
     "tensor 2/8": dict(tensor_partial_blocks_per_sm=2, tensor_quantize_blocks_per_sm=8),
     "tensor 8/8": dict(tensor_partial_blocks_per_sm=8, tensor_quantize_blocks_per_sm=8),
     "tensor 4/16": dict(tensor_partial_blocks_per_sm=4, tensor_quantize_blocks_per_sm=16),
-    "tensor 4/4": dict(tensor_partial_blocks_per_sm=4, tensor_quantize_blocks_per_sm=4),
     "columns 1024/SM": dict(column_threads_per_sm=1024),
     "columns 4096/SM": dict(column_threads_per_sm=4096),
 }
-SEGMENT_CASES = ("token", "token_asym", "group128", "token_e4m3")
+FAMILY_CASES = {"res": ("token", "token_asym", "group128", "token_e4m3"), "tensor": ("tensor",),
+                "columns": ("channel0", "channel0_asym")}  # what each variant family changes
+CHECKED_IN = ("default", "res k2 t256", "res k8 t128")  # variants that also run the CHECKED shapes
 
 
 def special_input(shape, dtype, seed: int) -> torch.Tensor:
@@ -99,14 +96,14 @@ def copy_gbs() -> float:
     return gbs
 
 
-def run_cases(x: torch.Tensor, repeats: int, timed: bool = True) -> dict:
-    """``case -> {digest, ms}`` for the timed cases and the checked shapes."""
+def run_cases(x: torch.Tensor, repeats: int, only: tuple = tuple(TIMED), checked: bool = True) -> dict:
+    """``case -> {digest, ms}`` for the timed cases ``only`` and (``checked``) the checked shapes."""
     out = {}
-    for case, kwargs in TIMED.items():
+    for case in only:
+        kwargs = TIMED[case]
         out[case] = {"digest": digest(bn.dynamic_range_quantize(x, **kwargs))}
-        if timed:
-            out[case]["ms"] = device_ms(lambda kwargs=kwargs: bn.dynamic_range_quantize(x, **kwargs), repeats)
-    for case, (shape, dtype, kwargs) in CHECKED.items():
+        out[case]["ms"] = device_ms(lambda kwargs=kwargs: bn.dynamic_range_quantize(x, **kwargs), repeats)
+    for case, (shape, dtype, kwargs) in (CHECKED.items() if checked else ()):
         out[case] = {"digest": digest(bn.dynamic_range_quantize(special_input(shape, dtype, 7), **kwargs))}
     return out
 
@@ -202,17 +199,17 @@ def main() -> None:
         print("FAILED against torch: " + "; ".join(failures), flush=True)
     report["torch_check_failures"] = failures
     names = [n for n in VARIANTS if not args.variants or n in args.variants.split(",")]
-    reference = None
+    reference: dict = {}
     entry = next(e for e in bn.registry.entries() if isinstance(e, bn.registry.DynamicRangeEntry)
                  and e.input_element is bn.ElementKind.BF16 and e.output_element is bn.ElementKind.S8)
     for name in names:
         plans_dynamic.TUNING = dataclasses.replace(plans_dynamic.DynamicTuning(), **VARIANTS[name])
         bn.clear_plan_cache()
-        cases = run_cases(x, args.repeats)
+        cases = run_cases(x, args.repeats, FAMILY_CASES.get(name.split()[0], tuple(TIMED)), name in CHECKED_IN)
         digests = {c: v["digest"] for c, v in cases.items()}
         mismatch = [c for c in digests if (old and old["cases"][c]["digest"] != digests[c])
-                    or (reference and reference[c] != digests[c])]
-        reference = reference or digests
+                    or (c in reference and reference[c] != digests[c])]
+        reference = {**digests, **reference}
         tuning = plans_dynamic.TUNING
         regs = registers([entry.kernels(sym, *options) for sym in (True, False) for options in (
             (), (tuning.resident_keep, tuning.resident_threads, tuning.resident_min_blocks))])
