@@ -164,6 +164,35 @@ def main() -> None:
     copy = report["copy_gbs"] = copy_gbs()
     print(f"device {report['device']}; copy {copy:.0f} GB/s; % of copy on 3n bytes (bf16 in, int8 out)"
           " unless marked 5n", flush=True)
+    failures = checks_against_torch(x)
+    if failures:
+        print("FAILED against torch: " + "; ".join(failures), flush=True)
+    report["torch_check_failures"] = failures
+    names = [n for n in VARIANTS if not args.variants or n in args.variants.split(",")]
+    reference: dict = {}
+    entry = next(e for e in bn.registry.entries() if isinstance(e, bn.registry.DynamicRangeEntry)
+                 and e.input_element is bn.ElementKind.BF16 and e.output_element is bn.ElementKind.S8)
+    for name in names:
+        plans_dynamic.TUNING = dataclasses.replace(plans_dynamic.DynamicTuning(), **VARIANTS[name])
+        bn.clear_plan_cache()
+        cases = run_cases(x, args.repeats, FAMILY_CASES.get(name.split()[0], tuple(TIMED)), name in CHECKED_IN)
+        digests = {c: v["digest"] for c, v in cases.items()}
+        mismatch = [c for c in digests if c in reference and reference[c] != digests[c]]
+        reference = {**digests, **reference}
+        tuning = plans_dynamic.TUNING
+        regs = registers([entry.kernels(sym, *options) for sym in (True, False) for options in (
+            (), (tuning.resident_keep, tuning.resident_threads, tuning.resident_min_blocks))])
+        row = {"cases": cases, "mismatch": mismatch, "registers": regs}
+        report["variants"][name] = row
+        pct = "  ".join(f"{c} {100 * nbytes / v['ms'] / 1e6 / copy:.1f}%" + (
+            f" ({100 * 5 * x.numel() / v['ms'] / 1e6 / copy:.1f}% 5n)" if c == "tensor" else "")
+            for c, v in cases.items() if "ms" in v)
+        reg_text = " ".join(f"{k.split('_')[1]}{'/a' if '_asym_' in k else ''}={v}" for k, v in sorted(regs.items())
+                            if "_bf16_s8_" in k)
+        print(f"{name:18s} {pct}  {'BITS OK' if not mismatch else 'MISMATCH ' + ','.join(mismatch)}  regs {reg_text}",
+              flush=True)
+    plans_dynamic.TUNING = plans_dynamic.DynamicTuning()
+    bn.clear_plan_cache()
     old = None
     if args.old_root:
         path = "/tmp/tune_dynamic_old.json"
@@ -177,6 +206,11 @@ def main() -> None:
         print(f"old checkout (copy {old['copy_gbs']:.0f} GB/s in its process):", flush=True)
         print("  " + "  ".join(f"{c} {100 * nbytes / v['ms'] / 1e6 / copy:.1f}%" for c, v in old["cases"].items()
                                if "ms" in v), flush=True)
+    if old:
+        differ = [c for c, v in old["cases"].items() if c in reference and reference[c] != v["digest"]]
+        report["differs_from_old"] = differ
+        print("bits against the old checkout: " + ("ALL SAME" if not differ else "DIFFER " + ",".join(differ)),
+              flush=True)
     # torch.compile of the bench's compositions
     def torch_token(x):
         scale = x.float().abs().amax(dim=1, keepdim=True) / 127
@@ -194,36 +228,6 @@ def main() -> None:
     xs = None  # free the 512 MiB
     print("torch.compile: " + "  ".join(f"{k} {v * 1e3:.1f} us" for k, v in report["torch_compile_ms"].items()),
           flush=True)
-    failures = checks_against_torch(x)
-    if failures:
-        print("FAILED against torch: " + "; ".join(failures), flush=True)
-    report["torch_check_failures"] = failures
-    names = [n for n in VARIANTS if not args.variants or n in args.variants.split(",")]
-    reference: dict = {}
-    entry = next(e for e in bn.registry.entries() if isinstance(e, bn.registry.DynamicRangeEntry)
-                 and e.input_element is bn.ElementKind.BF16 and e.output_element is bn.ElementKind.S8)
-    for name in names:
-        plans_dynamic.TUNING = dataclasses.replace(plans_dynamic.DynamicTuning(), **VARIANTS[name])
-        bn.clear_plan_cache()
-        cases = run_cases(x, args.repeats, FAMILY_CASES.get(name.split()[0], tuple(TIMED)), name in CHECKED_IN)
-        digests = {c: v["digest"] for c, v in cases.items()}
-        mismatch = [c for c in digests if (old and old["cases"][c]["digest"] != digests[c])
-                    or (c in reference and reference[c] != digests[c])]
-        reference = {**digests, **reference}
-        tuning = plans_dynamic.TUNING
-        regs = registers([entry.kernels(sym, *options) for sym in (True, False) for options in (
-            (), (tuning.resident_keep, tuning.resident_threads, tuning.resident_min_blocks))])
-        row = {"cases": cases, "mismatch": mismatch, "registers": regs}
-        report["variants"][name] = row
-        pct = "  ".join(f"{c} {100 * nbytes / v['ms'] / 1e6 / copy:.1f}%" + (
-            f" ({100 * 5 * x.numel() / v['ms'] / 1e6 / copy:.1f}% 5n)" if c == "tensor" else "")
-            for c, v in cases.items() if "ms" in v)
-        reg_text = " ".join(f"{k.split('_')[1]}{'/a' if '_asym_' in k else ''}={v}" for k, v in sorted(regs.items())
-                            if "_bf16_s8_" in k)
-        print(f"{name:18s} {pct}  {'BITS OK' if not mismatch else 'MISMATCH ' + ','.join(mismatch)}  regs {reg_text}",
-              flush=True)
-    plans_dynamic.TUNING = plans_dynamic.DynamicTuning()
-    bn.clear_plan_cache()
     report["ours_vs_compile_ms"] = ours_same_input
     for k, v in ours_same_input.items():
         tc = report["torch_compile_ms"][k]
