@@ -49,11 +49,10 @@ CHECKED = {  # extra shapes checked bit for bit, not timed: odd sizes, element p
     "f16_group32": ((2048, 4096), torch.float16, dict(scope="group", group_size=32, mode="asymmetric")),
     "f32_tensor_e4m3": ((2048, 4096), torch.float32, dict(scope="tensor", dtype=torch.float8_e4m3fn)),
 }
-VARIANTS = {  # name -> TUNING fields (the rest default)
+VARIANTS = {  # name -> TUNING fields (the rest default); staged last: the riskiest kernel runs after the rest
     "default": {},
     "res k2 t256": dict(resident_keep=2, resident_threads=256),
     "res k8 t128": dict(resident_keep=8, resident_threads=128),
-    "res k1 t512": dict(resident_keep=1, resident_threads=512),
     "res k2 t256 lb5": dict(resident_keep=2, resident_threads=256, resident_min_blocks=5),
     "res k4 t128 lb10": dict(resident_keep=4, resident_threads=128, resident_min_blocks=10),
     "tensor 2/8": dict(tensor_partial_blocks_per_sm=2, tensor_quantize_blocks_per_sm=8),
@@ -61,10 +60,18 @@ VARIANTS = {  # name -> TUNING fields (the rest default)
     "tensor 4/16": dict(tensor_partial_blocks_per_sm=4, tensor_quantize_blocks_per_sm=16),
     "columns 1024/SM": dict(column_threads_per_sm=1024),
     "columns 4096/SM": dict(column_threads_per_sm=4096),
+    "stg k2 t256 4/SM": dict(resident_keep=2, resident_threads=256, resident_staged=True, resident_blocks_per_sm=4),
+    "stg k2 t256 lb4": dict(resident_keep=2, resident_threads=256, resident_staged=True, resident_blocks_per_sm=4,
+                            resident_min_blocks=4),
+    "stg k4 t128 lb8": dict(resident_keep=4, resident_threads=128, resident_staged=True, resident_blocks_per_sm=8,
+                            resident_min_blocks=8),
+    "stg k1 t512 lb2": dict(resident_keep=1, resident_threads=512, resident_staged=True, resident_blocks_per_sm=2,
+                            resident_min_blocks=2),
 }
-FAMILY_CASES = {"res": ("token", "token_asym", "group128", "token_e4m3"), "tensor": ("tensor",),
+SEGMENT_CASES = ("token", "token_asym", "group128", "token_e4m3")
+FAMILY_CASES = {"res": SEGMENT_CASES, "stg": SEGMENT_CASES, "tensor": ("tensor",),
                 "columns": ("channel0", "channel0_asym")}  # what each variant family changes
-CHECKED_IN = ("default", "res k2 t256", "res k8 t128")  # variants that also run the CHECKED shapes
+CHECKED_IN = ("default", "res k2 t256", "res k8 t128", "stg k2 t256 lb4")  # variants that also run the CHECKED shapes
 
 
 def special_input(shape, dtype, seed: int) -> torch.Tensor:
@@ -164,35 +171,6 @@ def main() -> None:
     copy = report["copy_gbs"] = copy_gbs()
     print(f"device {report['device']}; copy {copy:.0f} GB/s; % of copy on 3n bytes (bf16 in, int8 out)"
           " unless marked 5n", flush=True)
-    failures = checks_against_torch(x)
-    if failures:
-        print("FAILED against torch: " + "; ".join(failures), flush=True)
-    report["torch_check_failures"] = failures
-    names = [n for n in VARIANTS if not args.variants or n in args.variants.split(",")]
-    reference: dict = {}
-    entry = next(e for e in bn.registry.entries() if isinstance(e, bn.registry.DynamicRangeEntry)
-                 and e.input_element is bn.ElementKind.BF16 and e.output_element is bn.ElementKind.S8)
-    for name in names:
-        plans_dynamic.TUNING = dataclasses.replace(plans_dynamic.DynamicTuning(), **VARIANTS[name])
-        bn.clear_plan_cache()
-        cases = run_cases(x, args.repeats, FAMILY_CASES.get(name.split()[0], tuple(TIMED)), name in CHECKED_IN)
-        digests = {c: v["digest"] for c, v in cases.items()}
-        mismatch = [c for c in digests if c in reference and reference[c] != digests[c]]
-        reference = {**digests, **reference}
-        tuning = plans_dynamic.TUNING
-        regs = registers([entry.kernels(sym, *options) for sym in (True, False) for options in (
-            (), (tuning.resident_keep, tuning.resident_threads, tuning.resident_min_blocks))])
-        row = {"cases": cases, "mismatch": mismatch, "registers": regs}
-        report["variants"][name] = row
-        pct = "  ".join(f"{c} {100 * nbytes / v['ms'] / 1e6 / copy:.1f}%" + (
-            f" ({100 * 5 * x.numel() / v['ms'] / 1e6 / copy:.1f}% 5n)" if c == "tensor" else "")
-            for c, v in cases.items() if "ms" in v)
-        reg_text = " ".join(f"{k.split('_')[1]}{'/a' if '_asym_' in k else ''}={v}" for k, v in sorted(regs.items())
-                            if "_bf16_s8_" in k)
-        print(f"{name:18s} {pct}  {'BITS OK' if not mismatch else 'MISMATCH ' + ','.join(mismatch)}  regs {reg_text}",
-              flush=True)
-    plans_dynamic.TUNING = plans_dynamic.DynamicTuning()
-    bn.clear_plan_cache()
     old = None
     if args.old_root:
         path = "/tmp/tune_dynamic_old.json"
@@ -206,11 +184,6 @@ def main() -> None:
         print(f"old checkout (copy {old['copy_gbs']:.0f} GB/s in its process):", flush=True)
         print("  " + "  ".join(f"{c} {100 * nbytes / v['ms'] / 1e6 / copy:.1f}%" for c, v in old["cases"].items()
                                if "ms" in v), flush=True)
-    if old:
-        differ = [c for c, v in old["cases"].items() if c in reference and reference[c] != v["digest"]]
-        report["differs_from_old"] = differ
-        print("bits against the old checkout: " + ("ALL SAME" if not differ else "DIFFER " + ",".join(differ)),
-              flush=True)
     # torch.compile of the bench's compositions
     def torch_token(x):
         scale = x.float().abs().amax(dim=1, keepdim=True) / 127
@@ -233,6 +206,44 @@ def main() -> None:
         tc = report["torch_compile_ms"][k]
         print(f"{k}: ours {v * 1e3:.1f} us, torch.compile {tc * 1e3:.1f} us: {tc / v:.2f}x (finite input, default"
               " tuning)", flush=True)
+    failures = checks_against_torch(x)
+    if failures:
+        print("FAILED against torch: " + "; ".join(failures), flush=True)
+    report["torch_check_failures"] = failures
+    names = [n for n in VARIANTS if not args.variants or n in args.variants.split(",")]
+    reference: dict = {}
+    entry = next(e for e in bn.registry.entries() if isinstance(e, bn.registry.DynamicRangeEntry)
+                 and e.input_element is bn.ElementKind.BF16 and e.output_element is bn.ElementKind.S8)
+    for name in names:
+        plans_dynamic.TUNING = dataclasses.replace(plans_dynamic.DynamicTuning(), **VARIANTS[name])
+        bn.clear_plan_cache()
+        cases = run_cases(x, args.repeats, FAMILY_CASES.get(name.split()[0], tuple(TIMED)), name in CHECKED_IN)
+        digests = {c: v["digest"] for c, v in cases.items()}
+        mismatch = [c for c in digests if (c in reference and reference[c] != digests[c])
+                    or (old and old["cases"][c]["digest"] != digests[c])]
+        reference = {**digests, **reference}
+        tuning = plans_dynamic.TUNING
+        regs = registers([entry.kernels(sym, *options) for sym in (True, False) for options in (
+            (), (tuning.resident_keep, tuning.resident_threads, tuning.resident_min_blocks))])
+        row = {"cases": cases, "mismatch": mismatch, "registers": regs}
+        report["variants"][name] = row
+        pct = "  ".join(f"{c} {100 * nbytes / v['ms'] / 1e6 / copy:.1f}%" + (
+            f" ({100 * 5 * x.numel() / v['ms'] / 1e6 / copy:.1f}% 5n)" if c == "tensor" else "")
+            for c, v in cases.items() if "ms" in v)
+        reg_text = " ".join(f"{k.split('_')[1]}{'/a' if '_asym_' in k else ''}={v}" for k, v in sorted(regs.items())
+                            if "_bf16_s8_" in k)
+        print(f"{name:18s} {pct}  {'BITS OK' if not mismatch else 'MISMATCH ' + ','.join(mismatch)}  regs {reg_text}",
+              flush=True)
+        if args.json:  # after every variant: a later crash keeps what was measured
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=1)
+    plans_dynamic.TUNING = plans_dynamic.DynamicTuning()
+    bn.clear_plan_cache()
+    if old:
+        differ = [c for c, v in old["cases"].items() if c in reference and reference[c] != v["digest"]]
+        report["differs_from_old"] = differ
+        print("bits against the old checkout: " + ("ALL SAME" if not differ else "DIFFER " + ",".join(differ)),
+              flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

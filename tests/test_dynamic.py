@@ -242,6 +242,12 @@ KERNEL_PATHS = [
     # resident, unaligned rows (element path) and a misaligned operand
     (dict(resident_threads=64, resident_keep=2), (4, 333), {}, 0),
     (dict(resident_threads=32, resident_keep=2), (6, 64), {}, 1),
+    # staged resident segments (cp.async into shared memory a round ahead): blocks of several rounds,
+    # several segments per block, the last round partly past the last segment; unaligned: resident
+    (dict(resident_threads=64, resident_keep=2, resident_staged=True, resident_blocks_per_sm=2), (9, 512), {}, 0),
+    (dict(resident_threads=64, resident_keep=1, resident_staged=True, resident_blocks_per_sm=1), (7, 128),
+     dict(scope="group", group_size=64, mode="asymmetric"), 0),
+    (dict(resident_threads=32, resident_keep=2, resident_staged=True), (5, 70), {}, 1),
     # streaming segments (longer than keep * threads chunks)
     (dict(resident_threads=32, resident_keep=1), (2, 1000), dict(mode="asymmetric"), 0),
     # tensor: partials per block, odd size (element tail), misaligned

@@ -73,6 +73,7 @@ class DynamicKernels:
 
     segment: ElementwiseKernel
     resident: ElementwiseKernel
+    staged: ElementwiseKernel
     partial: ElementwiseKernel
     tensor_quantize: ElementwiseKernel
     column_partial: ElementwiseKernel
@@ -109,6 +110,8 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     keep = keep or KEEP_CHUNKS
     nwarps = max(1, tpb // WARP)
     warp_slots = 2 * nwarps  # shared-array sizes must be compile-time constants, not expressions
+    stage_words = 2 * 2 * keep * tpb  # staged kernel: two rounds of keep 16-byte chunks per thread
+    wait_previous, wait_all = device.cp_async_wait_group(1), device.cp_async_wait_group(0)
 
     @device_function
     def accumulate(hi, lo, x):
@@ -271,66 +274,98 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                     qe[i] = o_encode(quantize(a_decode(u64(xe[i])), zero, inv, sc, zp, q_min, q_max))
                     e += tps
 
-    def resident_kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
-        # Segments of at most keep * tps chunks: every chunk of a segment is loaded once, all of a
-        # lane's loads issued before the range pass, kept in registers (as the raw words) and
-        # quantized from there. tps lanes per segment: a power of two up to the block; above a warp
-        # the warps of a segment meet in shared memory (two slot sets, alternating per round, so a
-        # round's writes never race the previous round's reads without a barrier between them).
-        tid = cuda.threadIdx.x
-        scratch_hi = cuda.shared.array(tpb, M)  # used only by the simulator's shuffles
-        scratch_lo = cuda.shared.array(tpb, M)
-        warp_hi = cuda.shared.array(warp_slots, M)
-        warp_lo = cuda.shared.array(warp_slots, M)
-        words_lo = cuda.local.array(keep, np.uint64)
-        words_hi = cuda.local.array(keep, np.uint64)
-        spb = tpb // tps
-        sub = tid // tps
-        lane_id = tid - sub * tps
-        wps = tps // WARP
-        slot = 0
-        for first in range(cuda.blockIdx.x * spb, nseg, cuda.gridDim.x * spb):
-            s = first + sub
-            live = s < nseg
-            base = s * cps
-            for k in range(keep):
-                cc = lane_id + k * tps
-                if live and cc < cps:
-                    words_lo[k], words_hi[k] = a_load(xw, base + cc)
-            hi, lo = zero, zero
-            for k in range(keep):
-                if live and lane_id + k * tps < cps:
-                    hi, lo = chunk_range(hi, lo, words_lo[k], words_hi[k])
-            if live and cps == 0:  # unaligned segments: the element path (read twice)
-                e = lane_id
-                while e < seg_len:
-                    hi, lo = accumulate(hi, lo, a_decode(u64(xe[s * seg_len + e])))
-                    e += tps
-            hi, lo = warp_range(hi, lo, min(tps, WARP), scratch_hi, scratch_lo, tid)
-            if wps > 1:
-                if tid % WARP == 0:
-                    warp_hi[slot + tid // WARP] = hi
-                    warp_lo[slot + tid // WARP] = lo
-                cuda.syncthreads()
-                for w in range(sub * wps, sub * wps + wps):
-                    hi, lo = combine(hi, lo, warp_hi[slot + w], warp_lo[slot + w])
-                slot = nwarps - slot
-            if live:
-                inv, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
-                if lane_id == 0:
-                    scales[s] = sc
-                    zero_points[s] = np.int32(zp)
+    @device_function
+    def stage_round(stage, buf, xw, s, lane_id, tid, nseg, cps, tps):
+        """Start copying this thread's ``keep`` chunks of segment ``s`` into buffer ``buf`` of ``stage``
+        (zeros where there is no chunk: past the segment or past the last segment)."""
+        for k in range(keep):
+            cc = lane_id + k * tps
+            valid = s < nseg and cc < cps
+            device.cp_async_16(stage, (buf * keep + k) * tpb + tid, xw, s * cps + cc if valid else 0, valid)
+
+    def segment_in_registers(staged: bool):
+        """The resident kernel; ``staged``: each round's chunks were copied into shared memory by
+        ``cp.async`` during the previous round (aligned segments only), so the loads of the next
+        segments are in flight while this one is reduced and quantized, whatever the registers allow."""
+        stage_size = stage_words if staged else 2  # the resident kernel keeps its shared memory free
+
+        def kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
+            tid = cuda.threadIdx.x
+            scratch_hi = cuda.shared.array(tpb, M)  # used only by the simulator's shuffles
+            scratch_lo = cuda.shared.array(tpb, M)
+            warp_hi = cuda.shared.array(warp_slots, M)
+            warp_lo = cuda.shared.array(warp_slots, M)
+            stage = cuda.shared.array(stage_size, np.uint64)
+            words_lo = cuda.local.array(keep, np.uint64)
+            words_hi = cuda.local.array(keep, np.uint64)
+            spb = tpb // tps
+            sub = tid // tps
+            lane_id = tid - sub * tps
+            wps = tps // WARP
+            slot = 0
+            step = cuda.gridDim.x * spb
+            if staged:  # round 0 into buffer 0
+                stage_round(stage, 0, xw, cuda.blockIdx.x * spb + sub, lane_id, tid, nseg, cps, tps)
+                device.cp_async_commit()
+            buf = 0
+            for first in range(cuda.blockIdx.x * spb, nseg, step):
+                s = first + sub
+                live = s < nseg
+                base = s * cps
+                if staged:
+                    # a thread reads back only the copies it started itself: its wait suffices, no barrier
+                    stage_round(stage, 1 - buf, xw, s + step, lane_id, tid, nseg, cps, tps)
+                    device.cp_async_commit()
+                    wait_previous()
+                    for k in range(keep):
+                        c = 2 * ((buf * keep + k) * tpb + tid)
+                        words_lo[k], words_hi[k] = stage[c], stage[c + 1]
+                    buf = 1 - buf
+                else:
+                    for k in range(keep):
+                        cc = lane_id + k * tps
+                        if live and cc < cps:
+                            words_lo[k], words_hi[k] = a_load(xw, base + cc)
+                hi, lo = zero, zero
                 for k in range(keep):
-                    cc = lane_id + k * tps
-                    if cc < cps:
-                        o_lo, o_hi = quantize_chunk(words_lo[k], words_hi[k], inv, sc, zp, q_min, q_max)
-                        o_store(qw, base + cc, o_lo, o_hi)
-                if cps == 0:
+                    if live and lane_id + k * tps < cps:
+                        hi, lo = chunk_range(hi, lo, words_lo[k], words_hi[k])
+                if live and cps == 0:  # unaligned segments: the element path (read twice)
                     e = lane_id
                     while e < seg_len:
-                        i = s * seg_len + e
-                        qe[i] = o_encode(quantize(a_decode(u64(xe[i])), zero, inv, sc, zp, q_min, q_max))
+                        hi, lo = accumulate(hi, lo, a_decode(u64(xe[s * seg_len + e])))
                         e += tps
+                hi, lo = warp_range(hi, lo, min(tps, WARP), scratch_hi, scratch_lo, tid)
+                if wps > 1:
+                    if tid % WARP == 0:
+                        warp_hi[slot + tid // WARP] = hi
+                        warp_lo[slot + tid // WARP] = lo
+                    cuda.syncthreads()
+                    for w in range(sub * wps, sub * wps + wps):
+                        hi, lo = combine(hi, lo, warp_hi[slot + w], warp_lo[slot + w])
+                    slot = nwarps - slot
+                if live:
+                    inv, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
+                    if lane_id == 0:
+                        scales[s] = sc
+                        zero_points[s] = np.int32(zp)
+                    for k in range(keep):
+                        cc = lane_id + k * tps
+                        if cc < cps:
+                            o_lo, o_hi = quantize_chunk(words_lo[k], words_hi[k], inv, sc, zp, q_min, q_max)
+                            o_store(qw, base + cc, o_lo, o_hi)
+                    if cps == 0:
+                        e = lane_id
+                        while e < seg_len:
+                            i = s * seg_len + e
+                            qe[i] = o_encode(quantize(a_decode(u64(xe[i])), zero, inv, sc, zp, q_min, q_max))
+                            e += tps
+            if staged:
+                wait_all()  # no copy into shared memory outlives the block
+
+        return kernel
+
+    resident_kernel, staged_kernel = segment_in_registers(False), segment_in_registers(True)
 
     def partial_kernel(xw, xe, partials, n, nchunks):
         # One partial range per block: rounds of keep loads in flight per thread, then the block's range.
@@ -540,6 +575,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     return DynamicKernels(
         segment=make(segment_kernel, "segment", f"void({segment_args})"),
         resident=make(resident_kernel, "resident", f"void({segment_args})"),
+        staged=make(staged_kernel, "staged", f"void({segment_args})"),
         partial=make(partial_kernel, "partial", f"void({x_views}, {m}[::1], int64, int64)"),
         tensor_quantize=make(tensor_quantize_kernel, "tensor_quantize",
                              f"void({x_views}, {q_views}, {m}[::1], {m}[::1], int32[::1], int64, int64, int64, "

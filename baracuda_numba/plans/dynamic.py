@@ -46,6 +46,7 @@ class DynamicTuning:
     resident_keep: int = 4  # chunks per thread of a resident segment (segments up to keep * threads chunks)
     resident_min_blocks: int = 0  # launch bound: blocks per SM the register allocation must allow (0: none)
     resident_blocks_per_sm: int = 32  # grid cap of the resident kernel (blocks loop over the segments)
+    resident_staged: bool = False  # aligned resident segments: the next round's chunks staged by cp.async
     tensor_partial_blocks_per_sm: int = 4  # blocks of the partial-range pass (one partial each)
     tensor_quantize_blocks_per_sm: int = 8  # blocks of the quantize pass
     column_threads_per_sm: int = 2048  # threads of the column passes (rows split into that many slices)
@@ -235,6 +236,7 @@ class DynamicRangeQuantizePlan(Plan):
             else:
                 nseg, seg_len = self._n // scope.group_size if scope.group_size else 0, scope.group_size
             self._segments = (nseg, seg_len)
+            self._staged_kernel = None
             self._count = nseg
             self._workspace = 0
             G = kernels.chunk
@@ -244,6 +246,8 @@ class DynamicRangeQuantizePlan(Plan):
             if units <= resident.keep * resident.threads:
                 # lanes per segment: every chunk in registers, at least four lanes where there is work for them
                 self._segment_kernel, self._segment_threads = resident.resident, resident.threads
+                if tuning.resident_staged:
+                    self._staged_kernel = resident.staged
                 tps = 1
                 while tps * resident.keep < units or tps < min(units, 4):
                     tps *= 2
@@ -259,7 +263,8 @@ class DynamicRangeQuantizePlan(Plan):
             per_block = self._segment_threads // tps
             self._segment_blocks = max(1, min(-(-nseg // per_block), blocks_per_sm * sms))
         launcher = {
-            "segments": lambda: KernelLauncher(self._segment_kernel.compiled, 6, (np.int64,) * 4 + (M,) * 3),
+            "segments": lambda: {kernel: KernelLauncher(kernel.compiled, 6, (np.int64,) * 4 + (M,) * 3)
+                                 for kernel in (self._segment_kernel, self._staged_kernel) if kernel is not None},
             "tensor": lambda: (KernelLauncher(kernels.partial.compiled, 3, (np.int64,) * 2),
                                KernelLauncher(kernels.tensor_quantize.compiled, 7, (np.int64,) * 3 + (M,) * 3)),
             "columns": lambda: (KernelLauncher(kernels.column_partial.compiled, 3, (np.int64,) * 5),
@@ -268,7 +273,7 @@ class DynamicRangeQuantizePlan(Plan):
         }[self._strategy]
         self._launchers = launcher()
         if not SIMULATOR:
-            used = {"segments": (self._segment_kernel,),
+            used = {"segments": tuple(self._launchers),
                     "tensor": (kernels.partial, kernels.tensor_quantize),
                     "columns": (kernels.column_partial, kernels.channel_finalize, kernels.column_quantize),
                     }[self._strategy]
@@ -364,8 +369,9 @@ class DynamicRangeQuantizePlan(Plan):
         cps = seg_len // G if aligned else 0
         nchunks = nseg * cps
         arrays = (*chunk_views(x, self._n, nchunks, G), *chunk_views(q, self._n, nchunks, G), scale_view, zp_view)
-        self._launchers.launch(self._segment_blocks, self._segment_threads, handle, arrays,
-                               (nseg, seg_len, cps, self._tps, *self._q_scalars), device_id)
+        kernel = self._staged_kernel if self._staged_kernel is not None and cps > 0 else self._segment_kernel
+        self._launchers[kernel].launch(self._segment_blocks, self._segment_threads, handle, arrays,
+                                       (nseg, seg_len, cps, self._tps, *self._q_scalars), device_id)
 
     def _run_tensor(self, x, q, partials, scale_view, zp_view, handle, device_id) -> None:
         G = self._kernels.chunk
