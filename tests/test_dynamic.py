@@ -294,3 +294,33 @@ def test_all_zero_and_nonfinite_segments(tuning):
             zp = 0 if mode == "symmetric" else q_min  # q_min - rint(0 / 1)
             expected = np.where(np.isposinf(x), 127, np.where(np.isneginf(x), q_min, zp))
             assert_same(r.q, expected.astype(np.int8))
+
+
+@settings(max_examples=20 if SIMULATOR else 40)
+@given(threads=st.sampled_from([32, 64]), keep=st.sampled_from([1, 2, 4]), staged=st.booleans(),
+       blocks_per_sm=st.sampled_from([1, 2, 32]), rows=st.integers(1, 7), chunks=st.integers(1, 40),
+       groups=st.sampled_from([None, 2, 4]), mode=st.sampled_from(MODES), seed=st.integers(0, 2**32 - 1))
+def test_segment_launch_shapes_match_reference(threads, keep, staged, blocks_per_sm, rows, chunks, groups, mode,
+                                               seed):
+    """Any launch shape of the segment kernels (resident, staged, streaming when the row is longer than
+    keep * threads chunks) gives the reference's bits: tokens or groups of f32 rows of ``4 * chunks``."""
+    saved = bn.plans.dynamic.TUNING
+    bn.plans.dynamic.TUNING = dataclasses.replace(saved, resident_threads=threads, resident_keep=keep,
+                                                  resident_staged=staged, resident_blocks_per_sm=blocks_per_sm)
+    bn.clear_plan_cache()
+    try:
+        cols = 4 * chunks * (groups or 1)
+        x = _special((rows, cols), np.float32, seed=seed % 1000)
+        kwargs = dict(scope="group", group_size=cols // groups) if groups else {}
+        q_min, q_max = bn.plans.dynamic.default_dynamic_q_range(bn.plans.dynamic.DynamicRangeMode(mode),
+                                                                bn.ElementKind.S8)
+        r = bn.dynamic_range_quantize(x, mode=mode, **kwargs)
+        q, scale, zero_point = ref_dynamic.dynamic_range_quantize(x, mode, "group" if groups else "token", q_min,
+                                                                  q_max, np.int8, None, kwargs.get("group_size"))
+        assert_same(r.scale, scale)
+        assert_same(r.q, q)
+        if mode == "asymmetric":
+            assert_same(r.zero_point, zero_point)
+    finally:
+        bn.plans.dynamic.TUNING = saved
+        bn.clear_plan_cache()
