@@ -9,6 +9,9 @@ quantize of the returned scales. Times: device events, median of ``--repeats``. 
 compiled kernels' ``get_regs_per_thread()``.
 
     python benchmarks/tune_dynamic.py --old-root ../.. --json $OUT/tune.json
+
+``--smoke`` runs the same code on the CPU (Numba's simulator, torch CPU tensors, small f32 shapes, host
+timers, no torch.compile): a check of this script, not a measurement.
 """
 
 from __future__ import annotations
@@ -18,14 +21,20 @@ import dataclasses
 import hashlib
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
 
 import torch
 
 import baracuda_numba as bn
-from baracuda_numba.bench import device_ms
 from baracuda_numba.plans import dynamic as plans_dynamic
+
+SMOKE = "--smoke" in sys.argv
+DEVICE = "cpu" if SMOKE else "cuda"
+SHAPE = (8, 64) if SMOKE else (65536, 4096)
+INPUT = torch.float32 if SMOKE else torch.bfloat16  # the simulator has no bf16
 
 TIMED = {  # case -> keyword arguments of dynamic_range_quantize, on the [65536, 4096] bf16 input
     "token": {},
@@ -36,6 +45,8 @@ TIMED = {  # case -> keyword arguments of dynamic_range_quantize, on the [65536,
     "channel0_asym": dict(scope="channel", axis=1, mode="asymmetric"),
     "token_e4m3": dict(dtype=torch.float8_e4m3fn),
 }
+if SMOKE:
+    TIMED["group128"] = dict(scope="group", group_size=16)
 CHECKED = {  # extra shapes checked bit for bit, not timed: odd sizes, element paths, other dtypes
     "odd_token": ((999, 4104), torch.bfloat16, {}),
     "odd_token_asym_u8": ((999, 4104), torch.bfloat16, dict(mode="asymmetric", dtype="uint8")),
@@ -49,6 +60,13 @@ CHECKED = {  # extra shapes checked bit for bit, not timed: odd sizes, element p
     "f16_group32": ((2048, 4096), torch.float16, dict(scope="group", group_size=32, mode="asymmetric")),
     "f32_tensor_e4m3": ((2048, 4096), torch.float32, dict(scope="tensor", dtype=torch.float8_e4m3fn)),
 }
+if SMOKE:  # the same paths at simulator sizes
+    CHECKED = {"odd_token": ((5, 48), torch.float32, {}),
+               "odd_tensor": ((5, 47), torch.float32, dict(scope="tensor")),
+               "odd_channel": ((5, 48), torch.float16, dict(scope="channel", axis=1, mode="asymmetric")),
+               "odd_channel_elem": ((5, 47), torch.float32, dict(scope="channel", axis=1)),
+               "inner_channel": ((3, 5, 8), torch.float32, dict(scope="channel", axis=1)),
+               "long_rows": ((2, 1000), torch.float32, {})}
 VARIANTS = {  # name -> TUNING fields (the rest default); staged last: the riskiest kernel runs after the rest
     "default": {},
     "res k2 t256": dict(resident_keep=2, resident_threads=256),
@@ -76,13 +94,15 @@ CHECKED_IN = ("default", "res k2 t256", "res k8 t128", "stg k2 t256 lb4")  # var
 
 def special_input(shape, dtype, seed: int) -> torch.Tensor:
     """Normal data with an all-zero row and column, NaN, +-inf and a 1e-3-scaled row (same bits in every process)."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(shape, device="cuda", generator=g).to(dtype)
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    x = torch.randn(shape, device=DEVICE, generator=g).to(dtype)
     flat = x.view(-1, shape[-1])
-    flat[1].zero_()
-    flat[:, 2].zero_()
-    flat[3, 5], flat[4, 7], flat[5, 9] = float("nan"), float("inf"), float("-inf")
-    flat[6] *= 1e-3
+    rows, cols = flat.shape
+    flat[1 % rows].zero_()
+    flat[:, 2 % cols].zero_()
+    flat[3 % rows, 5 % cols], flat[4 % rows, 7 % cols] = float("nan"), float("inf")
+    flat[5 % rows, 9 % cols] = float("-inf")
+    flat[6 % rows] *= 1e-3
     return x
 
 
@@ -90,15 +110,30 @@ def digest(result) -> str:
     h = hashlib.sha256()
     for t in (result.q, result.scale, result.zero_point):
         if isinstance(t, torch.Tensor):
-            h.update(t.contiguous().view(torch.uint8).cpu().numpy().tobytes())
+            h.update(t.reshape(-1).contiguous().view(torch.uint8).cpu().numpy().tobytes())
         else:
             h.update(repr(t).encode())
     return h.hexdigest()[:16]
 
 
+def device_ms(fn, repeats: int) -> float:
+    """Median milliseconds of ``fn``: device events on the GPU, the host clock in ``--smoke``."""
+    if not SMOKE:
+        from baracuda_numba.bench import device_ms as events_ms
+
+        return events_ms(fn, repeats)
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
+
+
 def copy_gbs() -> float:
-    buffers = [torch.randn(1 << 28, device="cuda"), torch.empty(1 << 28, device="cuda")]
-    gbs = 8 * (1 << 28) / device_ms(lambda: buffers[1].copy_(buffers[0]), 10) / 1e6
+    count = 1 << (16 if SMOKE else 28)
+    buffers = [torch.randn(count, device=DEVICE), torch.empty(count, device=DEVICE)]
+    gbs = 8 * count / device_ms(lambda: buffers[1].copy_(buffers[0]), 10) / 1e6
     buffers.clear()
     return gbs
 
@@ -122,7 +157,7 @@ def registers(kernel_sets) -> dict:
         for f in dataclasses.fields(kernels):
             kernel = getattr(kernels, f.name)
             dispatcher = getattr(kernel, "_compiled", {}).get("dispatcher")
-            if dispatcher is not None:
+            if dispatcher is not None and hasattr(dispatcher, "overloads"):  # the simulator has none
                 for overload in dispatcher.overloads.values():
                     regs[kernel.py_func.__name__] = overload.get_regs_per_thread()
     return regs
@@ -134,14 +169,14 @@ def checks_against_torch(x: torch.Tensor) -> list[str]:
     r = bn.dynamic_range_quantize(x)
     finite = torch.where(x.isfinite(), x, torch.zeros((), dtype=x.dtype, device=x.device)).float()
     amax = finite.abs().amax(dim=1)
-    scale = torch.where(amax > 0, amax / torch.tensor(127.0, device="cuda"), torch.ones((), device="cuda"))
+    scale = torch.where(amax > 0, amax / torch.tensor(127.0, device=DEVICE), torch.ones((), device=DEVICE))
     if not torch.equal(r.scale, scale):
         failures.append("token scale != torch amax / 127")
     if not torch.equal(r.q, bn.quantize_per_token(x, r.scale, torch.zeros_like(r.scale, dtype=torch.int32),
                                                   dtype="int8", q_min=-127, q_max=127)):
         failures.append("token q != quantize_per_token(x, scale)")
     t = bn.dynamic_range_quantize(x, scope="tensor")
-    if not torch.equal(t.scale.reshape(()), finite.abs().amax() / torch.tensor(127.0, device="cuda")):
+    if not torch.equal(t.scale.reshape(()), finite.abs().amax() / torch.tensor(127.0, device=DEVICE)):
         failures.append("tensor scale != torch amax / 127")
     if not torch.equal(t.q, bn.quantize_per_tensor(x, float(t.scale), 0, dtype="int8", q_min=-127, q_max=127)):
         failures.append("tensor q != quantize_per_tensor(x, scale)")
@@ -159,25 +194,28 @@ def main() -> None:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--variants", default="", help="comma-separated subset of the variant names")
+    parser.add_argument("--smoke", action="store_true", help="check this script on the CPU (see the docstring)")
     args = parser.parse_args()
-    x = special_input((65536, 4096), torch.bfloat16, 0)
+    x = special_input(SHAPE, INPUT, 0)
     if args.emit:
         result = {"copy_gbs": copy_gbs(), "cases": run_cases(x, args.repeats)}
         with open(args.emit, "w") as f:
             json.dump(result, f)
         return
     nbytes = 3 * x.numel()
-    report: dict = {"device": torch.cuda.get_device_name(), "shape": list(x.shape), "variants": {}}
+    report: dict = {"device": "cpu (smoke)" if SMOKE else torch.cuda.get_device_name(), "shape": list(x.shape),
+                    "variants": {}}
     copy = report["copy_gbs"] = copy_gbs()
     print(f"device {report['device']}; copy {copy:.0f} GB/s; % of copy on 3n bytes (bf16 in, int8 out)"
           " unless marked 5n", flush=True)
     old = None
     if args.old_root:
-        path = "/tmp/tune_dynamic_old.json"
+        path = f"/tmp/tune_dynamic_old_{os.getpid()}.json"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and "stage" not in p]
             + [os.path.abspath(args.old_root)]))
-        subprocess.run([sys.executable, __file__, "--emit", path, "--repeats", str(args.repeats)], env=env,
+        subprocess.run([sys.executable, __file__, "--emit", path, "--repeats", str(args.repeats)]
+                       + (["--smoke"] if SMOKE else []), env=env,
                        check=True, cwd=os.path.abspath(args.old_root))
         with open(path) as f:
             old = report["old"] = json.load(f)
@@ -193,19 +231,20 @@ def main() -> None:
         scale = x.float().abs().amax() / 127
         return torch.clamp(torch.round(x.float() / scale), -127, 127).to(torch.int8), scale
 
-    xs = torch.randn(65536, 4096, device="cuda", dtype=torch.bfloat16)  # finite: the composition is not NaN-safe
-    compiled = {"token": torch.compile(torch_token), "tensor": torch.compile(torch_tensor)}
-    report["torch_compile_ms"] = {k: device_ms(lambda fn=fn: fn(xs), args.repeats) for k, fn in compiled.items()}
-    ours_same_input = {"token": device_ms(lambda: bn.dynamic_range_quantize(xs), args.repeats),
-                       "tensor": device_ms(lambda: bn.dynamic_range_quantize(xs, scope="tensor"), args.repeats)}
-    xs = None  # free the 512 MiB
-    print("torch.compile: " + "  ".join(f"{k} {v * 1e3:.1f} us" for k, v in report["torch_compile_ms"].items()),
-          flush=True)
-    report["ours_vs_compile_ms"] = ours_same_input
-    for k, v in ours_same_input.items():
-        tc = report["torch_compile_ms"][k]
-        print(f"{k}: ours {v * 1e3:.1f} us, torch.compile {tc * 1e3:.1f} us: {tc / v:.2f}x (finite input, default"
-              " tuning)", flush=True)
+    if not SMOKE:
+        xs = torch.randn(65536, 4096, device="cuda", dtype=torch.bfloat16)  # finite: the composition is not NaN-safe
+        compiled = {"token": torch.compile(torch_token), "tensor": torch.compile(torch_tensor)}
+        report["torch_compile_ms"] = {k: device_ms(lambda fn=fn: fn(xs), args.repeats) for k, fn in compiled.items()}
+        ours_same_input = {"token": device_ms(lambda: bn.dynamic_range_quantize(xs), args.repeats),
+                           "tensor": device_ms(lambda: bn.dynamic_range_quantize(xs, scope="tensor"), args.repeats)}
+        xs = None  # free the 512 MiB
+        print("torch.compile: " + "  ".join(f"{k} {v * 1e3:.1f} us" for k, v in report["torch_compile_ms"].items()),
+              flush=True)
+        report["ours_vs_compile_ms"] = ours_same_input
+        for k, v in ours_same_input.items():
+            tc = report["torch_compile_ms"][k]
+            print(f"{k}: ours {v * 1e3:.1f} us, torch.compile {tc * 1e3:.1f} us: {tc / v:.2f}x (finite input, default"
+                  " tuning)", flush=True)
     failures = checks_against_torch(x)
     if failures:
         print("FAILED against torch: " + "; ".join(failures), flush=True)

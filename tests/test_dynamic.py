@@ -298,15 +298,18 @@ def test_all_zero_and_nonfinite_segments(tuning):
 
 @settings(max_examples=20 if SIMULATOR else 40)
 @given(threads=st.sampled_from([32, 64]), keep=st.sampled_from([1, 2, 4]), staged=st.booleans(),
+       min_blocks=st.sampled_from([0, 2]),
        blocks_per_sm=st.sampled_from([1, 2, 32]), rows=st.integers(1, 7), chunks=st.integers(1, 40),
        groups=st.sampled_from([None, 2, 4]), mode=st.sampled_from(MODES), seed=st.integers(0, 2**32 - 1))
-def test_segment_launch_shapes_match_reference(threads, keep, staged, blocks_per_sm, rows, chunks, groups, mode,
-                                               seed):
+def test_segment_launch_shapes_match_reference(threads, keep, staged, min_blocks, blocks_per_sm, rows, chunks,
+                                               groups, mode, seed):
     """Any launch shape of the segment kernels (resident, staged, streaming when the row is longer than
-    keep * threads chunks) gives the reference's bits: tokens or groups of f32 rows of ``4 * chunks``."""
+    keep * threads chunks; a launch bound, which only the GPU compiler sees) gives the reference's bits:
+    tokens or groups of f32 rows of ``4 * chunks``."""
     saved = bn.plans.dynamic.TUNING
     bn.plans.dynamic.TUNING = dataclasses.replace(saved, resident_threads=threads, resident_keep=keep,
-                                                  resident_staged=staged, resident_blocks_per_sm=blocks_per_sm)
+                                                  resident_staged=staged, resident_blocks_per_sm=blocks_per_sm,
+                                                  resident_min_blocks=min_blocks)
     bn.clear_plan_cache()
     try:
         cols = 4 * chunks * (groups or 1)
