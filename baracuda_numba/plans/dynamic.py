@@ -236,7 +236,6 @@ class DynamicRangeQuantizePlan(Plan):
             else:
                 nseg, seg_len = self._n // scope.group_size if scope.group_size else 0, scope.group_size
             self._segments = (nseg, seg_len)
-            self._staged_kernel = None
             self._count = nseg
             self._workspace = 0
             G = kernels.chunk
@@ -245,26 +244,26 @@ class DynamicRangeQuantizePlan(Plan):
                                      tuning.resident_min_blocks)
             if units <= resident.keep * resident.threads:
                 # lanes per segment: every chunk in registers, at least four lanes where there is work for them
-                self._segment_kernel, self._segment_threads = resident.resident, resident.threads
-                if tuning.resident_staged:
-                    self._staged_kernel = resident.staged
+                self._threads = resident.threads
+                # aligned segments (cps > 0) / the element path
+                self._segment_kernels = (resident.staged if tuning.resident_staged else resident.resident,
+                                         resident.resident)
                 tps = 1
                 while tps * resident.keep < units or tps < min(units, 4):
                     tps *= 2
                 blocks_per_sm = tuning.resident_blocks_per_sm
             else:
-                self._segment_kernel, self._segment_threads = kernels.segment, tpb
+                self._segment_kernels = (kernels.segment, kernels.segment)
                 tps = 1  # lanes per segment: at most a warp, the rest streamed
                 while (tps < WARP and tps * kernels.keep < units) or tps < min(units, 4):
                     tps *= 2
                 tps = min(tps, WARP)
                 blocks_per_sm = 16
             self._tps = tps
-            per_block = self._segment_threads // tps
+            per_block = self._threads // tps
             self._segment_blocks = max(1, min(-(-nseg // per_block), blocks_per_sm * sms))
         launcher = {
-            "segments": lambda: {kernel: KernelLauncher(kernel.compiled, 6, (np.int64,) * 4 + (M,) * 3)
-                                 for kernel in (self._segment_kernel, self._staged_kernel) if kernel is not None},
+            "segments": lambda: self._segment_launchers(M),
             "tensor": lambda: (KernelLauncher(kernels.partial.compiled, 3, (np.int64,) * 2),
                                KernelLauncher(kernels.tensor_quantize.compiled, 7, (np.int64,) * 3 + (M,) * 3)),
             "columns": lambda: (KernelLauncher(kernels.column_partial.compiled, 3, (np.int64,) * 5),
@@ -273,12 +272,19 @@ class DynamicRangeQuantizePlan(Plan):
         }[self._strategy]
         self._launchers = launcher()
         if not SIMULATOR:
-            used = {"segments": tuple(self._launchers),
+            used = {"segments": set(self._segment_kernels),
                     "tensor": (kernels.partial, kernels.tensor_quantize),
                     "columns": (kernels.column_partial, kernels.channel_finalize, kernels.column_quantize),
                     }[self._strategy]
             for kernel in used:
                 kernel.compiled()
+
+    def _segment_launchers(self, M: Any) -> dict[str, KernelLauncher]:
+        """``"segment"``: the kernel of aligned segments (the chunk path, which the linear plan's fast
+        path also launches with ``_threads`` per block); ``"unaligned"``: the element path's."""
+        aligned, unaligned = (KernelLauncher(kernel.compiled, 6, (np.int64,) * 4 + (M,) * 3)
+                              for kernel in self._segment_kernels)
+        return {"segment": aligned, "unaligned": unaligned}
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -369,9 +375,9 @@ class DynamicRangeQuantizePlan(Plan):
         cps = seg_len // G if aligned else 0
         nchunks = nseg * cps
         arrays = (*chunk_views(x, self._n, nchunks, G), *chunk_views(q, self._n, nchunks, G), scale_view, zp_view)
-        kernel = self._staged_kernel if self._staged_kernel is not None and cps > 0 else self._segment_kernel
-        self._launchers[kernel].launch(self._segment_blocks, self._segment_threads, handle, arrays,
-                                       (nseg, seg_len, cps, self._tps, *self._q_scalars), device_id)
+        launcher = self._launchers["segment" if cps > 0 else "unaligned"]
+        launcher.launch(self._segment_blocks, self._threads, handle, arrays,
+                        (nseg, seg_len, cps, self._tps, *self._q_scalars), device_id)
 
     def _run_tensor(self, x, q, partials, scale_view, zp_view, handle, device_id) -> None:
         G = self._kernels.chunk
