@@ -109,9 +109,10 @@ class DynamicRangeEntry(Entry):
     kernel_name: str = "dynamic_range"
     scales: str = "runtime"
 
-    def kernels(self, symmetric: bool, keep: int | None = None, threads: int | None = None) -> DynamicKernels:
+    def kernels(self, symmetric: bool, keep: int | None = None, threads: int | None = None,
+                min_blocks: int = 0) -> DynamicKernels:
         return dynamic_kernels(self.input_element, self.output_element,
-                               self.sku.precision_guarantee.math_precision, symmetric, keep, threads)
+                               self.sku.precision_guarantee.math_precision, symmetric, keep, threads, min_blocks)
 
 
 @dataclass(frozen=True)

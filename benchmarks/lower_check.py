@@ -36,7 +36,8 @@ def kernels(which: str) -> list:
         elif isinstance(e, registry.DynamicRangeEntry):
             for symmetric in (True,) if fp8 else (True, False):
                 k = e.kernels(symmetric)
-                out += [k.segment, k.partial, k.finalize, k.column_partial, k.channel_finalize]
+                out += [k.segment, k.resident, k.staged, k.partial, k.tensor_quantize, k.column_partial,
+                        k.channel_finalize, k.column_quantize]
     unique = {(k.py_func.__name__, k.signature): k for k in out}
     return list(unique.values())
 

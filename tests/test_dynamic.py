@@ -3,6 +3,8 @@ with the static plans, special values, determinism, bad inputs."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import SIMULATOR, requires_gpu
@@ -199,3 +201,129 @@ def test_gpu_many_rows_deterministic_and_torch_composition():
     assert torch.equal(asym.scale.view(-1), s)
     zp = torch.clamp(-128 - torch.round(lo / s), -128, 127).to(torch.int32)
     assert torch.equal(asym.zero_point.view(-1), zp)
+
+
+@pytest.fixture
+def tuning():
+    """Set launch shapes of the dynamic plans for one test (plans are re-selected), restored after."""
+    saved = bn.plans.dynamic.TUNING
+
+    def set_tuning(**fields):
+        bn.plans.dynamic.TUNING = dataclasses.replace(saved, **fields)
+        bn.clear_plan_cache()
+
+    yield set_tuning
+    bn.plans.dynamic.TUNING = saved
+    bn.clear_plan_cache()
+
+
+def _special(shape, dtype, seed=5, offset=0):
+    """Normal data with an all-zero row and column (when 2-D), NaN, +-inf and a tiny row; ``offset``
+    elements into a larger buffer (so that the operand is not 16-byte aligned when ``offset`` > 0)."""
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(shape))
+    x = (rng.standard_normal(n + offset) * 3).astype(np.float32)
+    rows = x[offset:].reshape(-1, shape[-1])
+    rows[0] = 0.0
+    rows[:, min(2, shape[-1] - 1)] = 0.0
+    rows[-1] *= 1e-3
+    flat = x[offset:]
+    flat[rng.integers(0, n, 3)] = [np.nan, np.inf, -np.inf]
+    return x.astype(dtype)[offset:].reshape(shape)
+
+
+# (tuning, shape, scope kwargs, offset): every kernel path of the plan, with odd sizes and tails
+KERNEL_PATHS = [
+    # resident segments: lanes of two warps meeting in shared memory (64 threads, tps 64), rows of a
+    # chunk count that is not a multiple of the lanes, rows that need all keep chunks
+    (dict(resident_threads=64, resident_keep=2), (5, 1000), {}, 0),
+    (dict(resident_threads=64, resident_keep=1), (3, 504), dict(mode="asymmetric"), 0),
+    (dict(resident_threads=64, resident_keep=2), (7, 96), dict(scope="group", group_size=24), 0),
+    # resident, unaligned rows (element path) and a misaligned operand
+    (dict(resident_threads=64, resident_keep=2), (4, 333), {}, 0),
+    (dict(resident_threads=32, resident_keep=2), (6, 64), {}, 1),
+    # staged resident segments (cp.async into shared memory a round ahead): blocks of several rounds,
+    # several segments per block, the last round partly past the last segment; unaligned: resident
+    (dict(resident_threads=64, resident_keep=2, resident_staged=True, resident_blocks_per_sm=2), (9, 512), {}, 0),
+    (dict(resident_threads=64, resident_keep=1, resident_staged=True, resident_blocks_per_sm=1), (7, 128),
+     dict(scope="group", group_size=64, mode="asymmetric"), 0),
+    (dict(resident_threads=32, resident_keep=2, resident_staged=True), (5, 70), {}, 1),
+    # streaming segments (longer than keep * threads chunks)
+    (dict(resident_threads=32, resident_keep=1), (2, 1000), dict(mode="asymmetric"), 0),
+    # tensor: partials per block, odd size (element tail), misaligned
+    (dict(tensor_partial_blocks_per_sm=3, tensor_quantize_blocks_per_sm=2), (37, 41), dict(scope="tensor"), 0),
+    (dict(), (9, 40), dict(scope="tensor", mode="asymmetric"), 3),
+    # columns: chunked (width % G == 0), with inner elements, element path (odd width), misaligned
+    (dict(column_threads_per_sm=64), (23, 48), dict(scope="channel", axis=1), 0),
+    (dict(column_threads_per_sm=64), (9, 6, 8), dict(scope="channel", axis=1, mode="asymmetric"), 0),
+    (dict(column_threads_per_sm=32), (11, 5, 3), dict(scope="channel", axis=1), 0),
+    (dict(column_threads_per_sm=64), (13, 3, 16), dict(scope="channel", axis=0), 0),
+    (dict(column_threads_per_sm=64), (10, 16), dict(scope="channel", axis=1, mode="asymmetric"), 1),
+]
+
+
+@pytest.mark.parametrize(("fields", "shape", "kwargs", "offset"), KERNEL_PATHS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_every_kernel_path(tuning, fields, shape, kwargs, offset, dtype):
+    tuning(**fields)
+    x = _special(shape, dtype, offset=offset)
+    mode = kwargs.get("mode", "symmetric")
+    scope = kwargs.get("scope", "token")
+    axis = kwargs.get("axis")
+    for out in ("int8", "uint8"):
+        q_min, q_max = bn.plans.dynamic.default_dynamic_q_range(bn.plans.dynamic.DynamicRangeMode(mode),
+                                                                bn.element_kind(out))
+        r = bn.dynamic_range_quantize(x, dtype=out, **kwargs)
+        q, scale, zero_point = ref_dynamic.dynamic_range_quantize(x, mode, scope, q_min, q_max, np.dtype(out),
+                                                                  axis, kwargs.get("group_size"))
+        assert_same(r.scale, scale)
+        assert_same(r.q, q)
+        if mode == "asymmetric":
+            assert_same(r.zero_point, zero_point)
+
+
+def test_all_zero_and_nonfinite_segments(tuning):
+    tuning(resident_threads=64, resident_keep=2, column_threads_per_sm=64)
+    x = np.zeros((4, 64), np.float32)
+    x[1, 3], x[2, :] = np.nan, np.inf
+    x[3, 0] = -np.inf
+    for mode, q_min in (("symmetric", -127), ("asymmetric", -128)):
+        for scope, axis in (("token", None), ("tensor", None), ("channel", 1)):
+            r = bn.dynamic_range_quantize(x, mode=mode, scope=scope, axis=axis)
+            assert np.all(np.asarray(r.scale) == 1.0)  # no finite nonzero element anywhere: scale 1
+            zp = 0 if mode == "symmetric" else q_min  # q_min - rint(0 / 1)
+            expected = np.where(np.isposinf(x), 127, np.where(np.isneginf(x), q_min, zp))
+            assert_same(r.q, expected.astype(np.int8))
+
+
+@settings(max_examples=20 if SIMULATOR else 40)
+@given(threads=st.sampled_from([32, 64]), keep=st.sampled_from([1, 2, 4]), staged=st.booleans(),
+       min_blocks=st.sampled_from([0, 2]),
+       blocks_per_sm=st.sampled_from([1, 2, 32]), rows=st.integers(1, 7), chunks=st.integers(1, 40),
+       groups=st.sampled_from([None, 2, 4]), mode=st.sampled_from(MODES), seed=st.integers(0, 2**32 - 1))
+def test_segment_launch_shapes_match_reference(threads, keep, staged, min_blocks, blocks_per_sm, rows, chunks,
+                                               groups, mode, seed):
+    """Any launch shape of the segment kernels (resident, staged, streaming when the row is longer than
+    keep * threads chunks; a launch bound, which only the GPU compiler sees) gives the reference's bits:
+    tokens or groups of f32 rows of ``4 * chunks``."""
+    saved = bn.plans.dynamic.TUNING
+    bn.plans.dynamic.TUNING = dataclasses.replace(saved, resident_threads=threads, resident_keep=keep,
+                                                  resident_staged=staged, resident_blocks_per_sm=blocks_per_sm,
+                                                  resident_min_blocks=min_blocks)
+    bn.clear_plan_cache()
+    try:
+        cols = 4 * chunks * (groups or 1)
+        x = _special((rows, cols), np.float32, seed=seed % 1000)
+        kwargs = dict(scope="group", group_size=cols // groups) if groups else {}
+        q_min, q_max = bn.plans.dynamic.default_dynamic_q_range(bn.plans.dynamic.DynamicRangeMode(mode),
+                                                                bn.ElementKind.S8)
+        r = bn.dynamic_range_quantize(x, mode=mode, **kwargs)
+        q, scale, zero_point = ref_dynamic.dynamic_range_quantize(x, mode, "group" if groups else "token", q_min,
+                                                                  q_max, np.int8, None, kwargs.get("group_size"))
+        assert_same(r.scale, scale)
+        assert_same(r.q, q)
+        if mode == "asymmetric":
+            assert_same(r.zero_point, zero_point)
+    finally:
+        bn.plans.dynamic.TUNING = saved
+        bn.clear_plan_cache()

@@ -16,16 +16,25 @@ then ``scale = max(scale, tiny)`` so that ``1 / scale`` stays finite. FP8 output
 ``scale = max(hi / fp8_max, 1 / (fp8_max * 512))``, vLLM's dynamic FP8 rule (``hi == 0`` included).
 Quantization itself is the elementwise ``quantize`` of :mod:`.elementwise`, bit for bit.
 
-Kernels:
+Kernels (``keep`` chunks per thread kept in registers / loads in flight, ``threads`` per block,
+optional ``min_blocks`` launch bound that caps registers so that many blocks share an SM):
 
-- ``segment_kernel``: contiguous segments (per token, per group, per channel when the channel axis
-  is the first): ``tps`` lanes of a warp per segment (``tps`` a power of two <= 32), the segment's
-  first ``KEEP_CHUNKS * tps`` chunks kept in registers; a butterfly of warp shuffles gives every
-  lane the range, lane 0 writes the scale / zero point, and the lanes quantize what they hold.
-Array parameters come first in every kernel (the launcher's convention).
+- ``resident``: contiguous segments (per token, per group, per channel when the channel axis is the
+  first) of at most ``keep * tps`` chunks, ``tps`` lanes per segment (a power of two up to the
+  block): each chunk loaded once (all of a lane's 16-byte loads before the range pass), kept as raw
+  words, quantized from the registers. Lanes meet by warp shuffles, warps in shared memory.
+- ``segment``: longer segments, ``tps <= 32`` lanes: the first ``keep * tps`` chunks kept, the rest
+  streamed in rounds of ``keep`` chunks and read again by the quantize pass.
+- ``partial`` + ``tensor_quantize``: the whole tensor in two launches: one partial range per block,
+  then a quantize pass whose blocks each combine the partials first (block 0 writes the scale).
+- ``column_partial`` + ``channel_finalize`` + ``column_quantize``: channels of an ``[outer, C, inner]``
+  view: each thread owns the ``G`` columns of a 16-byte chunk (or one column when the rows are not
+  chunk-aligned) over a slice of rows; a block finalizes ``WARP`` channels at a time; the quantize
+  pass reads each thread's ``G`` channel parameters once.
 
-- ``partial_kernel`` + ``finalize_kernel``: the whole tensor (one partial range per warp, then one block).
-- ``column_partial_kernel`` + ``channel_finalize_kernel``: channels of a ``[outer, C, inner]`` view.
+Array parameters come first in every kernel (the launcher's convention). Every kernel quantizes
+with the ``quantize`` device function of :mod:`.elementwise` and ``inv = rcp.rn(scale)``: the
+static per-token / per-channel / per-tensor quantize of the same scales, bit for bit.
 """
 
 from __future__ import annotations
@@ -51,12 +60,11 @@ from .elementwise import (
     uint_name,
 )
 
-__all__ = ["TPB", "WARP", "KEEP_CHUNKS", "PARTIALS_PER_BLOCK", "DynamicKernels", "dynamic_kernels"]
+__all__ = ["TPB", "WARP", "KEEP_CHUNKS", "DynamicKernels", "dynamic_kernels"]
 
 TPB = 32 if SIMULATOR else 128  # threads per block of the reduction kernels (tuned on an H100)
 WARP = 32
 KEEP_CHUNKS = 4  # chunks per lane in registers: kept between the passes, and loads in flight per round
-PARTIALS_PER_BLOCK = TPB // WARP
 
 
 @dataclass(frozen=True)
@@ -64,25 +72,23 @@ class DynamicKernels:
     """The kernels of one (input, output, precision, mode) combination, compiled on first use."""
 
     segment: ElementwiseKernel
+    resident: ElementwiseKernel
+    staged: ElementwiseKernel
     partial: ElementwiseKernel
-    finalize: ElementwiseKernel
+    tensor_quantize: ElementwiseKernel
     column_partial: ElementwiseKernel
     channel_finalize: ElementwiseKernel
+    column_quantize: ElementwiseKernel
     chunk: int
     keep: int  # chunks per lane the segment kernel holds between its passes
     threads: int  # threads per block of every kernel here
 
 
-def _kernel(py_func, name: str, signature: str, a: ElementKind, out: ElementKind, precision: MathPrecision,
-            chunk: int) -> ElementwiseKernel:
-    py_func.__name__ = py_func.__qualname__ = name
-    return ElementwiseKernel(py_func, signature, a, None, out, precision, chunk)
-
-
 @functools.cache
 def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, symmetric: bool,
-                    keep: int | None = None, threads: int | None = None) -> DynamicKernels:
-    """The kernels for one combination; ``keep`` / ``threads`` default to ``KEEP_CHUNKS`` / ``TPB``."""
+                    keep: int | None = None, threads: int | None = None, min_blocks: int = 0) -> DynamicKernels:
+    """The kernels for one combination; ``keep`` / ``threads`` default to ``KEEP_CHUNKS`` / ``TPB``;
+    ``min_blocks`` > 0 compiles with ``launch_bounds=(threads, min_blocks)``."""
     M = math_type(precision)
     G = chunk_elements(a, out)
     zero, one = M(0.0), M(1.0)
@@ -102,6 +108,10 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     rint, reciprocal, shuffle_xor = device.rint, device.reciprocal, device.shuffle_xor
     tpb = threads or TPB
     keep = keep or KEEP_CHUNKS
+    nwarps = max(1, tpb // WARP)
+    warp_slots = 2 * nwarps  # shared-array sizes must be compile-time constants, not expressions
+    stage_words = 2 * 2 * keep * tpb  # staged kernel: two rounds of keep 16-byte chunks per thread
+    wait_previous, wait_all = device.cp_async_wait_group(1), device.cp_async_wait_group(0)
 
     @device_function
     def accumulate(hi, lo, x):
@@ -144,14 +154,55 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         return (lo_word if bit < 64 else hi_word) >> u64(bit % 64)
 
     @device_function
-    def block_reduce(sh_hi, sh_lo, tid, lane_id, width_start):
-        """Tree reduction of ``sh_*[tid - lane_id : tid - lane_id + 2 * width_start]`` into its first slot."""
-        width = width_start
-        while width > 0:
-            if lane_id < width:
-                sh_hi[tid], sh_lo[tid] = combine(sh_hi[tid], sh_lo[tid], sh_hi[tid + width], sh_lo[tid + width])
-            cuda.syncthreads()
-            width //= 2
+    def chunk_range(hi, lo, w_lo, w_hi):
+        """The range so far extended by the ``G`` elements of one chunk."""
+        for j in range(G):
+            hi, lo = accumulate(hi, lo, a_decode(lane(w_lo, w_hi, j * a_bits)))
+        return hi, lo
+
+    @device_function
+    def place(o_lo, o_hi, e, j):
+        """Output element ``j`` of a chunk placed in the chunk's words."""
+        bit = j * o_bits
+        if bit < 64:
+            o_lo |= e << u64(bit)
+        else:
+            o_hi |= e << u64(bit - 64)
+        return o_lo, o_hi
+
+    @device_function
+    def quantize_chunk(w_lo, w_hi, inv, sc, zp, q_min, q_max):
+        """The ``G`` elements of one chunk quantized with one segment's parameters."""
+        o_lo, o_hi = word_zero, word_zero
+        for j in range(G):
+            e = o_encode(quantize(a_decode(lane(w_lo, w_hi, j * a_bits)), zero, inv, sc, zp, q_min, q_max))
+            o_lo, o_hi = place(o_lo, o_hi, e, j)
+        return o_lo, o_hi
+
+    @device_function
+    def warp_range(hi, lo, width, scratch_hi, scratch_lo, tid):
+        """Butterfly over aligned groups of ``width`` lanes (a power of two <= 32): every lane ends
+        with its group's range."""
+        offset = width // 2
+        while offset > 0:
+            other_hi = shuffle_xor(hi, offset, scratch_hi, tid)
+            other_lo = shuffle_xor(lo, offset, scratch_lo, tid)
+            hi, lo = combine(hi, lo, other_hi, other_lo)
+            offset //= 2
+        return hi, lo
+
+    @device_function
+    def block_range(hi, lo, sh_hi, sh_lo, scratch_hi, scratch_lo, tid):
+        """The range over the whole block, in every thread (one barrier after the warp butterflies;
+        ``sh_*`` hold ``tpb // WARP`` slots and are free again only after the caller's next barrier)."""
+        hi, lo = warp_range(hi, lo, WARP, scratch_hi, scratch_lo, tid)
+        if tid % WARP == 0:
+            sh_hi[tid // WARP] = hi
+            sh_lo[tid // WARP] = lo
+        cuda.syncthreads()
+        for w in range(nwarps):
+            hi, lo = combine(hi, lo, sh_hi[w], sh_lo[w])
+        return hi, lo
 
     def segment_kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
         tid = cuda.threadIdx.x
@@ -176,8 +227,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                     keep_lo[k], keep_hi[k] = a_load(xw, s * cps + cc)
             for k in range(keep):
                 if live and lane_id + k * tps < cps:
-                    for j in range(G):
-                        hi, lo = accumulate(hi, lo, a_decode(lane(keep_lo[k], keep_hi[k], j * a_bits)))
+                    hi, lo = chunk_range(hi, lo, keep_lo[k], keep_hi[k])
             if live:
                 round_start = keep * tps
                 while round_start < cps:
@@ -187,20 +237,14 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                             buf_lo[k], buf_hi[k] = a_load(xw, s * cps + cc)
                     for k in range(keep):
                         if round_start + lane_id + k * tps < cps:
-                            for j in range(G):
-                                hi, lo = accumulate(hi, lo, a_decode(lane(buf_lo[k], buf_hi[k], j * a_bits)))
+                            hi, lo = chunk_range(hi, lo, buf_lo[k], buf_hi[k])
                     round_start += keep * tps
                 e = cps * G + lane_id
                 while e < seg_len:
                     hi, lo = accumulate(hi, lo, a_decode(u64(xe[s * seg_len + e])))
                     e += tps
             # butterfly over the tps lanes of the segment: every lane ends with the segment's range
-            offset = tps // 2
-            while offset > 0:
-                other_hi = shuffle_xor(hi, offset, scratch_hi, tid)
-                other_lo = shuffle_xor(lo, offset, scratch_lo, tid)
-                hi, lo = combine(hi, lo, other_hi, other_lo)
-                offset //= 2
+            hi, lo = warp_range(hi, lo, tps, scratch_hi, scratch_lo, tid)
             if live:
                 inv, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
                 if lane_id == 0:
@@ -210,15 +254,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                 for k in range(keep):
                     cc = lane_id + k * tps
                     if cc < cps:
-                        o_lo, o_hi = word_zero, word_zero
-                        for j in range(G):
-                            e = o_encode(quantize(a_decode(lane(keep_lo[k], keep_hi[k], j * a_bits)), zero, inv,
-                                                  sc, zp, q_min, q_max))
-                            bit = j * o_bits
-                            if bit < 64:
-                                o_lo |= e << u64(bit)
-                            else:
-                                o_hi |= e << u64(bit - 64)
+                        o_lo, o_hi = quantize_chunk(keep_lo[k], keep_hi[k], inv, sc, zp, q_min, q_max)
                         o_store(qw, s * cps + cc, o_lo, o_hi)
                 round_start = keep * tps
                 while round_start < cps:
@@ -229,15 +265,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                     for k in range(keep):
                         cc = round_start + lane_id + k * tps
                         if cc < cps:
-                            o_lo, o_hi = word_zero, word_zero
-                            for j in range(G):
-                                e = o_encode(quantize(a_decode(lane(buf_lo[k], buf_hi[k], j * a_bits)), zero, inv,
-                                                      sc, zp, q_min, q_max))
-                                bit = j * o_bits
-                                if bit < 64:
-                                    o_lo |= e << u64(bit)
-                                else:
-                                    o_hi |= e << u64(bit - 64)
+                            o_lo, o_hi = quantize_chunk(buf_lo[k], buf_hi[k], inv, sc, zp, q_min, q_max)
                             o_store(qw, s * cps + cc, o_lo, o_hi)
                     round_start += keep * tps
                 e = cps * G + lane_id
@@ -246,107 +274,320 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                     qe[i] = o_encode(quantize(a_decode(u64(xe[i])), zero, inv, sc, zp, q_min, q_max))
                     e += tps
 
+    @device_function
+    def stage_round(stage, buf, xw, s, lane_id, tid, nseg, cps, tps):
+        """Start copying this thread's ``keep`` chunks of segment ``s`` into buffer ``buf`` of ``stage``
+        (zeros where there is no chunk: past the segment or past the last segment)."""
+        for k in range(keep):
+            cc = lane_id + k * tps
+            valid = s < nseg and cc < cps
+            device.cp_async_16(stage, (buf * keep + k) * tpb + tid, xw, s * cps + cc if valid else 0, valid)
+
+    def segment_in_registers(staged: bool):
+        """The resident kernel; ``staged``: each round's chunks were copied into shared memory by
+        ``cp.async`` during the previous round (aligned segments only), so the loads of the next
+        segments are in flight while this one is reduced and quantized, whatever the registers allow."""
+        stage_size = stage_words if staged else 2  # the resident kernel keeps its shared memory free
+
+        def kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
+            tid = cuda.threadIdx.x
+            scratch_hi = cuda.shared.array(tpb, M)  # used only by the simulator's shuffles
+            scratch_lo = cuda.shared.array(tpb, M)
+            warp_hi = cuda.shared.array(warp_slots, M)
+            warp_lo = cuda.shared.array(warp_slots, M)
+            stage = cuda.shared.array(stage_size, np.uint64)
+            words_lo = cuda.local.array(keep, np.uint64)
+            words_hi = cuda.local.array(keep, np.uint64)
+            spb = tpb // tps
+            sub = tid // tps
+            lane_id = tid - sub * tps
+            wps = tps // WARP
+            slot = 0
+            step = cuda.gridDim.x * spb
+            if staged:  # round 0 into buffer 0
+                stage_round(stage, 0, xw, cuda.blockIdx.x * spb + sub, lane_id, tid, nseg, cps, tps)
+                device.cp_async_commit()
+            buf = 0
+            for first in range(cuda.blockIdx.x * spb, nseg, step):
+                s = first + sub
+                live = s < nseg
+                base = s * cps
+                if staged:
+                    # a thread reads back only the copies it started itself: its wait suffices, no barrier
+                    stage_round(stage, 1 - buf, xw, s + step, lane_id, tid, nseg, cps, tps)
+                    device.cp_async_commit()
+                    wait_previous()
+                    for k in range(keep):
+                        c = 2 * ((buf * keep + k) * tpb + tid)
+                        words_lo[k], words_hi[k] = stage[c], stage[c + 1]
+                    buf = 1 - buf
+                else:
+                    for k in range(keep):
+                        cc = lane_id + k * tps
+                        if live and cc < cps:
+                            words_lo[k], words_hi[k] = a_load(xw, base + cc)
+                hi, lo = zero, zero
+                for k in range(keep):
+                    if live and lane_id + k * tps < cps:
+                        hi, lo = chunk_range(hi, lo, words_lo[k], words_hi[k])
+                if live and cps == 0:  # unaligned segments: the element path (read twice)
+                    e = lane_id
+                    while e < seg_len:
+                        hi, lo = accumulate(hi, lo, a_decode(u64(xe[s * seg_len + e])))
+                        e += tps
+                hi, lo = warp_range(hi, lo, min(tps, WARP), scratch_hi, scratch_lo, tid)
+                if wps > 1:
+                    if tid % WARP == 0:
+                        warp_hi[slot + tid // WARP] = hi
+                        warp_lo[slot + tid // WARP] = lo
+                    cuda.syncthreads()
+                    for w in range(sub * wps, sub * wps + wps):
+                        hi, lo = combine(hi, lo, warp_hi[slot + w], warp_lo[slot + w])
+                    slot = nwarps - slot
+                if live:
+                    inv, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
+                    if lane_id == 0:
+                        scales[s] = sc
+                        zero_points[s] = np.int32(zp)
+                    for k in range(keep):
+                        cc = lane_id + k * tps
+                        if cc < cps:
+                            o_lo, o_hi = quantize_chunk(words_lo[k], words_hi[k], inv, sc, zp, q_min, q_max)
+                            o_store(qw, base + cc, o_lo, o_hi)
+                    if cps == 0:
+                        e = lane_id
+                        while e < seg_len:
+                            i = s * seg_len + e
+                            qe[i] = o_encode(quantize(a_decode(u64(xe[i])), zero, inv, sc, zp, q_min, q_max))
+                            e += tps
+            if staged:
+                wait_all()  # no copy into shared memory outlives the block
+
+        return kernel
+
+    resident_kernel, staged_kernel = segment_in_registers(False), segment_in_registers(True)
+
     def partial_kernel(xw, xe, partials, n, nchunks):
+        # One partial range per block: rounds of keep loads in flight per thread, then the block's range.
         tid = cuda.threadIdx.x
         scratch_hi = cuda.shared.array(tpb, M)
         scratch_lo = cuda.shared.array(tpb, M)
+        sh_hi = cuda.shared.array(nwarps, M)
+        sh_lo = cuda.shared.array(nwarps, M)
         start, stride = cuda.grid(1), cuda.gridsize(1)
         buf_lo = cuda.local.array(keep, np.uint64)
         buf_hi = cuda.local.array(keep, np.uint64)
         hi, lo = zero, zero
         base = start
-        while base < nchunks:  # rounds of keep loads in flight per thread
+        while base < nchunks:
             for k in range(keep):
                 c = base + k * stride
                 if c < nchunks:
                     buf_lo[k], buf_hi[k] = a_load(xw, c)
             for k in range(keep):
                 if base + k * stride < nchunks:
-                    for j in range(G):
-                        hi, lo = accumulate(hi, lo, a_decode(lane(buf_lo[k], buf_hi[k], j * a_bits)))
+                    hi, lo = chunk_range(hi, lo, buf_lo[k], buf_hi[k])
             base += keep * stride
         i = nchunks * G + start
         while i < n:
             hi, lo = accumulate(hi, lo, a_decode(u64(xe[i])))
             i += stride
-        offset = 16
-        while offset > 0:
-            other_hi = shuffle_xor(hi, offset, scratch_hi, tid)
-            other_lo = shuffle_xor(lo, offset, scratch_lo, tid)
-            hi, lo = combine(hi, lo, other_hi, other_lo)
-            offset //= 2
-        if tid % 32 == 0:  # one partial per warp
-            p = cuda.blockIdx.x * (tpb // 32) + tid // 32
-            partials[2 * p] = hi
-            partials[2 * p + 1] = lo
+        hi, lo = block_range(hi, lo, sh_hi, sh_lo, scratch_hi, scratch_lo, tid)
+        if tid == 0:
+            partials[2 * cuda.blockIdx.x] = hi
+            partials[2 * cuda.blockIdx.x + 1] = lo
 
-    def finalize_kernel(partials, scales, zero_points, nparts, q_min, q_max, zp_sym):
+    def tensor_quantize_kernel(xw, xe, qw, qe, partials, scales, zero_points, n, nchunks, nparts, q_min, q_max,
+                               zp_sym):
+        # Every block combines the partials itself (a few hundred, each thread's loads issued
+        # together), so the scale needs no launch of its own; block 0 writes it.
         tid = cuda.threadIdx.x
-        sh_hi = cuda.shared.array(tpb, M)
-        sh_lo = cuda.shared.array(tpb, M)
+        scratch_hi = cuda.shared.array(tpb, M)
+        scratch_lo = cuda.shared.array(tpb, M)
+        sh_hi = cuda.shared.array(nwarps, M)
+        sh_lo = cuda.shared.array(nwarps, M)
         hi, lo = zero, zero
         for p in range(tid, nparts, tpb):
             hi, lo = combine(hi, lo, partials[2 * p], partials[2 * p + 1])
-        sh_hi[tid] = hi
-        sh_lo[tid] = lo
-        cuda.syncthreads()
-        block_reduce(sh_hi, sh_lo, tid, tid, tpb // 2)
-        if tid == 0:
-            _, sc, zp = range_params(sh_hi[0], sh_lo[0], q_min, q_max, zp_sym)
+        hi, lo = block_range(hi, lo, sh_hi, sh_lo, scratch_hi, scratch_lo, tid)
+        inv, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
+        if cuda.blockIdx.x == 0 and tid == 0:
             scales[0] = sc
             zero_points[0] = np.int32(zp)
+        start, stride = cuda.grid(1), cuda.gridsize(1)
+        buf_lo = cuda.local.array(keep, np.uint64)
+        buf_hi = cuda.local.array(keep, np.uint64)
+        base = start
+        while base < nchunks:
+            for k in range(keep):
+                c = base + k * stride
+                if c < nchunks:
+                    buf_lo[k], buf_hi[k] = a_load(xw, c)
+            for k in range(keep):
+                c = base + k * stride
+                if c < nchunks:
+                    o_lo, o_hi = quantize_chunk(buf_lo[k], buf_hi[k], inv, sc, zp, q_min, q_max)
+                    o_store(qw, c, o_lo, o_hi)
+            base += keep * stride
+        i = nchunks * G + start
+        while i < n:
+            qe[i] = o_encode(quantize(a_decode(u64(xe[i])), zero, inv, sc, zp, q_min, q_max))
+            i += stride
 
-    def column_partial_kernel(xe, partials, outer, width, parts, rows_per_part):
-        rows = cuda.local.array(keep, np.uint64)
-        for t in range(cuda.grid(1), parts * width, cuda.gridsize(1)):
-            part = t // width
-            col = t - part * width
-            hi, lo = zero, zero
-            end = min(outer, (part + 1) * rows_per_part)
+    def column_partial_kernel(xw, xe, partials, outer, width, cwidth, parts, rows_per_part):
+        # Columns of an [outer, width] view, a slice of rows_per_part rows per thread. Chunked
+        # (cwidth = width / G > 0): a thread owns the G adjacent columns of one 16-byte chunk, a warp
+        # reads 32 consecutive chunks of a row; else one column per thread, element loads.
+        # Partial ranges: partials[2 * (part * width + column) + (0: hi, 1: lo)].
+        col_hi = cuda.local.array(G, M)
+        col_lo = cuda.local.array(G, M)
+        buf_lo = cuda.local.array(keep, np.uint64)
+        buf_hi = cuda.local.array(keep, np.uint64)
+        per_part = cwidth if cwidth > 0 else width
+        for t in range(cuda.grid(1), parts * per_part, cuda.gridsize(1)):
+            part = t // per_part
+            cc = t - part * per_part
             o = part * rows_per_part
-            while o < end:  # keep rows' loads in flight before their first use
-                for k in range(keep):
-                    if o + k < end:
-                        rows[k] = u64(xe[(o + k) * width + col])
-                for k in range(keep):
-                    if o + k < end:
-                        hi, lo = accumulate(hi, lo, a_decode(rows[k]))
-                o += keep
-            partials[2 * t] = hi
-            partials[2 * t + 1] = lo
+            end = min(outer, o + rows_per_part)
+            for j in range(G):
+                col_hi[j], col_lo[j] = zero, zero
+            if cwidth > 0:
+                while o < end:  # keep rows' loads in flight before their first use
+                    for k in range(keep):
+                        if o + k < end:
+                            buf_lo[k], buf_hi[k] = a_load(xw, (o + k) * cwidth + cc)
+                    for k in range(keep):
+                        if o + k < end:
+                            for j in range(G):
+                                col_hi[j], col_lo[j] = accumulate(col_hi[j], col_lo[j],
+                                                                  a_decode(lane(buf_lo[k], buf_hi[k], j * a_bits)))
+                    o += keep
+                for j in range(G):
+                    p = 2 * (part * width + cc * G + j)
+                    partials[p] = col_hi[j]
+                    partials[p + 1] = col_lo[j]
+            else:
+                hi, lo = zero, zero
+                while o < end:
+                    for k in range(keep):
+                        if o + k < end:
+                            buf_lo[k] = u64(xe[(o + k) * width + cc])
+                    for k in range(keep):
+                        if o + k < end:
+                            hi, lo = accumulate(hi, lo, a_decode(buf_lo[k]))
+                    o += keep
+                partials[2 * (part * width + cc)] = hi
+                partials[2 * (part * width + cc) + 1] = lo
 
     def channel_finalize_kernel(partials, scales, zero_points, parts, channels, inner, q_min, q_max, zp_sym):
+        # WARP channels per block round: lane l takes channel base + l, warp w the parts w, w + nwarps, ...
+        # (for inner == 1 a warp reads 32 adjacent partials), then the warps meet in shared memory.
+        tid = cuda.threadIdx.x
+        sh_hi = cuda.shared.array(tpb, M)
+        sh_lo = cuda.shared.array(tpb, M)
+        buf_hi = cuda.local.array(keep, M)
+        buf_lo = cuda.local.array(keep, M)
+        lane_id = tid % WARP
+        warp = tid // WARP
         width = channels * inner
-        for c in range(cuda.grid(1), channels, cuda.gridsize(1)):
+        for first in range(cuda.blockIdx.x * WARP, channels, cuda.gridDim.x * WARP):
+            c = first + lane_id
             hi, lo = zero, zero
-            for part in range(parts):
+            if c < channels:
                 for j in range(inner):
-                    t = part * width + c * inner + j
-                    hi, lo = combine(hi, lo, partials[2 * t], partials[2 * t + 1])
-            _, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
-            scales[c] = sc
-            zero_points[c] = np.int32(zp)
+                    part = warp
+                    while part < parts:  # keep parts' loads in flight before their first use
+                        for k in range(keep):
+                            if part + k * nwarps < parts:
+                                t = 2 * ((part + k * nwarps) * width + c * inner + j)
+                                buf_hi[k], buf_lo[k] = partials[t], partials[t + 1]
+                        for k in range(keep):
+                            if part + k * nwarps < parts:
+                                hi, lo = combine(hi, lo, buf_hi[k], buf_lo[k])
+                        part += keep * nwarps
+            sh_hi[tid] = hi
+            sh_lo[tid] = lo
+            cuda.syncthreads()
+            if warp == 0 and c < channels:
+                for w in range(1, nwarps):
+                    hi, lo = combine(hi, lo, sh_hi[w * WARP + lane_id], sh_lo[w * WARP + lane_id])
+                _, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
+                scales[c] = sc
+                zero_points[c] = np.int32(zp)
+            cuda.syncthreads()
+
+    def column_quantize_kernel(xw, xe, qw, qe, scales, zero_points, outer, width, cwidth, inner, parts,
+                               rows_per_part, q_min, q_max):
+        # The decomposition of column_partial_kernel; a thread's G channel parameters are read
+        # (and inverted, as the static per-channel quantize does) once, then its rows stream through.
+        e_inv = cuda.local.array(G, M)
+        e_scale = cuda.local.array(G, M)
+        e_zp = cuda.local.array(G, M)
+        buf_lo = cuda.local.array(keep, np.uint64)
+        buf_hi = cuda.local.array(keep, np.uint64)
+        per_part = cwidth if cwidth > 0 else width
+        for t in range(cuda.grid(1), parts * per_part, cuda.gridsize(1)):
+            part = t // per_part
+            cc = t - part * per_part
+            o = part * rows_per_part
+            end = min(outer, o + rows_per_part)
+            if cwidth > 0:
+                for j in range(G):
+                    ch = (cc * G + j) // inner
+                    e_scale[j] = scales[ch]
+                    e_inv[j] = reciprocal(e_scale[j])
+                    e_zp[j] = M(zero_points[ch])
+                while o < end:
+                    for k in range(keep):
+                        if o + k < end:
+                            buf_lo[k], buf_hi[k] = a_load(xw, (o + k) * cwidth + cc)
+                    for k in range(keep):
+                        if o + k < end:
+                            o_lo, o_hi = word_zero, word_zero
+                            for j in range(G):
+                                x = a_decode(lane(buf_lo[k], buf_hi[k], j * a_bits))
+                                e = o_encode(quantize(x, zero, e_inv[j], e_scale[j], e_zp[j], q_min, q_max))
+                                o_lo, o_hi = place(o_lo, o_hi, e, j)
+                            o_store(qw, (o + k) * cwidth + cc, o_lo, o_hi)
+                    o += keep
+            else:
+                ch = cc // inner
+                sc = scales[ch]
+                inv = reciprocal(sc)
+                zp = M(zero_points[ch])
+                while o < end:
+                    i = o * width + cc
+                    qe[i] = o_encode(quantize(a_decode(u64(xe[i])), zero, inv, sc, zp, q_min, q_max))
+                    o += 1
 
     m = "float64" if precision is MathPrecision.F64 else "float32"
     x_views = f"{uint_name(chunk_view_itemsize(G * a.itemsize))}[::1], {uint_name(a.itemsize)}[::1]"
     q_views = f"{uint_name(chunk_view_itemsize(G * out.itemsize))}[::1], {uint_name(out.itemsize)}[::1]"
-    tag = f"{'sym' if symmetric else 'asym'}_{a.short}_{out.short}_k{keep}_t{tpb}"
+    bounds = f"_b{min_blocks}" if min_blocks else ""
+    tag = f"{'sym' if symmetric else 'asym'}_{a.short}_{out.short}_k{keep}_t{tpb}{bounds}"
+    options = (("launch_bounds", (tpb, min_blocks)),) if min_blocks else ()
+
+    def make(py_func, name: str, signature: str) -> ElementwiseKernel:
+        py_func.__name__ = py_func.__qualname__ = f"dynamic_{name}_{tag}"
+        return ElementwiseKernel(py_func, signature, a, None, out, precision, G, options)
+
+    segment_args = f"{x_views}, {q_views}, {m}[::1], int32[::1], int64, int64, int64, int64, {m}, {m}, {m}"
     return DynamicKernels(
-        segment=_kernel(segment_kernel, f"dynamic_segment_{tag}",
-                        f"void({x_views}, {q_views}, {m}[::1], int32[::1], int64, int64, int64, int64, {m}, {m}, {m})",
-                        a, out, precision, G),
-        partial=_kernel(partial_kernel, f"dynamic_partial_{tag}", f"void({x_views}, {m}[::1], int64, int64)",
-                        a, out, precision, G),
-        finalize=_kernel(finalize_kernel, f"dynamic_finalize_{tag}",
-                         f"void({m}[::1], {m}[::1], int32[::1], int64, {m}, {m}, {m})", a, out, precision, G),
-        column_partial=_kernel(column_partial_kernel, f"dynamic_columns_{tag}",
-                               f"void({uint_name(a.itemsize)}[::1], {m}[::1], int64, int64, int64, int64)",
-                               a, out, precision, G),
-        channel_finalize=_kernel(channel_finalize_kernel, f"dynamic_channels_{tag}",
-                                 f"void({m}[::1], {m}[::1], int32[::1], int64, int64, int64, {m}, {m}, {m})",
-                                 a, out, precision, G),
+        segment=make(segment_kernel, "segment", f"void({segment_args})"),
+        resident=make(resident_kernel, "resident", f"void({segment_args})"),
+        staged=make(staged_kernel, "staged", f"void({segment_args})"),
+        partial=make(partial_kernel, "partial", f"void({x_views}, {m}[::1], int64, int64)"),
+        tensor_quantize=make(tensor_quantize_kernel, "tensor_quantize",
+                             f"void({x_views}, {q_views}, {m}[::1], {m}[::1], int32[::1], int64, int64, int64, "
+                             f"{m}, {m}, {m})"),
+        column_partial=make(column_partial_kernel, "columns",
+                            f"void({x_views}, {m}[::1], int64, int64, int64, int64, int64)"),
+        channel_finalize=make(channel_finalize_kernel, "channels",
+                              f"void({m}[::1], {m}[::1], int32[::1], int64, int64, int64, {m}, {m}, {m})"),
+        column_quantize=make(column_quantize_kernel, "column_quantize",
+                             f"void({x_views}, {q_views}, {m}[::1], int32[::1], int64, int64, int64, int64, int64, "
+                             f"int64, {m}, {m})"),
         chunk=G,
         keep=keep,
         threads=tpb,
     )
-

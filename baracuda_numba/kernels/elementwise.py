@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
+from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, MathPrecision
 from . import device
 from .codecs import codec, math_type
@@ -201,6 +202,7 @@ class ElementwiseKernel:
     out: ElementKind
     precision: MathPrecision
     chunk: int  # elements per chunk (G)
+    options: tuple = ()  # extra ``cuda.jit`` options as (name, value) pairs, e.g. launch_bounds
     _compiled: dict = field(default_factory=dict, compare=False, repr=False)
 
     def compiled(self) -> Any:
@@ -210,7 +212,8 @@ class ElementwiseKernel:
             with _COMPILE_LOCK:
                 dispatcher = self._compiled.get("dispatcher")
                 if dispatcher is None:
-                    dispatcher = cuda.jit(self.signature)(self.py_func)
+                    options = {} if SIMULATOR else dict(self.options)  # the simulator's jit takes none
+                    dispatcher = cuda.jit(self.signature, **options)(self.py_func)
                     self._compiled["dispatcher"] = dispatcher
         return dispatcher
 

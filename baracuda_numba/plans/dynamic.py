@@ -7,16 +7,18 @@ quantization step is exactly the per-token / per-channel / per-group / per-tenso
 same scales, so the results can be dequantized with those plans.
 
 Strategies: contiguous segments (token, group, and channel when nothing precedes the channel axis)
-run in one fused kernel; the tensor scope reduces per block, finalizes in one block, then quantizes;
-other channel axes reduce columns of the ``[outer, C, inner]`` view, finalize per channel, then
-quantize per channel.
+run in one fused kernel (the segment resident in registers when it fits ``keep * threads`` chunks,
+else streamed); the tensor scope reduces one partial per block, then quantizes in a second launch
+whose blocks combine the partials; other channel axes reduce 16-byte column chunks of the
+``[outer, C, inner]`` view over slices of rows, finalize per channel, then quantize the same
+column decomposition. Launch shapes: :data:`TUNING`.
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,22 +26,33 @@ import numpy as np
 from ..arrays import Operand, adapt, finish
 from ..errors import InvalidProblem, problem_message
 from ..kernels.codecs import math_type
-from ..kernels.dynamic import WARP
+from ..kernels.dynamic import TPB, WARP
 from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
 from .base import Plan, check_fp8_bounds, check_no_zero_point, checked_operand, chunk_views, sm_count, typed_view
-from .per_axis import (
-    QuantizePerChannelArgs,
-    QuantizePerChannelDescriptor,
-    QuantizePerChannelPlan,
-    QuantizePerTokenArgs,
-    QuantizePerTokenDescriptor,
-    QuantizePerTokenPlan,
-)
 
 __all__ = ["DynamicRangeMode", "DynamicRangeScope", "ScopeKind", "DynamicRangeQuantizeDescriptor",
-           "DynamicRangeQuantizeArgs", "DynamicRangeQuantizePlan", "default_dynamic_q_range"]
+           "DynamicRangeQuantizeArgs", "DynamicRangeQuantizePlan", "default_dynamic_q_range", "DynamicTuning",
+           "TUNING"]
+
+
+@dataclass
+class DynamicTuning:
+    """Launch shapes of the dynamic-range kernels (per SM counts scale with the device's SMs).
+    Plans read it when they are selected: after a change, ``clear_plan_cache()``."""
+
+    resident_threads: int = field(default_factory=lambda: TPB)  # threads per block, resident segments
+    resident_keep: int = 4  # chunks per thread of a resident segment (segments up to keep * threads chunks)
+    resident_min_blocks: int = 0  # launch bound: blocks per SM the register allocation must allow (0: none)
+    resident_blocks_per_sm: int = 32  # grid cap of the resident kernel (blocks loop over the segments)
+    resident_staged: bool = False  # aligned resident segments: the next round's chunks staged by cp.async
+    tensor_partial_blocks_per_sm: int = 4  # blocks of the partial-range pass (one partial each)
+    tensor_quantize_blocks_per_sm: int = 8  # blocks of the quantize pass
+    column_threads_per_sm: int = 2048  # threads of the column passes (rows split into that many slices)
+
+
+TUNING = DynamicTuning()
 
 
 class DynamicRangeMode(enum.Enum):
@@ -187,27 +200,33 @@ class DynamicRangeQuantizePlan(Plan):
         self._q_scalars = (M(desc.q_min), M(desc.q_max), M(self._zp_sym))
         shape, scope = desc.shape, desc.scope
         sms = sm_count(0)
-        self._quantizer: Plan | None = None
+        tuning = TUNING
         if scope.kind is ScopeKind.TENSOR:
             self._strategy = "tensor"
             self._count = 1
-            self._partial_blocks = max(1, min(-(-self._n // (tpb * kernels.chunk)), 8 * sms))
-            self._workspace = 2 * (tpb // WARP) * self._partial_blocks * np.dtype(M).itemsize
-            self._quantizer = QuantizePerTokenPlan.select(QuantizePerTokenDescriptor(
-                1, self._n, desc.q_min, desc.q_max, desc.input_element, desc.output_element))
+            per_block = tpb * kernels.chunk * kernels.keep
+            self._partial_blocks = max(1, min(-(-self._n // per_block), tuning.tensor_partial_blocks_per_sm * sms))
+            self._quantize_blocks = max(1, min(-(-self._n // per_block), tuning.tensor_quantize_blocks_per_sm * sms))
+            self._workspace = 2 * self._partial_blocks * np.dtype(M).itemsize
         elif scope.kind is ScopeKind.CHANNEL and math.prod(shape[:scope.axis]) > 1:
             self._strategy = "columns"
             outer, channels = math.prod(shape[:scope.axis]), shape[scope.axis]
             inner = math.prod(shape[scope.axis + 1:])
             width = channels * inner
-            target = 2048 * sms  # threads that keep the machine busy
-            parts = max(1, min(outer, -(-target // max(width, 1))))
-            rows_per_part = -(-outer // parts)
-            self._columns = (outer, channels, inner, width, -(-outer // rows_per_part), rows_per_part)
+            target = tuning.column_threads_per_sm * sms
+
+            def slices(per_part: int) -> tuple[int, int]:
+                """(parts, rows_per_part) for ``per_part`` threads per row slice."""
+                parts = max(1, min(outer, -(-target // max(per_part, 1))))
+                rows_per_part = -(-outer // parts)
+                return -(-outer // rows_per_part), rows_per_part
+
+            G = kernels.chunk
+            self._columns = (outer, channels, inner, width)
+            self._column_slices = {True: slices(width // G) if width % G == 0 else None, False: slices(width)}
             self._count = channels
-            self._workspace = 2 * self._columns[4] * width * np.dtype(M).itemsize
-            self._quantizer = QuantizePerChannelPlan.select(QuantizePerChannelDescriptor(
-                shape, scope.axis, desc.q_min, desc.q_max, desc.input_element, desc.output_element))
+            most_parts = max(s[0] for s in self._column_slices.values() if s is not None)
+            self._workspace = 2 * most_parts * width * np.dtype(M).itemsize
         else:
             self._strategy = "segments"
             if scope.kind is ScopeKind.CHANNEL:
@@ -220,24 +239,52 @@ class DynamicRangeQuantizePlan(Plan):
             self._count = nseg
             self._workspace = 0
             G = kernels.chunk
-            units = seg_len // G if seg_len % G == 0 else seg_len
-            tps = 1  # lanes per segment: enough to keep every chunk in registers, at most a warp
-            while (tps < WARP and tps * kernels.keep < units) or tps < min(units, 4):
-                tps *= 2
-            self._tps = min(tps, WARP)
-            self._segment_blocks = max(1, min(-(-nseg // (tpb // self._tps)), 16 * sms))
-        self._launchers = {
-            "segment": KernelLauncher(kernels.segment.compiled, 6, (np.int64,) * 4 + (M,) * 3),
-            "partial": KernelLauncher(kernels.partial.compiled, 3, (np.int64,) * 2),
-            "finalize": KernelLauncher(kernels.finalize.compiled, 3, (np.int64,) + (M,) * 3),
-            "column_partial": KernelLauncher(kernels.column_partial.compiled, 2, (np.int64,) * 4),
-            "channel_finalize": KernelLauncher(kernels.channel_finalize.compiled, 3, (np.int64,) * 3 + (M,) * 3),
-        }
+            units = -(-seg_len // G)
+            resident = entry.kernels(self._symmetric, tuning.resident_keep, tuning.resident_threads,
+                                     tuning.resident_min_blocks)
+            if units <= resident.keep * resident.threads:
+                # lanes per segment: every chunk in registers, at least four lanes where there is work for them
+                self._threads = resident.threads
+                # aligned segments (cps > 0) / the element path
+                self._segment_kernels = (resident.staged if tuning.resident_staged else resident.resident,
+                                         resident.resident)
+                tps = 1
+                while tps * resident.keep < units or tps < min(units, 4):
+                    tps *= 2
+                blocks_per_sm = tuning.resident_blocks_per_sm
+            else:
+                self._segment_kernels = (kernels.segment, kernels.segment)
+                tps = 1  # lanes per segment: at most a warp, the rest streamed
+                while (tps < WARP and tps * kernels.keep < units) or tps < min(units, 4):
+                    tps *= 2
+                tps = min(tps, WARP)
+                blocks_per_sm = 16
+            self._tps = tps
+            per_block = self._threads // tps
+            self._segment_blocks = max(1, min(-(-nseg // per_block), blocks_per_sm * sms))
+        launcher = {
+            "segments": lambda: self._segment_launchers(M),
+            "tensor": lambda: (KernelLauncher(kernels.partial.compiled, 3, (np.int64,) * 2),
+                               KernelLauncher(kernels.tensor_quantize.compiled, 7, (np.int64,) * 3 + (M,) * 3)),
+            "columns": lambda: (KernelLauncher(kernels.column_partial.compiled, 3, (np.int64,) * 5),
+                                KernelLauncher(kernels.channel_finalize.compiled, 3, (np.int64,) * 3 + (M,) * 3),
+                                KernelLauncher(kernels.column_quantize.compiled, 6, (np.int64,) * 6 + (M,) * 2)),
+        }[self._strategy]
+        self._launchers = launcher()
         if not SIMULATOR:
-            used = {"segments": ("segment",), "tensor": ("partial", "finalize"),
-                    "columns": ("column_partial", "channel_finalize")}[self._strategy]
-            for name in used:
-                getattr(kernels, name).compiled()
+            used = {"segments": set(self._segment_kernels),
+                    "tensor": (kernels.partial, kernels.tensor_quantize),
+                    "columns": (kernels.column_partial, kernels.channel_finalize, kernels.column_quantize),
+                    }[self._strategy]
+            for kernel in used:
+                kernel.compiled()
+
+    def _segment_launchers(self, M: Any) -> dict[str, KernelLauncher]:
+        """``"segment"``: the kernel of aligned segments (the chunk path, which the linear plan's fast
+        path also launches with ``_threads`` per block); ``"unaligned"``: the element path's."""
+        aligned, unaligned = (KernelLauncher(kernel.compiled, 6, (np.int64,) * 4 + (M,) * 3)
+                              for kernel in self._segment_kernels)
+        return {"segment": aligned, "unaligned": unaligned}
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -312,55 +359,61 @@ class DynamicRangeQuantizePlan(Plan):
         else:
             partials = typed_view(ws, self._math, self._workspace // np.dtype(self._math).itemsize)
             if self._strategy == "tensor":
-                self._run_tensor(x, partials, scale_view, zp_view, handle, device_id)
-                quantize_args = QuantizePerTokenArgs(x, scale, self._quantizer_zero_point(zero_point, zp_view, x), q)
+                self._run_tensor(x, q, partials, scale_view, zp_view, handle, device_id)
             else:
-                self._run_columns(x, partials, scale_view, zp_view, handle, device_id)
-                quantize_args = QuantizePerChannelArgs(x, scale, self._quantizer_zero_point(zero_point, zp_view, x),
-                                                       q)
-            self._quantizer.run(quantize_args, stream=handle)
+                self._run_columns(x, q, partials, scale_view, zp_view, handle, device_id)
         if any(op is not None and op.on_host for op in (x, q, scale, zero_point)):
             synchronize(handle)
             for op in (q, scale, zero_point):
                 if op is not None:
                     finish(op)
 
-    def _quantizer_zero_point(self, zero_point: Operand | None, view: ArrayArg, like: Operand) -> Operand | None:
-        """The zero points for the second-pass quantize plan (none for FP8)."""
-        return None if self.desc.output_element.is_fp8 else _zp_operand(zero_point, view, like)
-
     def _run_segments(self, x, q, scale_view, zp_view, handle, device_id) -> None:
         nseg, seg_len = self._segments
         G = self._kernels.chunk
-        aligned = seg_len % G == 0 and _address(x) % min(G * x.element.itemsize, 16) == 0 and \
-            _address(q) % min(G * q.element.itemsize, 16) == 0
+        aligned = seg_len % G == 0 and _aligned(x, G) and _aligned(q, G)
         cps = seg_len // G if aligned else 0
         nchunks = nseg * cps
         arrays = (*chunk_views(x, self._n, nchunks, G), *chunk_views(q, self._n, nchunks, G), scale_view, zp_view)
-        self._launchers["segment"].launch(self._segment_blocks, self._threads, handle, arrays,
-                                          (nseg, seg_len, cps, self._tps, *self._q_scalars), device_id)
+        launcher = self._launchers["segment" if cps > 0 else "unaligned"]
+        launcher.launch(self._segment_blocks, self._threads, handle, arrays,
+                        (nseg, seg_len, cps, self._tps, *self._q_scalars), device_id)
 
-    def _run_tensor(self, x, partials, scale_view, zp_view, handle, device_id) -> None:
+    def _run_tensor(self, x, q, partials, scale_view, zp_view, handle, device_id) -> None:
         G = self._kernels.chunk
-        aligned = _address(x) % min(G * x.element.itemsize, 16) == 0
+        aligned = _aligned(x, G) and _aligned(q, G)
         nchunks = self._n // G if aligned else 0
-        blocks = self._partial_blocks
-        self._launchers["partial"].launch(blocks, self._threads, handle,
-                                          (*chunk_views(x, self._n, nchunks, G), partials), (self._n, nchunks),
-                                          device_id)
-        self._launchers["finalize"].launch(1, self._threads, handle, (partials, scale_view, zp_view),
-                                           (blocks * (self._threads // WARP), *self._q_scalars), device_id)
+        x_views = chunk_views(x, self._n, nchunks, G)
+        partial, quantize = self._launchers
+        partial.launch(self._partial_blocks, self._threads, handle, (*x_views, partials), (self._n, nchunks),
+                       device_id)
+        quantize.launch(self._quantize_blocks, self._threads, handle,
+                        (*x_views, *chunk_views(q, self._n, nchunks, G), partials, scale_view, zp_view),
+                        (self._n, nchunks, self._partial_blocks, *self._q_scalars), device_id)
 
-    def _run_columns(self, x, partials, scale_view, zp_view, handle, device_id) -> None:
-        outer, channels, inner, width, parts, rows_per_part = self._columns
-        _, elements = chunk_views(x, self._n, 0, 1)
+    def _run_columns(self, x, q, partials, scale_view, zp_view, handle, device_id) -> None:
+        outer, channels, inner, width = self._columns
+        G = self._kernels.chunk
+        chunked = self._column_slices[True] is not None and _aligned(x, G) and _aligned(q, G)
+        parts, rows_per_part = self._column_slices[chunked]
+        cwidth = width // G if chunked else 0
+        nchunks = outer * cwidth
+        x_views = chunk_views(x, self._n, nchunks, G)
+        q_views = chunk_views(q, self._n, nchunks, G)
         tpb = self._threads
-        blocks = max(1, min(-(-(parts * width) // tpb), 32 * sm_count(device_id)))
-        self._launchers["column_partial"].launch(blocks, tpb, handle, (elements, partials),
-                                                 (outer, width, parts, rows_per_part), device_id)
-        self._launchers["channel_finalize"].launch(max(1, min(-(-channels // tpb), 1024)), tpb, handle,
-                                                   (partials, scale_view, zp_view),
-                                                   (parts, channels, inner, *self._q_scalars), device_id)
+        blocks = max(1, -(-(parts * (cwidth or width)) // tpb))
+        partial, finalize, quantize = self._launchers
+        partial.launch(blocks, tpb, handle, (*x_views, partials), (outer, width, cwidth, parts, rows_per_part),
+                       device_id)
+        finalize.launch(max(1, min(-(-channels // WARP), 65535)), tpb, handle, (partials, scale_view, zp_view),
+                        (parts, channels, inner, *self._q_scalars), device_id)
+        quantize.launch(blocks, tpb, handle, (*x_views, *q_views, scale_view, zp_view),
+                        (outer, width, cwidth, inner, parts, rows_per_part, *self._q_scalars[:2]), device_id)
+
+
+def _aligned(op: Operand, G: int) -> bool:
+    """``op`` starts on a chunk boundary (16 bytes, or ``G`` elements when a chunk is narrower)."""
+    return _address(op) % min(G * op.element.itemsize, 16) == 0
 
 
 def _address(op: Operand) -> int:
@@ -373,12 +426,3 @@ def _offset(view: ArrayArg, offset: int, dtype: Any, count: int) -> ArrayArg:
     dtype = np.dtype(dtype)
     host_view = None if host is None else host[offset: offset + count * dtype.itemsize].view(dtype)
     return ArrayArg(ptr + offset if ptr else 0, count, dtype.itemsize, host_view)
-
-
-def _zp_operand(zero_point: Operand | None, view: ArrayArg, like: Operand) -> Operand:
-    """The zero points as an operand for the quantize plans (the scratch view when none was given)."""
-    if zero_point is not None:
-        return zero_point
-    ptr, nitems, _, host = view
-    return Operand(host, "numpy" if SIMULATOR else "cai", ElementKind.I32, (nitems,), ptr, True,
-                   host=host, device_id=like.device_id)
