@@ -99,13 +99,14 @@ def dynamic_ref(x, symmetric: bool, low: int, high: int):
     tiny = torch.finfo(torch.float32).tiny
     if symmetric:
         hi = torch.where(finite, g.abs(), torch.zeros_like(g)).amax(-1)
-        scale = torch.where(hi > 0, hi / high, torch.ones_like(hi))
+        # a tensor divisor: torch's CUDA division by a Python scalar multiplies by its reciprocal
+        scale = torch.where(hi > 0, hi / torch.full_like(hi, high), torch.ones_like(hi))
         zp = torch.zeros_like(scale)
     else:
         hi = torch.where(finite, g, torch.zeros_like(g)).amax(-1).clamp(min=0)
         lo = torch.where(finite, g, torch.zeros_like(g)).amin(-1).clamp(max=0)
         span = hi - lo
-        scale = torch.where(span > 0, span / (high - low), torch.ones_like(span))
+        scale = torch.where(span > 0, span / torch.full_like(span, high - low), torch.ones_like(span))
     scale = scale.clamp(min=tiny)
     if not symmetric:
         zp = (low - torch.round(lo / scale)).clamp(low, high)
