@@ -17,6 +17,8 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     python3 -m pytest -q -x -p no:cacheprovider tests/test_per_tensor.py::test_sizes_around_pack_and_block_boundaries \
     tests/test_per_tensor.py::test_unaligned_views_use_the_element_path tests/test_per_axis.py::test_llm_group_sizes \
     "tests/test_dynamic.py::test_identity_with_the_static_plans" tests/test_linear.py::test_gpu_against_torch_int_mm \
+    tests/test_dynamic.py::test_gpu_many_rows_deterministic_and_torch_composition tests/test_int4.py::test_gpu_packed_ops_match_reference \
+    tests/test_linear.py::test_gpu_plans_sharing_a_kernel_with_different_shared_memory \
     > "$OUT/sanitizer.log" 2>&1
   echo "compute-sanitizer exit: $?"; grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer.log" | tail -3
 fi
