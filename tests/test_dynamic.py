@@ -327,3 +327,94 @@ def test_segment_launch_shapes_match_reference(threads, keep, staged, min_blocks
     finally:
         bn.plans.dynamic.TUNING = saved
         bn.clear_plan_cache()
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float64"])
+@pytest.mark.parametrize(("kwargs", "shape"), [
+    ({}, (16, 4096)),
+    ({"mode": "asymmetric"}, (7, 264)),
+    ({"scope": "group", "group_size": 128}, (3, 1024)),
+    ({"scope": "group", "group_size": 32, "mode": "asymmetric", "dtype": "uint8"}, (5, 96)),
+    ({"dtype": "uint8"}, (4, 64)),
+    ({"dtype": "float8_e4m3fn"}, (9, 512)),
+    ({"scope": "channel", "axis": 0}, (6, 40)),
+    ({"scope": "tensor"}, (8, 64)),
+    ({}, (0, 64)),
+])
+def test_gpu_repeat_calls_take_the_remembered_launch(kwargs, shape, dtype):
+    """A repeat call on a CUDA torch tensor (the remembered plan's pre-packed launch) gives the bits of
+    the first, full-path call (itself held to torch and the reference by the tests above); a
+    misaligned view and a given stream go the full way and agree too."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.ops.common import clear_plan_cache
+
+    if dtype == "float64" and kwargs.get("dtype") == "float8_e4m3fn":
+        pytest.skip("FP8 dynamic quantize takes f32 / f16 / bf16")
+    clear_plan_cache()
+    g = torch.Generator(device="cuda").manual_seed(sum(shape))
+    x = (torch.randn(shape, device="cuda", generator=g) * 3).to(getattr(torch, dtype))
+    if x.numel():
+        x.view(-1)[:3] = torch.tensor([float("nan"), float("inf"), -2.0])
+    calls = [bn.dynamic_range_quantize(x, **kwargs) for _ in range(3)]
+    padded = torch.empty(x.numel() + 1, device="cuda", dtype=x.dtype)
+    shifted = padded[1:].view(shape)
+    shifted.copy_(x)
+    calls.append(bn.dynamic_range_quantize(shifted, **kwargs))
+    calls.append(bn.dynamic_range_quantize(x, stream=torch.cuda.current_stream(), **kwargs))
+    first = calls[0]
+    for other in calls[1:]:
+        assert torch.equal(other.q.view(torch.uint8), first.q.view(torch.uint8))
+        assert torch.equal(other.scale, first.scale)
+        assert (other.zero_point is None) == (first.zero_point is None)
+        if isinstance(first.zero_point, torch.Tensor):
+            assert torch.equal(other.zero_point, first.zero_point)
+        else:
+            assert other.zero_point == first.zero_point
+    clear_plan_cache()
+
+
+@pytest.mark.parametrize(("mode", "scope", "shape", "element"), [
+    ("asymmetric", bn.DynamicRangeScope.token(), (16, 4096), "bf16"),
+    ("asymmetric", bn.DynamicRangeScope.group(32), (6, 96), "f32"),
+    ("symmetric", bn.DynamicRangeScope.token(), (3, 64), "f64"),
+])
+def test_remembered_launch_hands_the_driver_what_the_checked_path_does(mode, scope, shape, element):
+    """The op's repeat-call launch (pre-packed parameters, six pointers patched) gives the driver the
+    bytes and grid of ``plan.run`` on the same operands; checked on the simulator with a recording
+    libcuda stand-in, as the W8A8 fast path is in test_linear."""
+    from test_linear import _RecordingDriver, _torch_operand
+
+    from baracuda_numba import arrays, launch
+    from baracuda_numba.plans import base
+    from baracuda_numba.plans import dynamic as dynamic_plans
+
+    E = bn.ElementKind
+    x_element = E(element) if not isinstance(element, E) else element
+    symmetric = mode == "symmetric"
+    desc = bn.DynamicRangeQuantizeDescriptor(shape, bn.DynamicRangeMode(mode), scope, -127 if symmetric else -128,
+                                             127, x_element, E.S8)
+    plan = bn.DynamicRangeQuantizePlan.select(desc)
+    count = plan.scale_count()
+    scale_element = E.F64 if x_element is E.F64 else E.F32
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for module in (arrays, launch, base, dynamic_plans):
+            monkeypatch.setattr(module, "SIMULATOR", False)
+        old = plan._launchers["segment"]
+        gpu = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types, old._shared_bytes)
+        gpu._functions[0] = 0xD00
+        plan._launchers["segment"] = gpu
+        plan._install_segment_template()
+        assert plan.fast_alignment() == 16
+        driver = _RecordingDriver([gpu.params])
+        monkeypatch.setattr(launch, "_driver", lambda: driver)
+        pointers = (0x100000, 0x500000, 0x900000, 0xA00000)
+        ops = bn.DynamicRangeQuantizeArgs(_torch_operand(x_element, shape, pointers[0]),
+                                          _torch_operand(E.S8, shape, pointers[1]),
+                                          _torch_operand(scale_element, (count,), pointers[2]),
+                                          _torch_operand(E.I32, (count,), pointers[3]))
+        plan.launch_segments_fast(*pointers, 0x77, 0)
+        plan.run(ops, workspace=_torch_operand(E.U8, (plan.workspace_size(),), 0xB00000), stream=0x77)
+        plan.launch_segments_fast(pointers[0] + 0x1000, *pointers[1:], 0x77, 0)
+    fast, checked, moved = driver.calls
+    assert fast == checked and moved[0] == fast[0] and moved[1] != fast[1]

@@ -406,6 +406,7 @@ def _gpu_linear_plan(monkeypatch, plan):
     if quantizer is not None:
         quantizer._launchers["segment"] = gpu_launcher(quantizer._launchers["segment"], 0xE00)
         launchers.append(quantizer._launchers["segment"])
+        quantizer._install_segment_template()
     plan._install_fast_template()
     driver = _RecordingDriver([launcher.params for launcher in launchers])
     monkeypatch.setattr(launch, "_driver", lambda: driver)

@@ -71,6 +71,11 @@ def fast_run(key: tuple | None, like: Any, make_args: Any, stream: Any) -> Any:
     return result
 
 
+def remembered(key: tuple | None) -> tuple[Plan, Any] | None:
+    """``(plan, result dtype)`` remembered under ``key``, or None."""
+    return None if key is None else _FAST_PLANS.get(key)
+
+
 def remembered_plan(key: tuple | None) -> Plan | None:
     """The plan remembered under ``key`` (for calls that write into a given ``out=``), or None."""
     found = None if key is None else _FAST_PLANS.get(key)

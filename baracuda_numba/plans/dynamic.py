@@ -27,7 +27,8 @@ from ..arrays import Operand, adapt, finish
 from ..errors import InvalidProblem, problem_message
 from ..kernels.codecs import math_type
 from ..kernels.dynamic import TPB, WARP
-from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
+from ..kernels.elementwise import chunk_view_itemsize
+from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
 from .base import Plan, check_fp8_bounds, check_no_zero_point, checked_operand, chunk_views, sm_count, typed_view
@@ -275,9 +276,47 @@ class DynamicRangeQuantizePlan(Plan):
                 "tensor": lambda: (kernels.partial, kernels.tensor_quantize),
                 "columns": lambda: (kernels.column_partial, kernels.channel_finalize, kernels.column_quantize),
                 }[self._strategy]()
+        self._fast_segments = False
         if not SIMULATOR:  # compile now, not inside the first (timed, captured) call
             for kernel in used:
                 kernel.compiled()
+            self._install_segment_template()
+
+    def _install_segment_template(self) -> None:
+        """Pre-pack the aligned segment kernel's parameters for :meth:`launch_segments_fast` (whole
+        16-byte chunks per segment only), so that a launch patches six pointers and goes."""
+        if self._strategy != "segments":
+            return
+        nseg, seg_len = self._segments
+        G = self._kernels.chunk
+        if self._n == 0 or seg_len % G:
+            return
+        cps, n = seg_len // G, self._n
+        x_size = self.desc.input_element.itemsize
+        x_word, q_word = chunk_view_itemsize(G * x_size), chunk_view_itemsize(G)
+        values = [*array_values(0, n * x_size // x_word, x_word), *array_values(0, n, x_size),
+                  *array_values(0, n // q_word, q_word), *array_values(0, n, 1),
+                  *array_values(0, nseg, np.dtype(self._math).itemsize), *array_values(0, nseg, 4),
+                  nseg, seg_len, cps, self._tps, *self._q_scalars]
+        no_scalars = range(7 * 6 + 4, 7 * 6 + 4)  # the scalars stay as packed
+        self._launchers["segment"].params.set_template(values, (slice(4, 42, 7),), no_scalars, self._math)
+        self._fast_segments = True
+
+    def fast_alignment(self) -> int | None:
+        """Byte alignment :meth:`launch_segments_fast` needs of ``x`` (``q``'s is at most the same), or
+        None when this plan has no pre-packed launch (GPU, per-token / per-group / per-channel
+        scopes over whole 16-byte chunks)."""
+        if not self._fast_segments:
+            return None
+        return min(self._kernels.chunk * self.desc.input_element.itemsize, 16)
+
+    def launch_segments_fast(self, x_ptr: int, q_ptr: int, scale_ptr: int, zp_ptr: int, stream: int,
+                             device: int) -> None:
+        """Run on raw device addresses, unchecked: ``x`` (aligned to :meth:`fast_alignment`), ``q``,
+        ``scale`` and an int32 ``zero_point`` array (scratch in symmetric mode), of this plan's sizes
+        on ``device``. For callers that have checked them (the op's and the W8A8 linear's fast paths)."""
+        self._launchers["segment"].launch_patched(self._segment_blocks, self._threads, stream,
+                                                  ((x_ptr, x_ptr, q_ptr, q_ptr, scale_ptr, zp_ptr),), (), device)
 
     def _segment_launchers(self, M: Any) -> dict[str, KernelLauncher]:
         """``"segment"``: the kernel of aligned segments (the chunk path, which the linear plan's fast

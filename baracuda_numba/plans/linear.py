@@ -20,7 +20,6 @@ import numpy as np
 from ..arrays import Operand, adapt, allocate_like, finish, sub_operand
 from ..errors import InvalidProblem, problem_message
 from ..kernels import linear as gemm
-from ..kernels.elementwise import chunk_view_itemsize
 from ..kernels.linear import (
     MAX_EXACT_K,
     SKINNY_M,
@@ -32,7 +31,7 @@ from ..kernels.linear import (
     TILE_THREADS,
     linear_kernel,
 )
-from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize, torch_current_stream
+from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize, torch_current_stream
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
 from .base import Plan, _torch_tensor_type, checked_operand, checked_scale, fast_pointers
@@ -358,33 +357,12 @@ class QuantizedLinearPlan(_LinearPlan):
     def _fast_row_vector(self, ptr: int) -> ArrayArg:
         return ArrayArg(ptr, self.desc.m, self._scale_element.itemsize)
 
-    def _install_fast_template(self) -> None:
-        super()._install_fast_template()
-        if self._fast_specs is None or self._fused:
-            return
-        # two launches: the quantizer's segment kernel on its aligned chunk path, then the GEMM
-        q, d = self._quantizer, self.desc
-        nseg, seg_len = q._segments
-        G, n = q._kernels.chunk, d.m * d.k
-        cps = seg_len // G
-        x_size = d.input_element.itemsize
-        x_word, q_word = chunk_view_itemsize(G * x_size), chunk_view_itemsize(G)
-        values = [*array_values(0, nseg * cps * G * x_size // x_word, x_word), *array_values(0, n, x_size),
-                  *array_values(0, nseg * cps * G // q_word, q_word), *array_values(0, n, 1),
-                  *array_values(0, nseg, self._scale_element.itemsize), *array_values(0, nseg, 4),
-                  nseg, seg_len, cps, q._tps, *q._q_scalars]
-        quantize_slots = 7 * 6 + 4
-        q._launchers["segment"].params.set_template(values, (slice(4, 42, 7),),
-                                                    range(quantize_slots, quantize_slots), q._math)
-
     def _run_two_launches_fast(self, pointers: list[int], device: int, ws_ptr: int) -> None:
         """The quantizer's segment kernel and the GEMM, both on pre-packed parameter blocks."""
         q = self._quantizer
         stream = torch_current_stream(device)
         scale_ptr, zp_ptr = ws_ptr + self._scale_offset, ws_ptr + self._quantizer_offset
-        x_ptr = pointers[0]
-        q._launchers["segment"].launch_patched(q._segment_blocks, q._threads, stream,
-                                               ((x_ptr, x_ptr, ws_ptr, ws_ptr, scale_ptr, zp_ptr),), (), device)
+        q.launch_segments_fast(pointers[0], ws_ptr, scale_ptr, zp_ptr, stream, device)
         self._launch_fast(pointers, device, _ZERO_F32, stream, ws_ptr, scale_ptr)
 
     def workspace_size(self) -> int:
