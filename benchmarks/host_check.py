@@ -1,0 +1,23 @@
+"""Host microseconds per call of the dynamic-range and W8A8 ops (their remembered-plan fast paths),
+next to a small torch op, on the GPU: ``python3 benchmarks/host_check.py``."""
+
+import torch
+
+import baracuda_numba as bn
+from baracuda_numba.bench import host_us
+
+x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+x1 = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+w = torch.randint(-128, 128, (4096, 4096), device="cuda", dtype=torch.int8)
+ws = torch.rand(4096, device="cuda")
+a = torch.randn(64, 64, device="cuda")
+CASES = [
+    ("dynamic_range_quantize() 16x4096 bf16", lambda: bn.dynamic_range_quantize(x)),
+    ("dynamic_range_quantize() 1x4096 bf16", lambda: bn.dynamic_range_quantize(x1)),
+    ("dynamic_range_quantize() 16x4096 group128", lambda: bn.dynamic_range_quantize(x, scope="group", group_size=128)),
+    ("quantized_linear() 16x4096 @ 4096^2", lambda: bn.quantized_linear(x, w, ws)),
+    ("quantized_linear() 1x4096 @ 4096^2", lambda: bn.quantized_linear(x1, w, ws)),
+    ("torch.mm 64x64 f32", lambda: torch.mm(a, a)),
+]
+for label, fn in CASES:
+    print(f"{label}: {host_us(fn):.1f} us", flush=True)
