@@ -197,19 +197,25 @@ def per_segment(bench: Bench, family: str, n: int, dtypes: list[str]) -> None:
         torch.cuda.empty_cache()
 
 
+def torch_dynamic_token(x):
+    """Dynamic per-token int8 in PyTorch ops: the composition the benchmark compiles and compares."""
+    scale = x.float().abs().amax(dim=1, keepdim=True) / 127
+    return torch.clamp(torch.round(x.float() / scale), -127, 127).to(torch.int8), scale
+
+
+def torch_dynamic_tensor(x):
+    """Dynamic per-tensor int8 in PyTorch ops."""
+    scale = x.float().abs().amax() / 127
+    return torch.clamp(torch.round(x.float() / scale), -127, 127).to(torch.int8), scale
+
+
 def dynamic(bench: Bench, n: int, pairs: list[dict]) -> None:
     """Dynamic-range quantize against eager and compiled PyTorch compositions."""
     cols = 4096
     rows = n // cols
     x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
 
-    def torch_token(x):
-        scale = x.float().abs().amax(dim=1, keepdim=True) / 127
-        return torch.clamp(torch.round(x.float() / scale), -127, 127).to(torch.int8), scale
-
-    def torch_tensor(x):
-        scale = x.float().abs().amax() / 127
-        return torch.clamp(torch.round(x.float() / scale), -127, 127).to(torch.int8), scale
+    torch_token, torch_tensor = torch_dynamic_token, torch_dynamic_tensor
 
     compiled_token = torch.compile(torch_token)
     compiled_tensor = torch.compile(torch_tensor)

@@ -223,13 +223,8 @@ def main() -> None:
         print("  " + "  ".join(f"{c} {100 * nbytes / v['ms'] / 1e6 / copy:.1f}%" for c, v in old["cases"].items()
                                if "ms" in v), flush=True)
     # torch.compile of the bench's compositions
-    def torch_token(x):
-        scale = x.float().abs().amax(dim=1, keepdim=True) / 127
-        return torch.clamp(torch.round(x.float() / scale), -127, 127).to(torch.int8), scale
-
-    def torch_tensor(x):
-        scale = x.float().abs().amax() / 127
-        return torch.clamp(torch.round(x.float() / scale), -127, 127).to(torch.int8), scale
+    from baracuda_numba.bench import torch_dynamic_tensor as torch_tensor
+    from baracuda_numba.bench import torch_dynamic_token as torch_token
 
     if not SMOKE:
         xs = torch.randn(65536, 4096, device="cuda", dtype=torch.bfloat16)  # finite: the composition is not NaN-safe

@@ -85,33 +85,18 @@ class DynamicKernels:
 
 
 @functools.cache
-def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, symmetric: bool,
-                    keep: int | None = None, threads: int | None = None, min_blocks: int = 0) -> DynamicKernels:
-    """The kernels for one combination; ``keep`` / ``threads`` default to ``KEEP_CHUNKS`` / ``TPB``;
-    ``min_blocks`` > 0 compiles with ``launch_bounds=(threads, min_blocks)``."""
+def range_functions(precision: MathPrecision, symmetric: bool, fp8_max: float | None = None):
+    """``accumulate(hi, lo, x)``, ``combine(hi, lo, other_hi, other_lo)`` and ``range_params(hi, lo,
+    q_min, q_max, zp_sym) -> (1 / scale, scale, zero_point)`` of dynamic-range quantization (the
+    rule of the module docstring), shared by every kernel that computes a range, the packed 4-bit
+    ones included. ``fp8_max``: an FP8 output, whose scale comes from any amax (zero included) and
+    is at least vLLM's ``1 / (fp8_max * 512)`` (its per-token quantizer's ``min_scaling_factor``);
+    otherwise the smallest scale is the math precision's smallest normal (1 / scale stays finite)."""
     M = math_type(precision)
-    G = chunk_elements(a, out)
-    zero, one = M(0.0), M(1.0)
-    inf = M(np.inf)
-    fp8 = out.is_fp8
-    # The smallest scale: the math precision's smallest normal (1 / scale stays finite), or for FP8
-    # vLLM's ``1 / (fp8_max * 512)`` (its dynamic per-token quantizer's ``min_scaling_factor``).
-    min_scale = M(1.0 / (out.fp8_max * 512.0)) if fp8 else M(np.finfo(M).tiny)
-    u64 = np.uint64
-    word_zero = u64(0)
-    a_decode = codec(a, precision).decode
-    o_encode = codec(out, precision).encode
-    a_bits, o_bits = 8 * a.itemsize, 8 * out.itemsize
-    a_load, _ = chunk_io(G * a.itemsize)
-    _, o_store = chunk_io(G * out.itemsize)
-    quantize = op_functions(precision, out if fp8 else None)[ElementwiseOp.QUANTIZE]
-    rint, reciprocal, shuffle_xor = device.rint, device.reciprocal, device.shuffle_xor
-    tpb = threads or TPB
-    keep = keep or KEEP_CHUNKS
-    nwarps = max(1, tpb // WARP)
-    warp_slots = 2 * nwarps  # shared-array sizes must be compile-time constants, not expressions
-    stage_words = 2 * 2 * keep * tpb  # staged kernel: two rounds of keep 16-byte chunks per thread
-    wait_previous, wait_all = device.cp_async_wait_group(1), device.cp_async_wait_group(0)
+    zero, one, inf = M(0.0), M(1.0), M(np.inf)
+    fp8 = fp8_max is not None
+    min_scale = M(1.0 / (fp8_max * 512.0)) if fp8 else M(np.finfo(M).tiny)
+    rint, reciprocal = device.rint, device.reciprocal
 
     @device_function
     def accumulate(hi, lo, x):
@@ -148,6 +133,36 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
             if zp > q_max:
                 zp = q_max
         return reciprocal(scale), scale, zp
+
+    return accumulate, combine, range_params
+
+
+@functools.cache
+def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, symmetric: bool,
+                    keep: int | None = None, threads: int | None = None, min_blocks: int = 0) -> DynamicKernels:
+    """The kernels for one combination; ``keep`` / ``threads`` default to ``KEEP_CHUNKS`` / ``TPB``;
+    ``min_blocks`` > 0 compiles with ``launch_bounds=(threads, min_blocks)``."""
+    M = math_type(precision)
+    G = chunk_elements(a, out)
+    zero = M(0.0)
+    fp8 = out.is_fp8
+    u64 = np.uint64
+    word_zero = u64(0)
+    a_decode = codec(a, precision).decode
+    o_encode = codec(out, precision).encode
+    a_bits, o_bits = 8 * a.itemsize, 8 * out.itemsize
+    a_load, _ = chunk_io(G * a.itemsize)
+    _, o_store = chunk_io(G * out.itemsize)
+    quantize = op_functions(precision, out if fp8 else None)[ElementwiseOp.QUANTIZE]
+    reciprocal, shuffle_xor = device.reciprocal, device.shuffle_xor
+    tpb = threads or TPB
+    keep = keep or KEEP_CHUNKS
+    nwarps = max(1, tpb // WARP)
+    warp_slots = 2 * nwarps  # shared-array sizes must be compile-time constants, not expressions
+    stage_words = 2 * 2 * keep * tpb  # staged kernel: two rounds of keep 16-byte chunks per thread
+    wait_previous, wait_all = device.cp_async_wait_group(1), device.cp_async_wait_group(0)
+
+    accumulate, combine, range_params = range_functions(precision, symmetric, out.fp8_max if fp8 else None)
 
     @device_function
     def lane(lo_word, hi_word, bit):

@@ -36,6 +36,7 @@ from ..vocabulary import ElementKind, MathPrecision
 from . import device
 from .codecs import codec, math_type
 from .device import device_function
+from .dynamic import range_functions
 from .elementwise import CHUNK_BYTES, ElementwiseKernel, ElementwiseOp, chunk_io, op_functions, uint_name
 
 __all__ = ["PACKED_ELEMENTS", "UNROLL", "DYNAMIC_SLOTS", "DYNAMIC_THREADS", "chunk_elements", "group_shift",
@@ -270,54 +271,6 @@ def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: Math
                  f"{_math_name(precision)}[::1], int32[::1], int64, int64, int64, int64)")
     kernel.__name__ = kernel.__qualname__ = f"dequantize_packed_{packed.short}_{element.short}_u{unroll}"
     return ElementwiseKernel(kernel, signature, packed, None, element, precision, G)
-
-
-@functools.cache
-def range_functions(precision: MathPrecision, symmetric: bool):
-    """``accumulate``, ``combine`` and ``range_params`` of dynamic-range quantization to an integer
-    grid, exactly :mod:`.dynamic`'s (its module docstring states the rule): the range over the finite
-    elements, then ``scale`` (at least the smallest normal) and the zero point."""
-    M = math_type(precision)
-    zero, one, inf = M(0.0), M(1.0), M(np.inf)
-    min_scale = M(np.finfo(M).tiny)
-    rint, reciprocal = device.rint, device.reciprocal
-
-    @device_function
-    def accumulate(hi, lo, x):
-        if symmetric:
-            m = abs(x)
-            if m < inf and m > hi:
-                hi = m
-        elif x > -inf and x < inf:
-            if x > hi:
-                hi = x
-            if x < lo:
-                lo = x
-        return hi, lo
-
-    @device_function
-    def combine(hi, lo, other_hi, other_lo):
-        return (other_hi if other_hi > hi else hi), (other_lo if other_lo < lo else lo)
-
-    @device_function
-    def range_params(hi, lo, q_min, q_max, zp_sym):
-        if symmetric:
-            scale = hi / (q_max - zp_sym) if hi > zero else one
-        else:
-            span = hi - lo
-            scale = span / (q_max - q_min) if span > zero else one
-        if scale < min_scale:
-            scale = min_scale
-        zp = zp_sym
-        if not symmetric:
-            zp = q_min - rint(lo / scale)
-            if zp < q_min:
-                zp = q_min
-            if zp > q_max:
-                zp = q_max
-        return reciprocal(scale), scale, zp
-
-    return accumulate, combine, range_params
 
 
 @functools.cache
