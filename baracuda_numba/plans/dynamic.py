@@ -53,7 +53,9 @@ class DynamicTuning:
     column_threads_per_sm: int = 2048  # threads of the column passes (rows split into that many slices)
 
 
-TUNING = DynamicTuning()
+# The simulator runs one Python thread per CUDA thread: small grids there (several blocks still meet).
+TUNING = (DynamicTuning(resident_blocks_per_sm=2, tensor_partial_blocks_per_sm=2, tensor_quantize_blocks_per_sm=2,
+                        column_threads_per_sm=64) if SIMULATOR else DynamicTuning())
 
 
 class DynamicRangeMode(enum.Enum):
