@@ -48,7 +48,7 @@ def main() -> None:
     for name, kernel in kernels().items():
         dispatcher = kernel.compiled()
         sass = next(iter(dispatcher.inspect_sass().values()))
-        regs = next(iter(dispatcher.overloads.values())).get_regs_per_thread()
+        regs = next(iter(dispatcher.overloads.values())).regs_per_thread
         (out / f"{name}.sass").write_text(sass)
         counts = collections.Counter(m.group(1).split(".")[0] for m in OPCODE.finditer(sass))
         conv = {k: v for k, v in counts.items() if k in CONVERSIONS}

@@ -159,7 +159,7 @@ def registers(kernel_sets) -> dict:
             dispatcher = getattr(kernel, "_compiled", {}).get("dispatcher")
             if dispatcher is not None and hasattr(dispatcher, "overloads"):  # the simulator has none
                 for overload in dispatcher.overloads.values():
-                    regs[kernel.py_func.__name__] = overload.get_regs_per_thread()
+                    regs[kernel.py_func.__name__] = overload.regs_per_thread
     return regs
 
 

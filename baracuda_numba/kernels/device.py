@@ -13,6 +13,20 @@ unsigned integers (Numba types that mix as float64).
   NaN kept quiet with its sign).
 - ``bits_to_s8(w)`` / ``bits_to_u8(w)``: the low byte as a signed / unsigned integer (int64).
 - ``int_to_bits(q)``: an integral float to its two's-complement bits (uint64, not masked).
+- ``round_to_int(x)``: ``x`` rounded half to even to an int32 (``cvt.rni.s32``, one conversion-pipe
+  instruction): NaN gives 0, values past the int32 range (+-inf included) saturate to its ends.
+- ``max_s16x2(a, b)``: the lane-wise maximum of two pairs of signed 16-bit integers packed in the low
+  32 bits of ``a`` and ``b`` (``max.s16x2``, sm_90; one instruction for two lanes); uint64 result.
+- ``clamp_s32(q, lo, hi)``: ``min(max(q, lo), hi)`` in 32-bit integers (``max.s32`` / ``min.s32``;
+  Numba's own integer ``min`` / ``max`` widen to 64 bits, two instructions each).
+- ``pack_bytes4(a, b, c, d)``: the low bytes of four integers packed into one 32-bit word, ``a``
+  lowest (three ``prmt``); uint64 result.
+- ``clamp_nan_f32(x, lo, hi)``: ``min(max(x, lo), hi)`` of float32 values with NaN kept NaN
+  (``max.NaN`` / ``min.NaN``, one instruction each against a compare and a select).
+- ``f32x2_to_e4m3x2_bits(hi, lo)`` / ``f32x2_to_e5m2x2_bits(hi, lo)``: two float32 values to FP8 in
+  one ``cvt.rn.satfinite.{e4m3,e5m2}x2.f32`` (``lo`` in bits 0-7, ``hi`` in bits 8-15), each NaN
+  given its input's sign back (PyTorch's encoding). GPU only: the simulator composes
+  ``codecs.fp8_bits_codec``'s model of the instruction.
 - ``reciprocal(x)``: ``1 / x`` correctly rounded in the precision of ``x`` (``rcp.rn``: the same
   bits as an IEEE division, fewer instructions).
 - ``add_rn(x, y)``: ``x + y`` rounded on its own (``add.rn``), never fused with the multiply that
@@ -67,6 +81,11 @@ __all__ = [
     "load_u64x2",
     "store_u64x2",
     "reciprocal",
+    "round_to_int",
+    "max_s16x2",
+    "clamp_s32",
+    "pack_bytes4",
+    "clamp_nan_f32",
     "add_rn",
     "shuffle_xor",
     "mma_s8",
@@ -126,6 +145,29 @@ if SIMULATOR:
 
     def reciprocal(x):
         return type(x)(1.0) / x
+
+    def round_to_int(x):
+        if x != x:
+            return np.int32(0)
+        return np.int32(min(max(np.rint(x), -2.0**31), 2.0**31 - 1))
+
+    def _s16(v):
+        return v - 0x10000 if v & 0x8000 else v
+
+    def max_s16x2(a, b):
+        lanes = [max(_s16((int(a) >> s) & 0xFFFF), _s16((int(b) >> s) & 0xFFFF)) & 0xFFFF for s in (0, 16)]
+        return np.uint64(lanes[0] | (lanes[1] << 16))
+
+    def clamp_s32(q, lo, hi):
+        return np.int32(min(max(int(q), int(lo)), int(hi)))
+
+    def pack_bytes4(a, b, c, d):
+        return np.uint64((int(a) & 0xFF) | (int(b) & 0xFF) << 8 | (int(c) & 0xFF) << 16 | (int(d) & 0xFF) << 24)
+
+    def clamp_nan_f32(x, lo, hi):
+        if x != x:
+            return x
+        return np.float32(min(max(x, lo), hi))
 
     def add_rn(x, y):
         return x + y
@@ -210,6 +252,73 @@ else:
         if not isinstance(x, types.Float):
             return None
         return x(x), _libdevice("__nv_drcp_rn" if x == types.float64 else "__nv_frcp_rn")
+
+    @intrinsic
+    def round_to_int(typingctx, x):
+        if not isinstance(x, types.Float):
+            return None
+        name = "__nv_double2int_rn" if x == types.float64 else "__nv_float2int_rn"
+
+        def codegen(context, builder, sig, args):
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [args[0].type]), name)
+            return builder.call(fn, list(args))
+
+        return types.int32(x), codegen
+
+    @intrinsic
+    def max_s16x2(typingctx, a, b):
+        if not (isinstance(a, types.Integer) and isinstance(b, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            lanes = [builder.trunc(_to_i64(builder, v, t), _I32) for v, t in zip(args, (a, b), strict=True)]
+            asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32, _I32]), "max.s16x2 $0, $1, $2;", "=r,r,r")
+            return builder.zext(builder.call(asm, lanes), _I64)
+
+        return types.uint64(a, b), codegen
+
+    def _i32(builder, value, ty):
+        return builder.trunc(_to_i64(builder, value, ty), _I32)
+
+    @intrinsic
+    def clamp_s32(typingctx, q, lo, hi):
+        if not all(isinstance(t, types.Integer) for t in (q, lo, hi)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            v, low, high = (_i32(builder, a, t) for a, t in zip(args, (q, lo, hi), strict=True))
+            v = builder.select(builder.icmp_signed(">", v, low), v, low)
+            return builder.select(builder.icmp_signed("<", v, high), v, high)
+
+        return types.int32(q, lo, hi), codegen
+
+    @intrinsic
+    def clamp_nan_f32(typingctx, x, lo, hi):
+        if not all(t == types.float32 for t in (x, lo, hi)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            f = ir.FloatType()
+            asm = ir.InlineAsm(ir.FunctionType(f, [f] * 3),
+                               "{ .reg .f32 t; max.NaN.f32 t, $1, $2; min.NaN.f32 $0, t, $3; }", "=f,f,f,f")
+            return builder.call(asm, list(args))
+
+        return types.float32(x, lo, hi), codegen
+
+    _PACK4 = ("{ .reg .b32 ab, cd; prmt.b32 ab, $1, $2, 0x0040; prmt.b32 cd, $3, $4, 0x0040; "
+              "prmt.b32 $0, ab, cd, 0x5410; }")
+
+    @intrinsic
+    def pack_bytes4(typingctx, a, b, c, d):
+        if not all(isinstance(t, types.Integer) for t in (a, b, c, d)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            words = [_i32(builder, v, t) for v, t in zip(args, (a, b, c, d), strict=True)]
+            asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32] * 4), _PACK4, "=r,r,r,r,r")
+            return builder.zext(builder.call(asm, words), _I64)
+
+        return types.uint64(a, b, c, d), codegen
 
     @intrinsic
     def add_rn(typingctx, x, y):
@@ -540,6 +649,30 @@ if not SIMULATOR:
 
     f32_to_e4m3_bits = _f32_to_fp8("e4m3")
     f32_to_e5m2_bits = _f32_to_fp8("e5m2")
+
+    def _f32x2_to_fp8(kind: str):
+        # The instruction keeps every non-NaN sign; OR-ing each input's sign in again only turns its
+        # canonical NaN (0x7F) into the NaN with that sign, without a branch.
+        text = (f"{{ .reg .b16 pair; .reg .b32 w, s1, s2; cvt.rn.satfinite.{kind}x2.f32 pair, $1, $2; "
+                "cvt.u32.u16 w, pair; mov.b32 s1, $1; mov.b32 s2, $2; shr.b32 s1, s1, 16; "
+                "and.b32 s1, s1, 0x8000; shr.b32 s2, s2, 24; and.b32 s2, s2, 0x80; "
+                "or.b32 w, w, s1; or.b32 $0, w, s2; }")
+
+        @intrinsic
+        def f32x2_to_fp8x2_bits(typingctx, hi, lo):
+            if hi != types.float32 or lo != types.float32:
+                return None
+
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(_I32, [ir.FloatType()] * 2), text, "=r,f,f")
+                return builder.zext(builder.call(asm, list(args)), _I64)
+
+            return types.uint64(hi, lo), codegen
+
+        return f32x2_to_fp8x2_bits
+
+    f32x2_to_e4m3x2_bits = _f32x2_to_fp8("e4m3")
+    f32x2_to_e5m2x2_bits = _f32x2_to_fp8("e5m2")
 
     _E4M3_TO_F32 = ("{ .reg .b16 byte, lo, hi; .reg .b32 halves; cvt.u16.u32 byte, $1; "
                     "cvt.rn.f16x2.e4m3x2 halves, byte; mov.b32 {lo, hi}, halves; cvt.f32.f16 $0, lo; }")

@@ -51,6 +51,7 @@ from . import device
 from .codecs import codec, math_type
 from .device import device_function
 from .elementwise import (
+    CHUNK_BYTES,
     ElementwiseKernel,
     ElementwiseOp,
     chunk_elements,
@@ -138,6 +139,51 @@ def range_functions(precision: MathPrecision, symmetric: bool, fp8_max: float | 
 
 
 @functools.cache
+def chunk_range_function(a: ElementKind, precision: MathPrecision, symmetric: bool, fp8_max: float | None = None):
+    """``chunk_range(hi, lo, w_lo, w_hi)``: the range so far (:func:`range_functions`' rule) extended by
+    the elements of one 16-byte chunk of ``a`` held in two uint64 words, element 0 lowest.
+
+    Symmetric ranges of 16-bit floats work on the bits: ``|x|`` is the bits without the sign, ordered
+    as integers; adding a bias maps the finite magnitudes to ``bias .. 0x7FFF`` and inf / NaN (0x7F80
+    and up for bf16, 0x7C00 for f16) past 0x7FFF, negative as int16, so a signed maximum
+    (``max.s16x2``, two lanes an instruction) leaves them out: about 2 integer instructions per
+    element against 5 through floats (the integer pipe is what limits these kernels on an H100).
+    The same maximum, hence the same bits."""
+    G = CHUNK_BYTES // a.itemsize
+    a_bits = 8 * a.itemsize
+    a_decode = codec(a, precision).decode
+    accumulate = range_functions(precision, symmetric, fp8_max)[0]
+    u64 = np.uint64
+
+    @device_function
+    def chunk_range_elements(hi, lo, w_lo, w_hi):
+        for j in range(G):
+            bit = j * a_bits
+            hi, lo = accumulate(hi, lo, a_decode((w_lo if bit < 64 else w_hi) >> u64(bit % 64)))
+        return hi, lo
+
+    if not (symmetric and a in (ElementKind.BF16, ElementKind.F16)):
+        return chunk_range_elements
+    half_bias = u64(0x0080 if a is ElementKind.BF16 else 0x0400)
+    bias_pair, magnitude_pair, low_half = half_bias | (half_bias << u64(16)), u64(0x7FFF7FFF), u64(0xFFFFFFFF)
+    max_s16x2, half_mask, sixteen, thirty_two = device.max_s16x2, u64(0xFFFF), u64(16), u64(32)
+
+    @device_function
+    def biased_pair(word):
+        return (word & magnitude_pair) + bias_pair
+
+    @device_function
+    def chunk_range_bits(hi, lo, w_lo, w_hi):
+        m = max_s16x2(max_s16x2(biased_pair(w_lo & low_half), biased_pair(w_lo >> thirty_two)),
+                      max_s16x2(biased_pair(w_hi & low_half), biased_pair(w_hi >> thirty_two)))
+        m = max_s16x2(max_s16x2(m, m >> sixteen), bias_pair)  # low lane: the chunk's largest, at least 0
+        largest = a_decode((m & half_mask) - half_bias)
+        return (largest if largest > hi else hi), lo
+
+    return chunk_range_bits
+
+
+@functools.cache
 def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, symmetric: bool,
                     keep: int | None = None, threads: int | None = None, min_blocks: int = 0) -> DynamicKernels:
     """The kernels for one combination; ``keep`` / ``threads`` default to ``KEEP_CHUNKS`` / ``TPB``;
@@ -168,12 +214,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     def lane(lo_word, hi_word, bit):
         return (lo_word if bit < 64 else hi_word) >> u64(bit % 64)
 
-    @device_function
-    def chunk_range(hi, lo, w_lo, w_hi):
-        """The range so far extended by the ``G`` elements of one chunk."""
-        for j in range(G):
-            hi, lo = accumulate(hi, lo, a_decode(lane(w_lo, w_hi, j * a_bits)))
-        return hi, lo
+    chunk_range = chunk_range_function(a, precision, symmetric, out.fp8_max if fp8 else None)
 
     @device_function
     def place(o_lo, o_hi, e, j):
@@ -186,13 +227,89 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         return o_lo, o_hi
 
     @device_function
-    def quantize_chunk(w_lo, w_hi, inv, sc, zp, q_min, q_max):
+    def quantize_chunk_fp8(w_lo, w_hi, inv, sc, zp, q_min, q_max):
         """The ``G`` elements of one chunk quantized with one segment's parameters."""
         o_lo, o_hi = word_zero, word_zero
         for j in range(G):
             e = o_encode(quantize(a_decode(lane(w_lo, w_hi, j * a_bits)), zero, inv, sc, zp, q_min, q_max))
             o_lo, o_hi = place(o_lo, o_hi, e, j)
         return o_lo, o_hi
+
+    round_to_int, clamp_s32, pack_bytes4, byte = device.round_to_int, device.clamp_s32, device.pack_bytes4, u64(0xFF)
+
+    @device_function
+    def integer_bounds(zp, q_min, q_max):
+        """``(zp, q_min - zp, q_max - zp)`` as int32 (the parameters are integral floats)."""
+        zi = round_to_int(zp)
+        return zi, round_to_int(q_min) - zi, round_to_int(q_max) - zi
+
+    @device_function
+    def quantize_byte(x, inv, zi, lo_i, hi_i):
+        """The elementwise integer quantize, ``clamp(rint(x * inv) + zp, q_min, q_max)`` with NaN -> zp,
+        on the integer side: one rounding conversion (NaN gives 0, +-inf saturate) and two integer
+        clamps against ``rint`` + zero point + NaN select + two float clamps + the float-to-int
+        conversion. The same integer for every input: ``rint`` is monotone and fixes the integral
+        bounds, so clamping before or after it agrees. Low byte of the result (two's complement)."""
+        return u64(quantize_int(x, inv, zi, lo_i, hi_i)) & byte
+
+    @device_function
+    def quantize_int(x, inv, zi, lo_i, hi_i):
+        return clamp_s32(round_to_int(x * inv), lo_i, hi_i) + zi
+
+    @device_function
+    def quantize_four(w_lo, w_hi, first, inv, zi, lo_i, hi_i):
+        """Elements ``first .. first + 3`` of a chunk quantized, their bytes packed in a 32-bit word."""
+        return pack_bytes4(quantize_int(a_decode(lane(w_lo, w_hi, first * a_bits)), inv, zi, lo_i, hi_i),
+                           quantize_int(a_decode(lane(w_lo, w_hi, (first + 1) * a_bits)), inv, zi, lo_i, hi_i),
+                           quantize_int(a_decode(lane(w_lo, w_hi, (first + 2) * a_bits)), inv, zi, lo_i, hi_i),
+                           quantize_int(a_decode(lane(w_lo, w_hi, (first + 3) * a_bits)), inv, zi, lo_i, hi_i))
+
+    @device_function
+    def quantize_chunk_int(w_lo, w_hi, inv, sc, zp, q_min, q_max):
+        """The ``G`` elements of one chunk quantized with one segment's parameters (``G`` is 4, 8 or 16:
+        16 bytes of f32, 16-bit floats or f64... of which f64 has G = 2, placed one by one)."""
+        zi, lo_i, hi_i = integer_bounds(zp, q_min, q_max)
+        o_lo, o_hi = word_zero, word_zero
+        if G % 4:
+            for j in range(G):
+                o_lo, o_hi = place(o_lo, o_hi, quantize_byte(a_decode(lane(w_lo, w_hi, j * a_bits)), inv, zi,
+                                                             lo_i, hi_i), j)
+        else:
+            for f in range(0, G, 4):
+                word = quantize_four(w_lo, w_hi, f, inv, zi, lo_i, hi_i)
+                if f < 8:
+                    o_lo |= word << u64(8 * f)
+                else:
+                    o_hi |= word << u64(8 * f - 64)
+        return o_lo, o_hi
+
+    if fp8 and M is np.float32 and G % 2 == 0:
+        # Dynamic FP8 scales are never 0 (at least 1 / (fp8_max * 512)), so 1 / scale is finite and
+        # nonzero: the elementwise FP8 quantize reduces to x * inv clamped with NaN kept, rounded by
+        # the conversion unit; two elements per conversion, and NaN-keeping min / max instead of
+        # compares and selects. The same bits as quantize + encode.
+        clamp_nan = device.clamp_nan_f32
+        if SIMULATOR:
+            @device_function
+            def fp8_pair(hi, lo):
+                return o_encode(lo) | (o_encode(hi) << u64(8))
+        else:
+            fp8_pair = device.f32x2_to_e4m3x2_bits if out is ElementKind.FP8_E4M3 else device.f32x2_to_e5m2x2_bits
+
+        @device_function
+        def quantize_chunk(w_lo, w_hi, inv, sc, zp, q_min, q_max):
+            o_lo, o_hi = word_zero, word_zero
+            for j in range(0, G, 2):
+                lo = clamp_nan(a_decode(lane(w_lo, w_hi, j * a_bits)) * inv, q_min, q_max)
+                hi = clamp_nan(a_decode(lane(w_lo, w_hi, (j + 1) * a_bits)) * inv, q_min, q_max)
+                pair = fp8_pair(hi, lo)
+                if j < 8:
+                    o_lo |= pair << u64(8 * j)
+                else:
+                    o_hi |= pair << u64(8 * j - 64)
+            return o_lo, o_hi
+    else:
+        quantize_chunk = quantize_chunk_fp8 if fp8 else quantize_chunk_int
 
     @device_function
     def warp_range(hi, lo, width, scratch_hi, scratch_lo, tid):
@@ -432,17 +549,20 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         start, stride = cuda.grid(1), cuda.gridsize(1)
         buf_lo = cuda.local.array(keep, np.uint64)
         buf_hi = cuda.local.array(keep, np.uint64)
+        # From the last chunk back: the partial pass read the tensor front to back, so its last few
+        # tens of MB (what the L2 holds) are read again from the L2 instead of DRAM.
+        last = nchunks - 1
         base = start
         while base < nchunks:
             for k in range(keep):
                 c = base + k * stride
                 if c < nchunks:
-                    buf_lo[k], buf_hi[k] = a_load(xw, c)
+                    buf_lo[k], buf_hi[k] = a_load(xw, last - c)
             for k in range(keep):
                 c = base + k * stride
                 if c < nchunks:
                     o_lo, o_hi = quantize_chunk(buf_lo[k], buf_hi[k], inv, sc, zp, q_min, q_max)
-                    o_store(qw, c, o_lo, o_hi)
+                    o_store(qw, last - c, o_lo, o_hi)
             base += keep * stride
         i = nchunks * G + start
         while i < n:

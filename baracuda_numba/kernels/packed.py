@@ -36,7 +36,7 @@ from ..vocabulary import ElementKind, MathPrecision
 from . import device
 from .codecs import codec, math_type
 from .device import device_function
-from .dynamic import range_functions
+from .dynamic import chunk_range_function, range_functions
 from .elementwise import CHUNK_BYTES, ElementwiseKernel, ElementwiseOp, chunk_io, op_functions, uint_name
 
 __all__ = ["PACKED_ELEMENTS", "UNROLL", "DYNAMIC_SLOTS", "DYNAMIC_THREADS", "chunk_elements", "group_shift",
@@ -95,16 +95,19 @@ def _nibble_packer(element: ElementKind, precision: MathPrecision):
     """``pack(lo, hi, inv, scale, zp, q_min, q_max)``: the ``G`` floats of a chunk (two uint64 words)
     quantized (the elementwise ``quantize``) and packed into ``G / 2`` bytes, element 0 lowest."""
     G = chunk_elements(element)
-    quantize = op_functions(precision)[ElementwiseOp.QUANTIZE]
     decode = codec(element, precision).decode
-    encode = codec(ElementKind.S8, precision).encode  # two's complement low byte; its low nibble is the 4-bit value
     bits = 8 * element.itemsize
-    zero = math_type(precision)(0.0)
     u64 = np.uint64
+
+    round_to_int, clamp_s32 = device.round_to_int, device.clamp_s32
 
     @device_function
     def nibble(x, inv, sc, zp, q_min, q_max):
-        return encode(quantize(x, zero, inv, sc, zp, q_min, q_max)) & _NIBBLE
+        # The elementwise integer quantize on the integer side (see dynamic.py's quantize_byte: one
+        # rounding conversion and two integer clamps, the same integer), its low 4 bits.
+        zi = round_to_int(zp)
+        q = clamp_s32(round_to_int(x * inv), round_to_int(q_min) - zi, round_to_int(q_max) - zi) + zi
+        return u64(q) & _NIBBLE
 
     @device_function
     def pack(lo, hi, inv, sc, zp, q_min, q_max):
@@ -294,22 +297,14 @@ def dynamic_kernel(element: ElementKind, packed: ElementKind, precision: MathPre
     tpb = threads or DYNAMIC_THREADS
     per_pass = groups_per_pass(per_lane, slots)
     held = per_pass * per_lane
-    decode = codec(element, precision).decode
     _, pack = _nibble_packer(element, precision)
-    accumulate, combine, range_params = range_functions(precision, symmetric)
+    _, combine, range_params = range_functions(precision, symmetric)
     load, _ = chunk_io(CHUNK_BYTES)
     shuffle_xor = device.shuffle_xor
-    bits = 8 * element.itemsize
     zero = M(0.0)
-    u64 = np.uint64
     i32 = np.int32
 
-    @device_function
-    def chunk_range(hi, lo, w_lo, w_hi):
-        for j in range(G):
-            bit = j * bits
-            hi, lo = accumulate(hi, lo, decode((w_lo if bit < 64 else w_hi) >> u64(bit % 64)))
-        return hi, lo
+    chunk_range = chunk_range_function(element, precision, symmetric)
 
     def kernel(xw, qw, scales, zero_points, ngroups, lanes, q_min, q_max, zp_sym):
         tid = cuda.threadIdx.x
