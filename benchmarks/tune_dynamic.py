@@ -211,9 +211,13 @@ def main() -> None:
     old = None
     if args.old_root:
         path = f"/tmp/tune_dynamic_old_{os.getpid()}.json"
+        # The other checkout first: this checkout's root is usually on PYTHONPATH too, and whichever
+        # comes first is imported (session 5 compared this checkout with itself that way).
+        here = os.path.abspath(os.path.dirname(os.path.dirname(__file__)))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and "stage" not in p]
-            + [os.path.abspath(args.old_root)]))
+            [os.path.abspath(args.old_root)]
+            + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+               if p and "stage" not in p and os.path.abspath(p) != here]))
         subprocess.run([sys.executable, __file__, "--emit", path, "--repeats", str(args.repeats)]
                        + (["--smoke"] if SMOKE else []), env=env,
                        check=True, cwd=os.path.abspath(args.old_root))

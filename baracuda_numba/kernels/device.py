@@ -149,7 +149,7 @@ if SIMULATOR:
     def round_to_int(x):
         if x != x:
             return np.int32(0)
-        return np.int32(min(max(np.rint(x), -2.0**31), 2.0**31 - 1))
+        return np.int32(min(max(float(np.rint(x)), -2.0**31), 2.0**31 - 1))  # in float64: 2**31 - 1 is exact
 
     def _s16(v):
         return v - 0x10000 if v & 0x8000 else v

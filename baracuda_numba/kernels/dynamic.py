@@ -14,7 +14,7 @@ Parameters from the range (math precision ``M``, ``tiny`` its smallest normal nu
 
 then ``scale = max(scale, tiny)`` so that ``1 / scale`` stays finite. FP8 outputs (symmetric only):
 ``scale = max(hi / fp8_max, 1 / (fp8_max * 512))``, vLLM's dynamic FP8 rule (``hi == 0`` included).
-Quantization itself is the elementwise ``quantize`` of :mod:`.elementwise`, bit for bit.
+Quantization itself follows the elementwise ``quantize`` of :mod:`.elementwise`, bit for bit.
 
 Kernels (``keep`` chunks per thread kept in registers / loads in flight, ``threads`` per block,
 optional ``min_blocks`` launch bound that caps registers so that many blocks share an SM):
@@ -33,8 +33,11 @@ optional ``min_blocks`` launch bound that caps registers so that many blocks sha
   pass reads each thread's ``G`` channel parameters once.
 
 Array parameters come first in every kernel (the launcher's convention). Every kernel quantizes
-with the ``quantize`` device function of :mod:`.elementwise` and ``inv = rcp.rn(scale)``: the
-static per-token / per-channel / per-tensor quantize of the same scales, bit for bit.
+with ``inv = rcp.rn(scale)`` and the elementwise rule of :mod:`.elementwise`, computed where it is
+cheapest on an H100 (whose integer pipe bounded these kernels, ncu 2026-11-23): integer outputs on
+the integer side (``quantize_byte``: one rounding conversion, int32 clamps), FP8 two elements per
+conversion with NaN-keeping clamps; column kernels and element paths through ``quantize`` itself. The
+static per-token / per-channel / per-tensor quantize of the same scales, bit for bit (GPU tests).
 """
 
 from __future__ import annotations

@@ -1,0 +1,81 @@
+"""The integer-pipe device primitives against NumPy: the same kernels on the simulator (their Python
+models) and on a GPU (the instructions). Inputs hold every boundary the kernels rely on: ties,
+NaN, +-inf, values past the int32 range, 16-bit lanes on both sides of 0x8000."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from baracuda_numba.kernels import device
+
+TIES = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, 126.5, -127.5, 1e10, -1e10, 2.0**31,
+        -(2.0**31), np.inf, -np.inf, np.nan, -0.0, 0.0, 3.0, -3.0]
+
+
+def _round_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = device.round_to_int(x[i])
+
+
+def _expected_round(x: np.ndarray) -> np.ndarray:
+    r = np.rint(np.where(np.isnan(x), 0.0, x).astype(np.float64))  # float64: 2**31 - 1 is exact there
+    return np.clip(r, -(2.0**31), 2.0**31 - 1).astype(np.int32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_round_to_int_is_rint_with_nan_zero_and_saturation(dtype):
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.array(TIES), rng.normal(0, 300, 43)]).astype(dtype)
+    out = np.zeros(x.size, np.int32)
+    cuda.jit(_round_kernel)[1, 64](x, out)
+    np.testing.assert_array_equal(out, _expected_round(x))
+
+
+def _lanes_kernel(a, b, lo, hi, q, maxes, clamps, packs):
+    i = cuda.grid(1)
+    if i < a.size:
+        maxes[i] = device.max_s16x2(a[i], b[i])
+        clamps[i] = device.clamp_s32(q[i], lo[i], hi[i])
+        packs[i] = device.pack_bytes4(q[i], lo[i], hi[i], q[i] + 1)
+
+
+def test_integer_lanes_clamp_and_byte_packing():
+    rng = np.random.default_rng(1)
+    n = 64
+    a = rng.integers(0, 2**32, n, dtype=np.uint64)
+    b = rng.integers(0, 2**32, n, dtype=np.uint64)
+    a[:4] = [0x7FFF8000, 0x00807F80, 0x80007FFF, 0xFFFF0001]  # the int16 sign boundary in both lanes
+    b[:4] = [0x80007FFF, 0x7F800080, 0x7FFF8000, 0x0001FFFF]
+    q = rng.integers(-600, 600, n).astype(np.int32)
+    lo = rng.integers(-300, 0, n).astype(np.int32)
+    hi = rng.integers(0, 300, n).astype(np.int32)
+    maxes, clamps, packs = np.zeros(n, np.uint64), np.zeros(n, np.int32), np.zeros(n, np.uint64)
+    cuda.jit(_lanes_kernel)[1, 64](a, b, lo, hi, q, maxes, clamps, packs)
+
+    def lanes(w):
+        return [((w >> s) & 0xFFFF).astype(np.uint16).view(np.int16).astype(np.int64) for s in (0, 16)]
+
+    expected_max = sum(((np.maximum(x, y) & 0xFFFF) << s) for (x, y), s in
+                       zip(zip(lanes(a), lanes(b), strict=True), (0, 16), strict=True))
+    np.testing.assert_array_equal(maxes, expected_max.astype(np.uint64))
+    np.testing.assert_array_equal(clamps, np.minimum(np.maximum(q, lo), hi))
+    as_bytes = [v.astype(np.int64) & 0xFF for v in (q, lo, hi, q + 1)]
+    np.testing.assert_array_equal(packs, sum(v << (8 * k) for k, v in enumerate(as_bytes)).astype(np.uint64))
+
+
+def _clamp_nan_kernel(x, lo, hi, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = device.clamp_nan_f32(x[i], lo[0], hi[0])
+
+
+def test_clamp_nan_keeps_nan_and_clamps_infinities():
+    x = np.array([*TIES, 448.0, 449.0, -448.5, 1e-30], np.float32)
+    lo, hi = np.array([-448.0], np.float32), np.array([448.0], np.float32)
+    out = np.zeros_like(x)
+    cuda.jit(_clamp_nan_kernel)[1, 64](x, lo, hi, out)
+    expected = np.where(np.isnan(x), np.nan, np.clip(x, lo[0], hi[0])).astype(np.float32)
+    np.testing.assert_array_equal(out, expected)
