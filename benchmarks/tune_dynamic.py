@@ -198,7 +198,7 @@ def main() -> None:
     args = parser.parse_args()
     x = special_input(SHAPE, INPUT, 0)
     if args.emit:
-        result = {"copy_gbs": copy_gbs(), "cases": run_cases(x, args.repeats)}
+        result = {"copy_gbs": copy_gbs(), "cases": run_cases(x, args.repeats), "package": bn.__file__}
         with open(args.emit, "w") as f:
             json.dump(result, f)
         return
@@ -223,7 +223,7 @@ def main() -> None:
                        check=True, cwd=os.path.abspath(args.old_root))
         with open(path) as f:
             old = report["old"] = json.load(f)
-        print(f"old checkout (copy {old['copy_gbs']:.0f} GB/s in its process):", flush=True)
+        print(f"old checkout {old.get('package')} (copy {old['copy_gbs']:.0f} GB/s in its process):", flush=True)
         print("  " + "  ".join(f"{c} {100 * nbytes / v['ms'] / 1e6 / copy:.1f}%" for c, v in old["cases"].items()
                                if "ms" in v), flush=True)
     # torch.compile of the bench's compositions
