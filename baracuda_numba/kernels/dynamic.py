@@ -34,8 +34,8 @@ optional ``min_blocks`` launch bound that caps registers so that many blocks sha
 
 Array parameters come first in every kernel (the launcher's convention). Every kernel quantizes
 with ``inv = rcp.rn(scale)`` and the elementwise rule of :mod:`.elementwise`, computed where it is
-cheapest on an H100 (whose integer pipe bounded these kernels, ncu 2026-11-23): integer outputs on
-the integer side (``quantize_byte``: one rounding conversion, int32 clamps), FP8 two elements per
+cheapest on an H100 (whose integer pipe bounded these kernels, ncu 2026-11-23): integer outputs
+through ``elementwise.quantize_int`` (one rounding conversion, int32 clamps), FP8 two elements per
 conversion with NaN-keeping clamps; column kernels and element paths through ``quantize`` itself. The
 static per-token / per-channel / per-tensor quantize of the same scales, bit for bit (GPU tests).
 """
@@ -61,6 +61,7 @@ from .elementwise import (
     chunk_io,
     chunk_view_itemsize,
     op_functions,
+    quantize_int,
     uint_name,
 )
 
@@ -238,48 +239,29 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
             o_lo, o_hi = place(o_lo, o_hi, e, j)
         return o_lo, o_hi
 
-    round_to_int, clamp_s32, pack_bytes4, byte = device.round_to_int, device.clamp_s32, device.pack_bytes4, u64(0xFF)
+    pack_bytes4, byte = device.pack_bytes4, u64(0xFF)
 
     @device_function
-    def integer_bounds(zp, q_min, q_max):
-        """``(zp, q_min - zp, q_max - zp)`` as int32 (the parameters are integral floats)."""
-        zi = round_to_int(zp)
-        return zi, round_to_int(q_min) - zi, round_to_int(q_max) - zi
-
-    @device_function
-    def quantize_byte(x, inv, zi, lo_i, hi_i):
-        """The elementwise integer quantize, ``clamp(rint(x * inv) + zp, q_min, q_max)`` with NaN -> zp,
-        on the integer side: one rounding conversion (NaN gives 0, +-inf saturate) and two integer
-        clamps against ``rint`` + zero point + NaN select + two float clamps + the float-to-int
-        conversion. The same integer for every input: ``rint`` is monotone and fixes the integral
-        bounds, so clamping before or after it agrees. Low byte of the result (two's complement)."""
-        return u64(quantize_int(x, inv, zi, lo_i, hi_i)) & byte
-
-    @device_function
-    def quantize_int(x, inv, zi, lo_i, hi_i):
-        return clamp_s32(round_to_int(x * inv), lo_i, hi_i) + zi
-
-    @device_function
-    def quantize_four(w_lo, w_hi, first, inv, zi, lo_i, hi_i):
-        """Elements ``first .. first + 3`` of a chunk quantized, their bytes packed in a 32-bit word."""
-        return pack_bytes4(quantize_int(a_decode(lane(w_lo, w_hi, first * a_bits)), inv, zi, lo_i, hi_i),
-                           quantize_int(a_decode(lane(w_lo, w_hi, (first + 1) * a_bits)), inv, zi, lo_i, hi_i),
-                           quantize_int(a_decode(lane(w_lo, w_hi, (first + 2) * a_bits)), inv, zi, lo_i, hi_i),
-                           quantize_int(a_decode(lane(w_lo, w_hi, (first + 3) * a_bits)), inv, zi, lo_i, hi_i))
+    def quantize_four(w_lo, w_hi, first, inv, zp, q_min, q_max):
+        """Elements ``first .. first + 3`` of a chunk quantized (:func:`.elementwise.quantize_int`, the
+        integer side of the elementwise rule), their bytes packed in a 32-bit word."""
+        return pack_bytes4(quantize_int(a_decode(lane(w_lo, w_hi, first * a_bits)), inv, zp, q_min, q_max),
+                           quantize_int(a_decode(lane(w_lo, w_hi, (first + 1) * a_bits)), inv, zp, q_min, q_max),
+                           quantize_int(a_decode(lane(w_lo, w_hi, (first + 2) * a_bits)), inv, zp, q_min, q_max),
+                           quantize_int(a_decode(lane(w_lo, w_hi, (first + 3) * a_bits)), inv, zp, q_min, q_max))
 
     @device_function
     def quantize_chunk_int(w_lo, w_hi, inv, sc, zp, q_min, q_max):
-        """The ``G`` elements of one chunk quantized with one segment's parameters (``G`` is 4, 8 or 16:
-        16 bytes of f32, 16-bit floats or f64... of which f64 has G = 2, placed one by one)."""
-        zi, lo_i, hi_i = integer_bounds(zp, q_min, q_max)
+        """The ``G`` elements of one chunk quantized with one segment's parameters (``G`` is 2, 4 or 8:
+        16 bytes of f64, f32 or 16-bit floats; f64 placed one by one)."""
         o_lo, o_hi = word_zero, word_zero
         if G % 4:
             for j in range(G):
-                o_lo, o_hi = place(o_lo, o_hi, quantize_byte(a_decode(lane(w_lo, w_hi, j * a_bits)), inv, zi,
-                                                             lo_i, hi_i), j)
+                q = quantize_int(a_decode(lane(w_lo, w_hi, j * a_bits)), inv, zp, q_min, q_max)
+                o_lo, o_hi = place(o_lo, o_hi, u64(q) & byte, j)
         else:
             for f in range(0, G, 4):
-                word = quantize_four(w_lo, w_hi, f, inv, zi, lo_i, hi_i)
+                word = quantize_four(w_lo, w_hi, f, inv, zp, q_min, q_max)
                 if f < 8:
                     o_lo |= word << u64(8 * f)
                 else:

@@ -79,6 +79,19 @@ class ScaleMode(enum.Enum):
     CHANNELS = "channels"  # segment = (i // seg_len) % channels
 
 
+@device_function
+def quantize_int(x, inv, zp, q_min, q_max):
+    """The integer quantize computed on the integer side: ``rint(x * inv)`` by one conversion (NaN
+    gives 0, +-inf saturate), clamped to ``[q_min - zp, q_max - zp]`` in int32, plus ``zp`` (all
+    integral floats): the integer of the op functions' ``clamp(rint(x * inv) + zp, q_min, q_max)``
+    (NaN -> zp) for every input, since ``rint`` is monotone and fixes the integral bounds. About half
+    the integer-pipe instructions of the float clamps and selects, which is what bounded the
+    quantize kernels on an H100 (ncu, 2026-11-23). An int32."""
+    zi = device.round_to_int(zp)
+    return device.clamp_s32(device.round_to_int(x * inv), device.round_to_int(q_min) - zi,
+                            device.round_to_int(q_max) - zi) + zi
+
+
 @functools.cache
 def op_functions(precision: MathPrecision, grid: ElementKind | None = None) -> dict[ElementwiseOp, Any]:
     """The per-element math of every op, as device functions in one math precision.
@@ -290,21 +303,14 @@ def elementwise_kernel(
     reads_zero_points = op is not ElementwiseOp.DEQUANTIZE_BACKWARD and grid is None
 
     reciprocal = device.reciprocal
-    round_to_int, clamp_s32, byte = device.round_to_int, device.clamp_s32, u64(0xFF)
+    byte = u64(0xFF)
     integer_quantize = op is ElementwiseOp.QUANTIZE and grid is None and out in (ElementKind.S8, ElementKind.U8)
 
     @device_function
     def element_bits(x, y, inv, sc, zp, q_min, q_max):
-        """The output element's bits. Integer quantize takes the integer side: ``rint(x * inv)`` by
-        one conversion (NaN gives 0, +-inf saturate), clamped to ``[q_min - zp, q_max - zp]`` in
-        int32, plus ``zp``: the integer of ``clamp(rint(x * inv) + zp, q_min, q_max)`` (NaN -> zp)
-        for every input (``rint`` is monotone and fixes the integral bounds), in about half the
-        integer-pipe instructions of the float clamps and selects, which is what bounds the
-        per-channel and per-group kernels on an H100."""
+        """The output element's bits (integer quantize through :func:`quantize_int`)."""
         if integer_quantize:
-            zi = round_to_int(zp)
-            q = clamp_s32(round_to_int(x * inv), round_to_int(q_min) - zi, round_to_int(q_max) - zi) + zi
-            return u64(q) & byte
+            return u64(quantize_int(x, inv, zp, q_min, q_max)) & byte
         return o_encode(compute(x, y, inv, sc, zp, q_min, q_max))
 
     @device_function

@@ -37,7 +37,15 @@ from . import device
 from .codecs import codec, math_type
 from .device import device_function
 from .dynamic import chunk_range_function, range_functions
-from .elementwise import CHUNK_BYTES, ElementwiseKernel, ElementwiseOp, chunk_io, op_functions, uint_name
+from .elementwise import (
+    CHUNK_BYTES,
+    ElementwiseKernel,
+    ElementwiseOp,
+    chunk_io,
+    op_functions,
+    quantize_int,
+    uint_name,
+)
 
 __all__ = ["PACKED_ELEMENTS", "UNROLL", "DYNAMIC_SLOTS", "DYNAMIC_THREADS", "chunk_elements", "group_shift",
            "dynamic_layout", "groups_per_pass", "quantize_kernel", "dequantize_kernel", "dynamic_kernel", "pack_kernel"]
@@ -99,15 +107,9 @@ def _nibble_packer(element: ElementKind, precision: MathPrecision):
     bits = 8 * element.itemsize
     u64 = np.uint64
 
-    round_to_int, clamp_s32 = device.round_to_int, device.clamp_s32
-
     @device_function
     def nibble(x, inv, sc, zp, q_min, q_max):
-        # The elementwise integer quantize on the integer side (see dynamic.py's quantize_byte: one
-        # rounding conversion and two integer clamps, the same integer), its low 4 bits.
-        zi = round_to_int(zp)
-        q = clamp_s32(round_to_int(x * inv), round_to_int(q_min) - zi, round_to_int(q_max) - zi) + zi
-        return u64(q) & _NIBBLE
+        return u64(quantize_int(x, inv, zp, q_min, q_max)) & _NIBBLE
 
     @device_function
     def pack(lo, hi, inv, sc, zp, q_min, q_max):
