@@ -79,3 +79,45 @@ def test_clamp_nan_keeps_nan_and_clamps_infinities():
     cuda.jit(_clamp_nan_kernel)[1, 64](x, lo, hi, out)
     expected = np.where(np.isnan(x), np.nan, np.clip(x, lo[0], hi[0])).astype(np.float32)
     np.testing.assert_array_equal(out, expected)
+
+
+def _half_pairs_kernel(a, b, out):
+    i = cuda.grid(1)
+    if i < a.size:
+        out[0, i] = device.max_bf16x2(a[i], b[i])
+        out[1, i] = device.min_bf16x2(a[i], b[i])
+        out[2, i] = device.max_f16x2(a[i], b[i])
+        out[3, i] = device.min_f16x2(a[i], b[i])
+
+
+def test_half_pair_min_max_match_numpy_values():
+    """Lane-wise float min / max of bf16 and f16 pairs (no NaN: the callers replace non-finite lanes
+    first); values compared, so a +-0 tie may keep either zero."""
+    rng = np.random.default_rng(2)
+    n = 64
+    bits = rng.integers(0, 2**16, (2, 2, n), dtype=np.uint64)
+    # +-0, +-inf of f16 (finite in bf16, whose callers never pass inf), the smallest subnormals
+    bits[..., :6] = np.array([0x0000, 0x8000, 0x7C00, 0xFC00, 0x0001, 0x8001], np.uint64)
+    for which in range(2):  # no NaN in either format
+        nan_bf16 = (bits[which] & 0x7FFF) > 0x7F80
+        nan_f16 = (bits[which] & 0x7FFF) > 0x7C00
+        bits[which][nan_bf16 | nan_f16] &= 0x8000
+    a = bits[0, 0] | (bits[0, 1] << 16)
+    b = bits[1, 0] | (bits[1, 1] << 16)
+    out = np.zeros((4, n), np.uint64)
+    cuda.jit(_half_pairs_kernel)[1, 64](a, b, out)
+
+    def values(words, lane, to_float):
+        return to_float(((words >> (16 * lane)) & 0xFFFF).astype(np.uint16))
+
+    def bf16(h):
+        return (h.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+    def f16(h):
+        return h.view(np.float16).astype(np.float64)
+
+    for row, (pick, to_float) in enumerate([(np.maximum, bf16), (np.minimum, bf16), (np.maximum, f16),
+                                            (np.minimum, f16)]):
+        for lane in (0, 1):
+            np.testing.assert_array_equal(values(out[row], lane, to_float),
+                                          pick(values(a, lane, to_float), values(b, lane, to_float)))

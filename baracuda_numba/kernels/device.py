@@ -17,6 +17,9 @@ unsigned integers (Numba types that mix as float64).
   instruction): NaN gives 0, values past the int32 range (+-inf included) saturate to its ends.
 - ``max_s16x2(a, b)``: the lane-wise maximum of two pairs of signed 16-bit integers packed in the low
   32 bits of ``a`` and ``b`` (``max.s16x2``, sm_90; one instruction for two lanes); uint64 result.
+- ``max_bf16x2(a, b)`` / ``min_bf16x2(a, b)`` / ``max_f16x2(a, b)`` / ``min_f16x2(a, b)``: lane-wise
+  maximum / minimum of two pairs of 16-bit floats in the low 32 bits (``max.bf16x2`` ...; callers
+  pass no NaN); uint64 result.
 - ``clamp_s32(q, lo, hi)``: ``min(max(q, lo), hi)`` in 32-bit integers (``max.s32`` / ``min.s32``;
   Numba's own integer ``min`` / ``max`` widen to 64 bits, two instructions each).
 - ``pack_bytes4(a, b, c, d)``: the low bytes of four integers packed into one 32-bit word, ``a``
@@ -85,6 +88,10 @@ __all__ = [
     "max_s16x2",
     "clamp_s32",
     "pack_bytes4",
+    "max_bf16x2",
+    "min_bf16x2",
+    "max_f16x2",
+    "min_f16x2",
     "clamp_nan_f32",
     "add_rn",
     "shuffle_xor",
@@ -160,6 +167,27 @@ if SIMULATOR:
 
     def clamp_s32(q, lo, hi):
         return np.int32(min(max(int(q), int(lo)), int(hi)))
+
+    def _half_lanes(pick, to_float):
+        def lanes(a, b):
+            out = 0
+            for shift in (0, 16):
+                x, y = (int(a) >> shift) & 0xFFFF, (int(b) >> shift) & 0xFFFF
+                out |= (x if pick(to_float(x), to_float(y)) else y) << shift
+            return np.uint64(out)
+
+        return lanes
+
+    def _bf16(v):
+        return float(np.uint32(v << 16).view(np.float32))
+
+    def _f16(v):
+        return float(np.uint16(v).view(np.float16))
+
+    max_bf16x2 = _half_lanes(lambda x, y: x >= y, _bf16)
+    min_bf16x2 = _half_lanes(lambda x, y: x <= y, _bf16)
+    max_f16x2 = _half_lanes(lambda x, y: x >= y, _f16)
+    min_f16x2 = _half_lanes(lambda x, y: x <= y, _f16)
 
     def pack_bytes4(a, b, c, d):
         return np.uint64((int(a) & 0xFF) | (int(b) & 0xFF) << 8 | (int(c) & 0xFF) << 16 | (int(d) & 0xFF) << 24)
@@ -315,6 +343,24 @@ else:
             return builder.call(asm, list(args))
 
         return types.float32(x, lo, hi), codegen
+
+    def _half_pair(op: str):
+        @intrinsic
+        def lanes(typingctx, a, b):
+            if not (isinstance(a, types.Integer) and isinstance(b, types.Integer)):
+                return None
+
+            def codegen(context, builder, sig, args):
+                words = [_i32(builder, v, t) for v, t in zip(args, (a, b), strict=True)]
+                asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32, _I32]), f"{op} $0, $1, $2;", "=r,r,r")
+                return builder.zext(builder.call(asm, words), _I64)
+
+            return types.uint64(a, b), codegen
+
+        return lanes
+
+    max_bf16x2, min_bf16x2 = _half_pair("max.bf16x2"), _half_pair("min.bf16x2")
+    max_f16x2, min_f16x2 = _half_pair("max.f16x2"), _half_pair("min.f16x2")
 
     _PACK4 = ("{ .reg .b32 ab, cd; prmt.b32 ab, $1, $2, 0x0040; prmt.b32 cd, $3, $4, 0x0040; "
               "prmt.b32 $0, ab, cd, 0x5410; }")

@@ -166,11 +166,13 @@ def chunk_range_function(a: ElementKind, precision: MathPrecision, symmetric: bo
             hi, lo = accumulate(hi, lo, a_decode((w_lo if bit < 64 else w_hi) >> u64(bit % 64)))
         return hi, lo
 
-    if not (symmetric and a in (ElementKind.BF16, ElementKind.F16)):
+    if a not in (ElementKind.BF16, ElementKind.F16):
         return chunk_range_elements
     half_bias = u64(0x0080 if a is ElementKind.BF16 else 0x0400)
     bias_pair, magnitude_pair, low_half = half_bias | (half_bias << u64(16)), u64(0x7FFF7FFF), u64(0xFFFFFFFF)
     max_s16x2, half_mask, sixteen, thirty_two = device.max_s16x2, u64(0xFFFF), u64(16), u64(32)
+    if not symmetric:
+        return _asymmetric_chunk_range(a, a_decode, bias_pair, magnitude_pair)
 
     @device_function
     def biased_pair(word):
@@ -185,6 +187,36 @@ def chunk_range_function(a: ElementKind, precision: MathPrecision, symmetric: bo
         return (largest if largest > hi else hi), lo
 
     return chunk_range_bits
+
+
+def _asymmetric_chunk_range(a: ElementKind, a_decode, bias_pair, magnitude_pair):
+    """``chunk_range`` of an asymmetric range of 16-bit floats, two elements per instruction: the
+    non-finite lanes (biased magnitude negative as int16, as in the symmetric rule) become +0, the
+    neutral element of a range that starts at 0, then ``max`` / ``min`` on the pairs as floats
+    (``max.bf16x2`` ...). The extremes are exact, so the same range; a -0.0 minimum is 0 below."""
+    u64 = np.uint64
+    bf16 = a is ElementKind.BF16
+    pair_max = device.max_bf16x2 if bf16 else device.max_f16x2
+    pair_min = device.min_bf16x2 if bf16 else device.min_f16x2
+    low_half, half_mask, sixteen, thirty_two = u64(0xFFFFFFFF), u64(0xFFFF), u64(16), u64(32)
+    signs, lane_ones, lane_all = u64(0x80008000), u64(15), u64(0xFFFF)
+
+    @device_function
+    def finite_pair(word):
+        nonfinite = (((word & magnitude_pair) + bias_pair) & signs) >> lane_ones  # 1 per non-finite lane
+        return word & ~(nonfinite * lane_all) & low_half
+
+    @device_function
+    def chunk_range_pairs(hi, lo, w_lo, w_hi):
+        p0, p1 = finite_pair(w_lo & low_half), finite_pair(w_lo >> thirty_two)
+        p2, p3 = finite_pair(w_hi & low_half), finite_pair(w_hi >> thirty_two)
+        top = pair_max(pair_max(p0, p1), pair_max(p2, p3))
+        bottom = pair_min(pair_min(p0, p1), pair_min(p2, p3))
+        largest = a_decode(pair_max(top, top >> sixteen) & half_mask)
+        smallest = a_decode(pair_min(bottom, bottom >> sixteen) & half_mask)
+        return (largest if largest > hi else hi), (smallest if smallest < lo else lo)
+
+    return chunk_range_pairs
 
 
 @functools.cache
