@@ -1,6 +1,7 @@
 """Elementwise kernel variants on a GPU, timed next to the copy in one run and checked bit for bit
-against the baseline (two chunks in flight per thread, no thread-stationary channels: the kernel
-that passed the GPU suite). ``python benchmarks/tune_elementwise.py [--log2n 28] [--ncu]``
+against the first variant (the shipped one: two chunks in flight per thread, NVVM's register choice,
+four stationary blocks per SM); the others vary the chunks in flight, the channel kernels'
+``launch_bounds`` and the stationary grid. ``python benchmarks/tune_elementwise.py [--log2n 28] [--ncu]``
 
 ``--ncu``: run each case of the chosen variant once at 2^26, for ``ncu`` to profile.
 """
@@ -54,8 +55,12 @@ def cases(n: int):
         yield f"tensor quantize {name}", size + 1, lambda x=x: bn.quantize_per_tensor(x, 0.02, 3)
 
 
-def use_variant(unroll: int, stationary: bool, original=base.stationary_blocks) -> None:
+def use_variant(unroll: int, stationary: bool, bounds: tuple[int, int] | None = None, blocks_per_sm: int = 4,
+                original=base.stationary_blocks) -> None:
+    """``bounds``: launch_bounds of the channel kernels; ``blocks_per_sm``: the stationary grid's blocks per SM."""
     elementwise.UNROLL = base.UNROLL = unroll
+    elementwise.CHANNEL_LAUNCH_BOUNDS = bounds
+    base.STATIONARY_BLOCKS_PER_SM = blocks_per_sm
     base.stationary_blocks = original if stationary else (lambda blocks, *_: blocks)
     elementwise.elementwise_kernel.cache_clear()
     bn.clear_plan_cache()
@@ -80,12 +85,13 @@ def main() -> None:
     copy = 8 * n / device_ms(lambda: buffers[1].copy_(buffers[0]), 20) / 1e6
     buffers.clear()
     print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s, n = 2^{args.log2n}", flush=True)
-    variants = [(2, False), (2, True)]
+    variants = [(2, True, None, 4), (2, True, (512, 2), 4), (2, True, (512, 2), 2), (4, True, (512, 2), 2),
+                (4, True, None, 4)]
     baseline: dict[str, torch.Tensor] = {}
     table: dict[str, list[str]] = {}
     problems = [c for c in cases(n) if args.only in c[0]]  # the same data for every variant
-    for unroll, stationary in variants:
-        use_variant(unroll, stationary)
+    for unroll, stationary, bounds, per_sm in variants:
+        use_variant(unroll, stationary, bounds, per_sm)
         for label, per_element, fn in problems:
             out = fn()
             torch.cuda.synchronize()
@@ -98,8 +104,8 @@ def main() -> None:
             ms = device_ms(fn, 20)
             pct = 100 * per_element * n / ms / 1e6 / copy
             table.setdefault(label, []).append(f"{pct:5.1f}% {same}")
-            print(f"unroll {unroll} stationary {stationary!s:5} {label:<34} {pct:5.1f}% of copy  {same}", flush=True)
-    print("\n| case | " + " | ".join(f"unroll {u}{' stationary' if s else ''}" for u, s in variants) + " |")
+            print(f"unroll {unroll} bounds {bounds} {per_sm}/SM {label:<34} {pct:5.1f}% of copy  {same}", flush=True)
+    print("\n| case | " + " | ".join(f"unroll {u}, bounds {b}, {p}/SM" for u, _, b, p in variants) + " |")
     print("|---|" + "---|" * len(variants))
     for label, cells in table.items():
         print(f"| {label} | " + " | ".join(cells) + " |")

@@ -121,3 +121,39 @@ def test_half_pair_min_max_match_numpy_values():
         for lane in (0, 1):
             np.testing.assert_array_equal(values(out[row], lane, to_float),
                                           pick(values(a, lane, to_float), values(b, lane, to_float)))
+
+
+def _pair_encode_kernel(x, bf16_out, f16_out):
+    i = cuda.grid(1)
+    if 2 * i + 1 < x.size:
+        bf16_out[i] = device.f32x2_to_bf16x2_bits(x[2 * i], x[2 * i + 1])
+        f16_out[i] = device.f32x2_to_f16x2_bits(x[2 * i], x[2 * i + 1])
+
+
+def _halves(words: np.ndarray) -> np.ndarray:
+    """The 16-bit lanes of 32-bit words, low lane first (the order of the encoded elements)."""
+    return np.stack([words & 0xFFFF, (words >> 16) & 0xFFFF], axis=1).reshape(-1).astype(np.uint16)
+
+
+def test_pair_encoders_round_to_nearest_even_like_ml_dtypes():
+    """Two float32 values per conversion, bit for bit with ml_dtypes / NumPy's round to nearest even
+    (ties at both formats' half ulp, subnormals of both, overflow to inf); NaN stays NaN."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0, 2**32, 2048, dtype=np.uint64).astype(np.uint32)
+    ties = np.array([1 + 2.0**-8, 1 + 3 * 2.0**-8, 1 + 2.0**-11, 1 + 3 * 2.0**-11, 65520.0, 65519.99,
+                     3.3895314e38, 2.0**-24, 2.0**-25, 3 * 2.0**-26, 2.0**-133, 2.0**-134, 1e-45],
+                    np.float32)
+    x = np.concatenate([bits.view(np.float32), ties, -ties, np.array(TIES, np.float32)])
+    x = x[: x.size // 2 * 2]
+    bf16_words = np.zeros(x.size // 2, np.uint64)
+    f16_words = np.zeros(x.size // 2, np.uint64)
+    cuda.jit(_pair_encode_kernel)[(x.size // 2 + 127) // 128, 128](x, bf16_words, f16_words)
+    for words, dtype in ((bf16_words, ml_dtypes.bfloat16), (f16_words, np.float16)):
+        got = _halves(words)
+        with np.errstate(over="ignore"):
+            want = x.astype(dtype).view(np.uint16)
+        nan = np.isnan(x)
+        np.testing.assert_array_equal(got[~nan], want[~nan])
+        assert np.isnan(got[nan].view(dtype).astype(np.float32)).all()

@@ -178,12 +178,15 @@ def math_type(precision: MathPrecision) -> type:
 
 @dataclass(frozen=True)
 class Codec:
-    """``decode(bits) -> math value`` and ``encode(math value) -> bits`` for one element kind."""
+    """``decode(bits) -> math value`` and ``encode(math value) -> bits`` for one element kind;
+    ``encode_pair(lo, hi) -> bits`` two values in one instruction (``lo`` in the low half), for the
+    16-bit floats in float32 math (None otherwise)."""
 
     element: ElementKind
     decode: Any
     encode: Any
     lanes: int  # elements per uint64 word
+    encode_pair: Any = None
 
 
 @functools.cache
@@ -239,4 +242,7 @@ def codec(element: ElementKind, precision: MathPrecision) -> Codec:
     def encode_float(x):
         return encode_bits(wide(x))
 
-    return Codec(element, decode_float, encode_float, 8 // element.itemsize)
+    encode_pair = None
+    if precision is MathPrecision.F32 and element in (ElementKind.BF16, ElementKind.F16):
+        encode_pair = device.f32x2_to_bf16x2_bits if element is ElementKind.BF16 else device.f32x2_to_f16x2_bits
+    return Codec(element, decode_float, encode_float, 8 // element.itemsize, encode_pair)

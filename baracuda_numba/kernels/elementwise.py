@@ -48,6 +48,9 @@ __all__ = ["CHUNK_BYTES", "UNROLL", "chunk_elements", "chunk_io", "chunk_view_it
 
 CHUNK_BYTES = 16  # bytes per chunk of the widest operand
 UNROLL = 2  # chunks each thread loads before computing
+# ``launch_bounds`` of the per-channel kernels whose chunks span several channels (None: NVVM's
+# choice); benchmarks/tune_elementwise.py measures the alternatives.
+CHANNEL_LAUNCH_BOUNDS: tuple[int, int] | None = None
 
 
 def chunk_elements(*elements: ElementKind | None) -> int:
@@ -305,6 +308,8 @@ def elementwise_kernel(
     reciprocal = device.reciprocal
     byte = u64(0xFF)
     integer_quantize = op is ElementwiseOp.QUANTIZE and grid is None and out in (ElementKind.S8, ElementKind.U8)
+    pair_encode = out_codec.encode_pair
+    pairs = pair_encode is not None and G % 2 == 0
 
     @device_function
     def element_bits(x, y, inv, sc, zp, q_min, q_max):
@@ -345,29 +350,37 @@ def elementwise_kernel(
         return (lo if bit < 64 else hi) >> u64(bit % 64)
 
     @device_function
-    def chunk_lane(o_lo, o_hi, a_lo, a_hi, b_lo, b_hi, j, inv, sc, zp, q_min, q_max):
-        """Element ``j`` of a chunk computed and placed in the output words."""
+    def chunk_lane(o_lo, o_hi, pending, a_lo, a_hi, b_lo, b_hi, j, inv, sc, zp, q_min, q_max):
+        """Element ``j`` of a chunk computed and placed in the output words. 16-bit float outputs
+        are encoded two at a time: an even ``j`` returns its value as ``pending`` for ``j + 1``."""
         x = a_decode(lane(a_lo, a_hi, j * a_bits))
         y = zero
         if has_b:
             y = b_decode(lane(b_lo, b_hi, j * b_bits))
-        e = element_bits(x, y, inv, sc, zp, q_min, q_max)
-        bit = j * o_bits
+        if pairs:
+            v = compute(x, y, inv, sc, zp, q_min, q_max)
+            if j % 2 == 0:
+                return o_lo, o_hi, v
+            e = pair_encode(pending, v)
+            bit = (j - 1) * o_bits
+        else:
+            e = element_bits(x, y, inv, sc, zp, q_min, q_max)
+            bit = j * o_bits
         if bit < 64:
             o_lo |= e << u64(bit)
         else:
             o_hi |= e << u64(bit - 64)
-        return o_lo, o_hi
+        return o_lo, o_hi, pending
 
     @device_function
     def stationary_chunk(a_lo, a_hi, b_lo, b_hi, e_inv, e_scale, e_zp, q_min, q_max):
         """A chunk whose G elements use the thread's fixed parameters: a loop small enough for NVVM
         to unroll, so ``e_*[j]`` are registers (ncu showed local-memory traffic, 64% L1 hits, while
         this loop shared its body with the per-element parameter updates)."""
-        o_lo, o_hi = word_zero, word_zero
+        o_lo, o_hi, pending = word_zero, word_zero, zero
         for j in range(G):
-            o_lo, o_hi = chunk_lane(o_lo, o_hi, a_lo, a_hi, b_lo, b_hi, j, e_inv[j], e_scale[j], e_zp[j], q_min,
-                                    q_max)
+            o_lo, o_hi, pending = chunk_lane(o_lo, o_hi, pending, a_lo, a_hi, b_lo, b_hi, j, e_inv[j], e_scale[j],
+                                             e_zp[j], q_min, q_max)
         return o_lo, o_hi
 
     def kernel(aw, ae, bw, be, ow, oe, scales, zero_points, n, nchunks, seg_len, channels, step_q, step_r,
@@ -423,7 +436,7 @@ def elementwise_kernel(
                                                       q_min, q_max)
                         o_store(ow, c, o_lo, o_hi)
                         continue
-                    o_lo, o_hi = word_zero, word_zero
+                    o_lo, o_hi, pending = word_zero, word_zero, zero
                     for j in range(G):
                         if per_element_params and j > 0:
                             pos += 1
@@ -433,8 +446,8 @@ def elementwise_kernel(
                                 if channels_mode and s == channels:
                                     s = 0
                                 inv, sc, zp = segment_params(scales, zero_points, s)
-                        o_lo, o_hi = chunk_lane(o_lo, o_hi, a_lo[k], a_hi[k], b_lo[k], b_hi[k], j, inv, sc, zp,
-                                                q_min, q_max)
+                        o_lo, o_hi, pending = chunk_lane(o_lo, o_hi, pending, a_lo[k], a_hi[k], b_lo[k], b_hi[k], j,
+                                                         inv, sc, zp, q_min, q_max)
                     o_store(ow, c, o_lo, o_hi)
         for i in range(nchunks * G + start, n, stride):
             if not scalar:
@@ -459,4 +472,5 @@ def elementwise_kernel(
     grid_tag = f"_{grid.short}" if grid else ""
     kernel.__name__ = f"{op.value}_{a.short}_{b_elem.short}_{out.short}_{mode.value}{grid_tag}"
     kernel.__qualname__ = kernel.__name__
-    return ElementwiseKernel(kernel, signature, a, b, out, precision, G)
+    options = (("launch_bounds", CHANNEL_LAUNCH_BOUNDS),) if stationary_capable and CHANNEL_LAUNCH_BOUNDS else ()
+    return ElementwiseKernel(kernel, signature, a, b, out, precision, G, options)

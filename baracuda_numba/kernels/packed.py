@@ -208,7 +208,9 @@ def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: Math
     G = chunk_elements(element)
     unroll = unroll or UNROLL
     dequantize = op_functions(precision)[ElementwiseOp.DEQUANTIZE]
-    encode = codec(element, precision).encode
+    encode, encode_pair = codec(element, precision).encode, codec(element, precision).encode_pair
+    pairs = encode_pair is not None
+    step = 2 if pairs else 1
     _, store = chunk_io(CHUNK_BYTES)
     bits = 8 * element.itemsize
     signed = packed is ElementKind.S4
@@ -222,9 +224,13 @@ def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: Math
     bits_to_f32 = device.bits_to_f32
 
     @device_function
-    def value(nibble, sc, zp):
+    def real(nibble, sc, zp):
         v = M(bits_to_f32((nibble ^ flip) | exponent) - offset)
-        return encode(dequantize(v, zero, zero, sc, zp, zero, zero))
+        return dequantize(v, zero, zero, sc, zp, zero, zero)
+
+    @device_function
+    def value(nibble, sc, zp):
+        return encode(real(nibble, sc, zp))
 
     @device_function
     def zero_point(zero_points, s):
@@ -233,8 +239,12 @@ def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: Math
     @device_function
     def unpack(word, sc, zp):
         lo, hi = u64(0), u64(0)
-        for j in range(G):
-            e = value((word >> u64(4 * j)) & _NIBBLE, sc, zp)
+        for j in range(0, G, step):
+            if pairs:  # 16-bit floats two per conversion
+                e = encode_pair(real((word >> u64(4 * j)) & _NIBBLE, sc, zp),
+                                real((word >> u64(4 * j + 4)) & _NIBBLE, sc, zp))
+            else:
+                e = value((word >> u64(4 * j)) & _NIBBLE, sc, zp)
             bit = j * bits
             if bit < 64:
                 lo |= e << u64(bit)
