@@ -7,6 +7,8 @@ torch tensors (the fast path: pointer lookup, stream, geometry), the public func
 PyTorch ops timed in the same loop shape.
 """
 
+import ctypes
+
 import torch
 
 import baracuda_numba as bn
@@ -36,9 +38,39 @@ def raw_launch():
     driver.launch_kernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, params, None)
 
 
+# The same launch through other call mechanisms: ctypes without argtypes on pre-built ctypes values
+# (no per-argument conversion), and cuda.bindings' Cython wrapper with its handle objects built once.
+_bare = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+_bare.restype = ctypes.c_int
+_prebuilt = (ctypes.c_void_p(function), *(ctypes.c_uint(v) for v in (blocks, 1, 1, threads, 1, 1, 0)),
+             ctypes.c_void_p(stream), ctypes.c_void_p(params), ctypes.c_void_p(0))
+
+
+def prebuilt_launch():
+    _bare(*_prebuilt)
+
+
+def null_call():
+    pass
+
+
+try:
+    from cuda.bindings import driver as cuda_driver
+
+    _cu_function, _cu_stream = cuda_driver.CUfunction(function), cuda_driver.CUstream(stream)
+
+    def bindings_launch():
+        cuda_driver.cuLaunchKernel(_cu_function, blocks, 1, 1, threads, 1, 1, 0, _cu_stream, params, 0)
+except Exception as error:  # report any import or construction failure, keep measuring
+    print("cuda.bindings unavailable:", error)
+    bindings_launch = None
+
 x16 = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
 CASES = [
+    ("empty Python call", null_call),
     ("ctypes cuLaunchKernel, parameters packed", raw_launch),
+    ("ctypes cuLaunchKernel, pre-built ctypes values, no argtypes", prebuilt_launch),
+    *([("cuda.bindings cuLaunchKernel, handles built once", bindings_launch)] if bindings_launch else []),
     ("torch._C._cuda_getCurrentRawStream(0)", lambda: launch.torch_current_stream(0)),
     ("launcher.launch_patched", lambda: launcher.launch_patched(blocks, threads, stream, groups, scalars, 0)),
     ("plan._fast_pointers(args)", lambda: plan._fast_pointers(args)),
