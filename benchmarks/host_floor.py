@@ -25,6 +25,9 @@ torch.cuda.synchronize()
 launcher = plan._launcher
 driver = launch._driver()
 function = launcher._functions[0]
+_ctypes_launch = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+_ctypes_launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+_ctypes_launch.restype = ctypes.c_int
 stream = launch.torch_current_stream(0)
 blocks, step_q, step_r = plan._geometry(4096 // plan._chunk, 0)
 threads = plan.entry.policy.threads_per_block
@@ -35,7 +38,7 @@ params = launcher.params.params_address
 
 
 def raw_launch():
-    driver.launch_kernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, params, None)
+    _ctypes_launch(function, blocks, 1, 1, threads, 1, 1, 0, stream, params, None)
 
 
 # The same launch through other call mechanisms: ctypes without argtypes on pre-built ctypes values
@@ -71,6 +74,9 @@ CASES = [
     ("ctypes cuLaunchKernel, parameters packed", raw_launch),
     ("ctypes cuLaunchKernel, pre-built ctypes values, no argtypes", prebuilt_launch),
     *([("cuda.bindings cuLaunchKernel, handles built once", bindings_launch)] if bindings_launch else []),
+    ("driver.launch (the package's launch: cuda.bindings, stream object cached)",
+     lambda: driver.launch(launcher._launchable[0], blocks, threads, 0, stream, params)),
+    ("driver.current_device() (ctypes cuCtxGetDevice)", driver.current_device),
     ("torch._C._cuda_getCurrentRawStream(0)", lambda: launch.torch_current_stream(0)),
     ("launcher.launch_patched", lambda: launcher.launch_patched(blocks, threads, stream, groups, scalars, 0)),
     ("plan._fast_pointers(args)", lambda: plan._fast_pointers(args)),

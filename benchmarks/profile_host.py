@@ -29,13 +29,13 @@ torch.cuda.synchronize()
 pstats.Stats(profile).sort_stats("tottime").print_stats(12)
 driver = launch._driver()
 launcher = plan._launcher
-function = launcher._functions[0]
+function = launcher._launchable[0]
 params = launcher.params.params_address
 stream = launch.torch_current_stream(0)
 
 
 def raw_launch():
-    driver.launch_kernel(function, 1, 1, 1, 512, 1, 1, 0, stream, params, None)
+    driver.launch(function, 1, 512, 0, stream, params)
 
 
 for label, fn in (("raw cuLaunchKernel (ctypes)", raw_launch),

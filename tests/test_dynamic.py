@@ -402,7 +402,7 @@ def test_remembered_launch_hands_the_driver_what_the_checked_path_does(mode, sco
             monkeypatch.setattr(module, "SIMULATOR", False)
         old = plan._launchers["segment"]
         gpu = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types, old._shared_bytes)
-        gpu._functions[0] = 0xD00
+        gpu._functions[0] = gpu._launchable[0] = 0xD00
         plan._launchers["segment"] = gpu
         plan._install_segment_template()
         assert plan.fast_alignment() == 16

@@ -72,7 +72,7 @@ def test_scale_memo_never_admits_an_invalid_scale(bad):
 
 
 class _RecordingDriver:
-    """Stands in for libcuda: records what cuLaunchKernel was given (the parameter bytes it points at)."""
+    """Stands in for the driver: records what cuLaunchKernel was given (the parameter bytes it points at)."""
 
     def __init__(self, params: ParameterBlock) -> None:
         self.params, self.calls = params, []
@@ -80,10 +80,9 @@ class _RecordingDriver:
     def current_device(self) -> int:
         return 0
 
-    def launch_kernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params_address, extra):
-        assert params_address == self.params.params_address and extra is None
-        self.calls.append(((function, gx, gy, gz, bx, by, bz, shared, stream), self.params.raw()))
-        return 0
+    def launch(self, function, blocks, threads, shared, stream, params_address):
+        assert params_address == self.params.params_address
+        self.calls.append(((function, blocks, 1, 1, threads, 1, 1, shared, stream), self.params.raw()))
 
 
 def test_gpu_launch_path_hands_the_driver_the_packed_block(monkeypatch):
@@ -163,7 +162,7 @@ def _gpu_plan(monkeypatch, plan):
     monkeypatch.setitem(base._SM_COUNT, 0, 132)
     old = plan._launcher
     plan._launcher = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types)
-    plan._launcher._functions[0] = 0xF00  # compiled: launches take the inline hot path
+    plan._launcher._functions[0] = plan._launcher._launchable[0] = 0xF00  # compiled: the inline hot path
     plan._geometry_cache.clear()
     plan._install_template()
     plan._fast = plan._fast_fields()

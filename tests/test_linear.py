@@ -379,9 +379,8 @@ class _RecordingDriver:
     def current_device(self) -> int:
         return 0
 
-    def launch_kernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params_address, extra):
-        self.calls.append(((function, gx, gy, gz, bx, by, bz, shared, stream), self.blocks[params_address].raw()))
-        return 0
+    def launch(self, function, blocks, threads, shared, stream, params_address):
+        self.calls.append(((function, blocks, 1, 1, threads, 1, 1, shared, stream), self.blocks[params_address].raw()))
 
 
 def _gpu_linear_plan(monkeypatch, plan):
@@ -396,7 +395,7 @@ def _gpu_linear_plan(monkeypatch, plan):
 
     def gpu_launcher(old, function):
         launcher = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types, old._shared_bytes)
-        launcher._functions[0] = function  # compiled: launches take the inline hot path
+        launcher._functions[0] = launcher._launchable[0] = function  # compiled: the inline hot path
         return launcher
 
     for i, (name, (old, tiles_m, blocks, threads)) in enumerate(list(plan._variants.items())):

@@ -350,6 +350,14 @@ def elementwise_kernel(
         return (lo if bit < 64 else hi) >> u64(bit % 64)
 
     @device_function
+    def place(o_lo, o_hi, e, bit):
+        if bit < 64:
+            o_lo |= e << u64(bit)
+        else:
+            o_hi |= e << u64(bit - 64)
+        return o_lo, o_hi
+
+    @device_function
     def chunk_lane(o_lo, o_hi, pending, a_lo, a_hi, b_lo, b_hi, j, inv, sc, zp, q_min, q_max):
         """Element ``j`` of a chunk computed and placed in the output words. 16-bit float outputs
         are encoded two at a time: an even ``j`` returns its value as ``pending`` for ``j + 1``."""
@@ -359,17 +367,11 @@ def elementwise_kernel(
             y = b_decode(lane(b_lo, b_hi, j * b_bits))
         if pairs:
             v = compute(x, y, inv, sc, zp, q_min, q_max)
-            if j % 2 == 0:
-                return o_lo, o_hi, v
-            e = pair_encode(pending, v)
-            bit = (j - 1) * o_bits
+            if j % 2 == 1:
+                o_lo, o_hi = place(o_lo, o_hi, pair_encode(pending, v), (j - 1) * o_bits)
+            pending = v
         else:
-            e = element_bits(x, y, inv, sc, zp, q_min, q_max)
-            bit = j * o_bits
-        if bit < 64:
-            o_lo |= e << u64(bit)
-        else:
-            o_hi |= e << u64(bit - 64)
+            o_lo, o_hi = place(o_lo, o_hi, element_bits(x, y, inv, sc, zp, q_min, q_max), j * o_bits)
         return o_lo, o_hi, pending
 
     @device_function
