@@ -30,6 +30,9 @@ def cases() -> dict:
     g_scales = torch.rand(ROWS * COLS // 128, device="cuda") * 0.05 + 0.01
     g_zps = torch.zeros(ROWS * COLS // 128, device="cuda", dtype=torch.int32)
     token_scales = torch.full((ROWS,), 0.02, device="cuda")
+    row_scales = torch.rand(ROWS, device="cuda") * 0.05 + 0.01
+    row_zps = torch.zeros(ROWS, device="cuda", dtype=torch.int32)
+    q8 = torch.randint(-128, 128, (ROWS, COLS), device="cuda", dtype=torch.int8)
     x1 = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
     x16 = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
     w = torch.randint(-128, 128, (4096, 4096), device="cuda", dtype=torch.int8)
@@ -48,6 +51,10 @@ def cases() -> dict:
         "int4_fake": lambda: bn.fake_quantize_per_group(x, group_scales, None, 128, dtype="int4"),
         "int4_dyn": lambda: bn.dynamic_range_quantize_packed(x, group_size=128),
         "channel_axis1": lambda: bn.quantize_per_channel(x, channel_scales, channel_zps, 1),
+        "channel_axis1_deq": lambda: bn.dequantize_per_channel(q8, channel_scales, channel_zps, 1,
+                                                               dtype=torch.bfloat16),
+        "channel_axis1_qbw": lambda: bn.quantize_per_channel_backward(x, x, channel_scales, channel_zps, 1),
+        "channel_axis0": lambda: bn.quantize_per_channel(x, row_scales, row_zps, 0),
         "group_quant": lambda: bn.quantize_per_group(x, g_scales.view(ROWS, -1), g_zps.view(ROWS, -1), 128),
         "decode_m1": lambda: bn.quantized_linear(x1, w, ws),
         "decode_m16": lambda: bn.quantized_linear(x16, w, ws),
