@@ -1,7 +1,7 @@
 """Elementwise kernel variants on a GPU, timed next to the copy in one run and checked bit for bit
-against the first variant (the shipped one: two chunks in flight per thread, NVVM's register choice,
-four stationary blocks per SM); the others vary the chunks in flight, the channel kernels'
-``launch_bounds`` and the stationary grid. ``python benchmarks/tune_elementwise.py [--log2n 28] [--ncu]``
+against the first variant (the shipped settings); ``--variants channel`` varies the channel kernels'
+``launch_bounds`` and stationary grid, ``--variants unroll`` the chunks in flight of every kernel.
+``python benchmarks/tune_elementwise.py [--log2n 28] [--only LABEL] [--variants SET] [--ncu]``
 
 ``--ncu``: run each case of the chosen variant once at 2^26, for ``ncu`` to profile.
 """
@@ -71,6 +71,8 @@ def main() -> None:
     parser.add_argument("--log2n", type=int, default=28)
     parser.add_argument("--ncu", action="store_true")
     parser.add_argument("--only", default="", help="run only the cases whose label contains this")
+    parser.add_argument("--variants", choices=("channel", "unroll"), default="channel",
+                        help="the channel kernels' launch bounds and grid, or the chunks in flight of every kernel")
     args = parser.parse_args()
     n = 1 << args.log2n
     if args.ncu:
@@ -85,8 +87,11 @@ def main() -> None:
     copy = 8 * n / device_ms(lambda: buffers[1].copy_(buffers[0]), 20) / 1e6
     buffers.clear()
     print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s, n = 2^{args.log2n}", flush=True)
-    variants = [(2, True, None, 4), (2, True, (512, 2), 4), (2, True, (512, 2), 2), (4, True, (512, 2), 2),
-                (4, True, None, 4)]
+    shipped = (elementwise.UNROLL, True, elementwise.CHANNEL_LAUNCH_BOUNDS, base.STATIONARY_BLOCKS_PER_SM)
+    variants = [shipped] + {
+        "channel": [(2, True, None, 4), (4, True, (512, 2), 2), (4, True, None, 4)],
+        "unroll": [(4, *shipped[1:]), (8, *shipped[1:])],
+    }[args.variants]
     baseline: dict[str, torch.Tensor] = {}
     table: dict[str, list[str]] = {}
     problems = [c for c in cases(n) if args.only in c[0]]  # the same data for every variant

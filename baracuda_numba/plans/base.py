@@ -73,8 +73,9 @@ def sm_count(device_id: int) -> int:
     return count
 
 
-# Blocks per SM of the thread-stationary channel grid: the most 512-thread blocks an SM holds.
-STATIONARY_BLOCKS_PER_SM = 4
+# Blocks per SM of the thread-stationary channel grid: the 512-thread blocks an SM holds at the
+# channel kernels' launch bounds (elementwise.CHANNEL_LAUNCH_BOUNDS), so the grid is one wave.
+STATIONARY_BLOCKS_PER_SM = 2
 
 
 class Plan:
