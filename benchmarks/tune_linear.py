@@ -1,6 +1,6 @@
 """W8A8 GEMM variants on the GPU: bit-exactness, GPU time, host time, SASS mix. One run, one log.
 
-    python -m benchmarks.tune_linear --out DIR [--quick]
+    python -m benchmarks.tune_linear --out DIR [--only SECTION ...] [--old-root DIR]
 
 For every kernel variant (pipeline shapes of :class:`~baracuda_numba.kernels.linear.PipelineShape`,
 skinny chunks in flight) on random data at ragged and full shapes:
@@ -14,6 +14,10 @@ skinny chunks in flight) on random data at ragged and full shapes:
 - host time of ``QuantizedLinearPlan.run`` and ``quantized_linear()`` with torch tensors (``host_calls``:
   every entry point, fused and two-launch, next to torch ops);
 - ``fused``: decode GPU time of the fused quantize + GEMM against the two-launch path;
+- ``fused_ab``: the fused decode kernel at M = 1 (``quantized_linear``, bf16, weights rotating past L2)
+  of this checkout, in its variants, against another checkout's (``--old-root DIR``: a directory holding
+  that checkout's ``baracuda_numba``, timed in a subprocess of the same run), with the GEMM alone and the
+  copy bandwidth measured before and after; outputs compared bit for bit across the two checkouts;
 - graph replay equals eager;
 - ``cuobjdump -sass`` instruction mix and ptxas registers of each compiled variant.
 """
@@ -25,10 +29,12 @@ import cProfile
 import io
 import itertools
 import json
+import os
 import pstats
 import re
 import statistics
 import subprocess
+import sys
 import traceback
 from collections import Counter
 from pathlib import Path
@@ -310,6 +316,117 @@ def fused_decode(copy: float) -> list[dict]:
     return rows
 
 
+AB_DECODE = [(1, 4096, 4096), (1, 8192, 8192), (1, 11008, 4096)]
+
+
+def fused_variants() -> list[tuple[str, dict]]:
+    """The fused kernel's variants in this checkout: (name, module attributes of ``kernels.linear``);
+    the first is the shipped one. A checkout without these knobs has only ``shipped``."""
+    if not hasattr(gemm, "FUSED_PREFETCH_L2"):
+        return [("shipped", {})]
+    base = {"FUSED_PREFETCH_L2": gemm.FUSED_PREFETCH_L2, "FUSED_MIN_BLOCKS": gemm.FUSED_MIN_BLOCKS}
+    other_blocks = 0 if base["FUSED_MIN_BLOCKS"] else 3
+    return [("shipped", base), ("l2_prefetch_1", {**base, "FUSED_PREFETCH_L2": 1}),
+            ("l2_prefetch_2", {**base, "FUSED_PREFETCH_L2": 2}),
+            (f"min_blocks_{other_blocks}", {**base, "FUSED_MIN_BLOCKS": other_blocks})]
+
+
+def fused_side(side: str, copy: float, save: Path | None, only: list[str] | None = None) -> list[dict]:
+    """GPU time of ``quantized_linear`` at M = 1 on the fused kernel (every variant of this checkout),
+    of the GEMM alone on pre-quantized rows, and host time of the shipped call; one JSON row per
+    (variant, shape), printed with an ``AB`` prefix. ``save``: the shipped outputs (first weight),
+    for the bit comparison across checkouts. ``only``: these variants (the shipped one always)."""
+    from baracuda_numba.plans import linear as plans
+
+    rows, outputs = [], {}
+    variants = [v for v in fused_variants() if v[0] == "shipped" or not only or v[0] in only]
+    for m, n, k in AB_DECODE:
+        x, w, ws, bias = problem(m, n, k, seed=m + n)
+        weights = [w] + [torch.randint_like(w, -128, 128) for _ in range(-(-200_000_000 // (n * k)))]
+        shipped()
+        r = bn.dynamic_range_quantize(x)
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        runners = itertools.cycle([gemm_runner(r.q, r.scale.float(), wi, ws, None, out) for wi in weights])
+        gemm_ms = graph_ms(lambda runners=runners: next(runners)(), calls=10 * len(weights))
+        for name, knobs in variants:
+            for attr, value in knobs.items():
+                setattr(gemm, attr, value)
+            clear_plan_cache()
+            plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
+            y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            args = bn.QuantizedLinearArgs(x, w, ws, y)
+            variant = plan.kernel_variant(args)
+            got = bn.quantized_linear(x, w, ws, bias=bias)
+            calls = itertools.cycle(weights)
+            ms = graph_ms(lambda calls=calls, x=x, ws=ws: bn.quantized_linear(x, next(calls), ws),
+                          calls=10 * len(weights))
+            row = {"side": side, "variant": name, "shape": f"M={m} {n}x{k}", "kernel": variant,
+                   "fused_us": 1e3 * ms, "fused_GBs": n * k / ms / 1e6, "fused_pct_copy": 100 * n * k / ms / 1e6 / copy,
+                   "gemm_only_us": 1e3 * gemm_ms, "gemm_only_pct_copy": 100 * n * k / gemm_ms / 1e6 / copy}
+            if name == "shipped":
+                outputs[f"{m}x{n}x{k}"] = got.cpu()
+                fused_max_m = plans.FUSED_MAX_M
+                plans.FUSED_MAX_M = 0  # the two-launch path: quantizer, then the unfused skinny GEMM
+                clear_plan_cache()
+                two = bn.quantized_linear(x, w, ws, bias=bias)
+                plans.FUSED_MAX_M = fused_max_m
+                clear_plan_cache()
+                row["fused == two_launch"] = bit_equal(got, two)
+                row["host quantized_linear() us"] = host_us(lambda x=x, w=w, ws=ws: bn.quantized_linear(x, w, ws),
+                                                            calls=500)
+            else:
+                row["== shipped"] = bit_equal(got, outputs[f"{m}x{n}x{k}"].cuda())
+            print("AB " + json.dumps(row), flush=True)
+            rows.append(row)
+        shipped()
+        for attr, value in variants[0][1].items():
+            setattr(gemm, attr, value)
+        clear_plan_cache()
+        del weights
+        torch.cuda.empty_cache()
+    if save is not None:
+        torch.save(outputs, save)
+    return rows
+
+
+def fused_ab(copy: float, out_dir: Path, old_root: str | None, only: list[str] | None = None) -> dict:
+    """:func:`fused_side` of another checkout (``old_root``, in a subprocess: its own ``baracuda_numba``
+    first on the path) and of this one, the copy bandwidth again after both, and the ratios."""
+    rows, same = [], None
+    if old_root:
+        old_save = out_dir / "fused_ab_old.pt"
+        env = {**os.environ, "PYTHONPATH": str(Path(old_root).resolve())}
+        # run as a script from old_root: neither this checkout's root nor its package on sys.path
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--side", "old", "--copy", str(copy),
+                               "--save", str(old_save)], cwd=old_root, env=env, capture_output=True, text=True,
+                              timeout=400)
+        for line in proc.stdout.splitlines():
+            if line.startswith("AB "):
+                rows.append(json.loads(line[3:]))
+            else:
+                say(f"[old] {line}")
+        if proc.returncode:
+            say(f"[old] exit {proc.returncode}\n{proc.stderr[-3000:]}")
+    new_save = out_dir / "fused_ab_new.pt"
+    rows += fused_side("new", copy, new_save, only)
+    if old_root and (out_dir / "fused_ab_old.pt").exists():
+        old, new = torch.load(out_dir / "fused_ab_old.pt"), torch.load(new_save)
+        same = {key: bit_equal(old[key], new[key]) for key in new if key in old}
+    copy_after = copy_gbs()
+    say(f"device-to-device copy {copy_after:.0f} GB/s after (before {copy:.0f}); percentages against before")
+    for row in rows:
+        say(json.dumps(row, default=lambda v: round(v, 2) if isinstance(v, float) else v))
+    say(f"old == new outputs (bit for bit, shipped variants): {same}")
+    say("| shape | side | variant | fused us | fused GB/s | % of copy | GEMM alone % | new / old |")
+    say("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        old = next((r for r in rows if r["side"] == "old" and r["shape"] == row["shape"]), None)
+        ratio = f"{old['fused_us'] / row['fused_us']:.2f}x" if old and row["side"] == "new" else ""
+        say(f"| {row['shape']} | {row['side']} | {row['variant']} | {row['fused_us']:.2f} | {row['fused_GBs']:.0f} | "
+            f"{row['fused_pct_copy']:.1f} | {row['gemm_only_pct_copy']:.1f} | {ratio} |")
+    return {"rows": rows, "old_equals_new": same, "copy_after_GBs": copy_after}
+
+
 def write_profile(call, calls: int, top: int, path: Path) -> None:
     """cProfile of ``calls`` runs of ``call``, its ``top`` functions by own time, into ``path``."""
     profile = cProfile.Profile()
@@ -439,16 +556,27 @@ def main() -> None:
     parser.add_argument("--out", default="/tmp/tune")
     parser.add_argument("--only", nargs="*", default=["sass", "exact", "prefill", "decode", "host", "fused",
                                                        "host_calls"])
+    parser.add_argument("--old-root", help="fused_ab: a directory holding another checkout's baracuda_numba")
+    parser.add_argument("--variants", nargs="*", help="fused_ab: this checkout's variants besides the shipped one "
+                        "(default: all of fused_variants())")
+    # internal: fused_ab's subprocess timing one checkout (its copy bandwidth given, its outputs saved)
+    parser.add_argument("--side", help=argparse.SUPPRESS)
+    parser.add_argument("--copy", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--save", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.side:
+        fused_side(args.side, args.copy, Path(args.save) if args.save else None)
+        return
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    say(torch.cuda.get_device_name())
+    say(f"{torch.cuda.get_device_name()}; baracuda_numba from {Path(bn.__file__).parent}")
     copy = copy_gbs()
     say(f"device-to-device copy {copy:.0f} GB/s")
     results: dict = {"copy_GBs": copy}
     for section, fn in (("sass", lambda: sass(out_dir)), ("exact", lambda: exactness(out_dir)),
                         ("prefill", lambda: prefill(copy)), ("decode", lambda: decode(copy)),
                         ("host", lambda: host_and_graph(out_dir)), ("fused", lambda: fused_decode(copy)),
+                        ("fused_ab", lambda: fused_ab(copy, out_dir, args.old_root, args.variants)),
                         ("host_calls", lambda: host_calls(out_dir))):
         if section not in args.only:
             continue

@@ -320,12 +320,32 @@ def _special_rows(x):
        st.sampled_from(sorted(FLOAT_DTYPES)), st.booleans(), st.integers(0, 2**32 - 1))
 def test_fused_decode_equals_two_launches_and_reference(m, n, k, dtype, with_bias, seed):
     """The one-launch kernel gives the bits of the quantizer + unfused GEMM, and the reference's."""
+    _check_fused_decode(m, n, k, dtype, with_bias, seed)
+
+
+@pytest.mark.parametrize(("m", "n", "k", "dtype"), [
+    (1, 9, 4096, "bfloat16"),  # 2 pieces of x per thread: one batch, kept in registers for the quantize
+    (2, 8, 4096, "float16"),  # two rows in one batch
+    (1, 8, 2064, "float32"),  # 3 pieces, the last past K for most threads
+    (3, 8, 1040, "float64"),  # 3 pieces per row, 9 per thread: batches end inside rows, x read again
+])
+def test_fused_decode_rows_of_several_pieces_per_thread(m, n, k, dtype):
+    """K past one 16-byte piece per thread: the prologue's row / slot stepping, its per-row warp
+    reductions at a row's last slot, and the resident and re-read quantize passes."""
+    _check_fused_decode(m, n, k, dtype, m % 2 == 1, m * k, last_max=True)
+
+
+def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False):
+    """The fused plan (any m <= 16) against the two-launch plan and the reference, bit for bit;
+    ``last_max``: row 0's largest finite ``|x|`` in its last element (the last slot's piece)."""
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
     rng = np.random.default_rng(seed)
     element = bn.element_kind(dtype)
     x = _special_rows((rng.standard_normal((m, k)) * rng.uniform(0.01, 50)).astype(element.numpy_dtype))
+    if last_max:
+        x[0, -1] = -2 * np.abs(x[0, 2:-1]).max()
     w, ws = weights(rng, n, k)
     bias = rng.standard_normal(n).astype(np.float32) if with_bias else None
     desc = bn.QuantizedLinearDescriptor(m, n, k, element, element, with_bias)

@@ -60,6 +60,9 @@ unsigned integers (Numba types that mix as float64).
   function waiting until at most ``n`` of this thread's groups are still in flight (``n`` is baked
   into the instruction). Other threads' copies are visible only after a barrier. The simulator
   copies at once and waits for nothing.
+- ``prefetch_l2(words, c)``: ``prefetch.L2`` of the line holding pair ``c`` of the global uint64 array
+  ``words`` (a hint: no register, nothing to wait for; ``c`` must be inside ``words``). The simulator
+  does nothing.
 - ``ldmatrix_x4(stage, c, scratch, tid)``: the warp-wide ``ldmatrix.sync.aligned.m8n8.x4.shared.b16``:
   lanes ``8i .. 8i + 7`` give (as ``c``, a 16-byte pair index into the shared uint64 array ``stage``)
   the eight 16-byte rows of matrix ``i``; lane ``4g + t`` receives word ``t`` of row ``g`` of each of
@@ -107,6 +110,7 @@ __all__ = [
     "cp_async_16",
     "cp_async_commit",
     "cp_async_wait_group",
+    "prefetch_l2",
     "ldmatrix_x4",
 ]
 
@@ -629,6 +633,9 @@ if SIMULATOR:
 
         return cp_async_wait
 
+    def prefetch_l2(words, c):
+        pass  # a cache hint: nothing to simulate
+
 else:
     # the shared destination as a state-space address; src-size 0 makes the copy write zeros
     _CP_ASYNC = ("{ .reg .u64 dst; cvta.to.shared.u64 dst, $0; "
@@ -673,6 +680,25 @@ else:
 
     def cp_async_wait_group(n: int):
         return _asm_statement(f"cp.async.wait_group {int(n)};")
+
+    @intrinsic
+    def prefetch_l2(typingctx, words, c):
+        """Ask L2 for the line holding 16-byte pair ``c`` of ``words`` (no register, no completion to
+        wait for: a hint that the loads of the pair will follow)."""
+        if not (isinstance(words, types.Array) and words.dtype == types.uint64 and isinstance(c, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            array, chunk = args
+            data = context.make_array(words)(context, builder, array).data
+            index = builder.mul(_to_i64(builder, chunk, c), ir.Constant(_I64, 2))
+            pointer = builder.ptrtoint(builder.gep(data, [index]), _I64)
+            # a generic address (no state space): numba's array pointers are generic
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I64]), "prefetch.L2 [$0];", "l", side_effect=True)
+            builder.call(asm, [pointer])
+            return context.get_dummy_value()
+
+        return types.void(words, c), codegen
 
 
 if SIMULATOR:

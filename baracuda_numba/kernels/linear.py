@@ -58,7 +58,15 @@ SKINNY_MAX_M, SKINNY_M, SKINNY_N, SKINNY_WARPS = 64, 16, 8, 8
 SKINNY_THREADS = 32 * SKINNY_WARPS
 SKINNY_CHUNKS = 2  # 64-byte weight chunks each warp has in flight per iteration (16 bytes each per lane)
 SKINNY_TILES: int | None = None  # 8-column tiles per block sharing each activation fragment; None: skinny_tiles(k)
-ABSMAX_LOADS = 8  # fused skinny: 16-byte pieces of x each thread has in flight in the scale pass
+# fused skinny: 16-byte pieces of x each thread has in flight in the scale pass (and keeps for the
+# quantize when they are all its pieces: M = 1 up to K = 8192 for 16-bit x). 8 spills at 80 registers.
+ABSMAX_LOADS = 4
+# fused skinny: main-loop iterations of weight prefetched into L2 while x is quantized (0: only the
+# first iteration, into registers); not yet measured on a GPU, see benchmarks/tune_linear.py --only fused
+FUSED_PREFETCH_L2 = 0
+# fused skinny with 2 column tiles: launch bounds of 3 blocks per multiprocessor (80 registers, as many
+# blocks as the unfused kernel's 70; ptxas reports no spill for 16- and 32-bit x, a little for float64)
+FUSED_MIN_BLOCKS = 3
 # |acc| <= K * 127 * 128 (activations in [-127, 127], weights in [-128, 127]) must stay below 2**31.
 MAX_EXACT_K = (2**31 - 1) // (127 * 128)
 
@@ -130,6 +138,12 @@ def pipeline_shape(m: int, n: int, multiprocessors: int) -> PipelineShape:
 def fused_shared_bytes(m: int, k: int) -> int:
     """Dynamic shared memory of the fused skinny kernel: ``m`` quantized rows of ``k + 16`` bytes."""
     return min(m, SKINNY_M) * (k + 16)
+
+
+def fused_min_blocks(tiles: int, x_element: ElementKind) -> int:
+    """The fused skinny kernel's ``fused_min_blocks`` (see :func:`linear_kernel`): ``FUSED_MIN_BLOCKS``
+    with at most 2 column tiles and 16- or 32-bit ``x`` (no spills there under its register cap), else 0."""
+    return FUSED_MIN_BLOCKS if tiles <= 2 and x_element.itemsize <= 4 else 0
 
 
 def skinny_tiles(k: int) -> int:
@@ -444,12 +458,23 @@ def _fused_quantizer(x_element: ElementKind):
     return M, per_pair, piece_absmax, row_params, quantized_byte
 
 
-def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_element: ElementKind | None = None):
+def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_element: ElementKind | None = None,
+            prefetch_l2: int = 0):
     """The decode kernel; with ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
-    place of ``a``'s bytes and pairs), computes each of its 16 rows' per-token scale (the block's
-    threads split each row's ``K``, warp shuffles, then across warps), quantizes its live rows once
-    into shared memory (``fused_shared_bytes``) and streams the weight against them (``row_scale``
-    is not used): one launch, the same bits as the quantizer followed by the unfused kernel."""
+    place of ``a``'s bytes and pairs) and quantizes its live rows per token into shared memory
+    (``fused_shared_bytes``) before streaming the weight against them (``row_scale`` is not used):
+    one launch, the same bits as the quantizer followed by the unfused kernel.
+
+    The fused prologue (each row's absmax over the block, then the quantize) waits on ``x`` and two
+    barriers while the weight stream has not started, and with one wave of blocks every block runs
+    it at the same time. So each thread first issues its loads of the main loop's first iteration
+    (kept in registers for it) and, with ``prefetch_l2``, L2 prefetches of the next ``prefetch_l2``
+    iterations; the prologue then runs under their DRAM latency. The prologue itself: every thread
+    takes ``ABSMAX_LOADS`` 16-byte pieces of the rows at a time (row, then slot within the row,
+    stepped without divisions), reduces each row with warp shuffles when its last slot is reached
+    (the same step for all threads) and once across warps through shared memory; when all of a
+    thread's pieces fit in one batch they stay in registers for the quantize, else they are read
+    again from L2. Each piece's quantized bytes go to shared memory as one store."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
     fused = x_element is not None
     if fused:
@@ -457,33 +482,68 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
     else:
         S, per_pair = np.float32, 1
         piece_absmax = row_params = quantized_byte = None
+    # fused: the quantized bytes of one 16-byte piece of x (one per element) as one shared store
+    word_type = {2: np.uint16, 4: np.uint32, 8: np.uint64}.get(per_pair, np.uint64)
+    word_dtype = np.dtype(word_type) if SIMULATOR else word_type
+    step = chunks_in_flight * SKINNY_WARPS  # chunks of K the block takes per main-loop iteration
 
     @device_function
-    def piece_at(i, per_row, tid):
-        """Fused: (row, piece) of this thread's ``i``-th 16-byte piece (``per_row`` per row)."""
-        r = i // per_row
-        return r, tid + SKINNY_THREADS * (i - r * per_row)
+    def load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, k, K, aligned):
+        """One main-loop iteration's weight pieces of this lane, all loads issued together: chunk ``c``
+        (``k + c * 512`` on), column tile ``j``."""
+        for c in range(chunks_in_flight):
+            for j in range(n_tiles):
+                w = 2 * (c * n_tiles + j)
+                w_frag[w], w_frag[w + 1] = load_chunk(w_bytes, w_pairs, n_block + SKINNY_N * j + group, N,
+                                                      k + c * CHUNK_K * SKINNY_WARPS, K, aligned)
 
     @device_function
-    def load_pieces(a_pairs, piece_lo, piece_hi, first, m_block, live, per_row, pieces, tid):
-        """Fused: this thread's ABSMAX_LOADS pieces from ``first`` on, all loads issued together."""
+    def prefetch_weights(w_pairs, n_block, group, N, k, K):
+        """Fused (aligned weight, ``K % 16 == 0``): L2 prefetches of the pieces ``load_weights`` would
+        load from ``k`` on."""
+        for c in range(chunks_in_flight):
+            for j in range(n_tiles):
+                row, kc = n_block + SKINNY_N * j + group, k + c * CHUNK_K * SKINNY_WARPS
+                if row < N and kc < K:
+                    device.prefetch_l2(w_pairs, (row * K + kc) // 16)
+
+    @device_function
+    def next_piece(r, s, per_row):
+        """Row and slot of the piece after slot ``s`` of row ``r`` (``per_row`` slots per row)."""
+        s += 1
+        if s == per_row:
+            return r + 1, 0
+        return r, s
+
+    @device_function
+    def load_pieces(a_pairs, piece_lo, piece_hi, r, s, m_block, live, per_row, pieces, tid):
+        """Fused: this thread's ABSMAX_LOADS pieces from slot ``s`` of row ``r`` on (slot ``s`` of a row
+        is its piece ``tid + s * SKINNY_THREADS``), all loads issued together."""
         for u in range(ABSMAX_LOADS):
-            r, p = piece_at(first + u, per_row, tid)
+            p = tid + SKINNY_THREADS * s
             if r < live and p < pieces:
                 piece_lo[u], piece_hi[u] = device.load_u64x2(a_pairs, (m_block + r) * pieces + p)
+            r, s = next_piece(r, s, per_row)
+
+    @device_function
+    def warp_reduce_max(hi, shuffle_scratch, tid):
+        """The largest ``hi`` of the warp, in every lane (max is exact: any order gives the same bits)."""
+        for i in range(5):
+            other = device.shuffle_xor(hi, 16 >> i, shuffle_scratch, tid)
+            hi = other if other > hi else hi
+        return hi
 
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
         tid = cuda.threadIdx.x
         scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
         partial = cuda.shared.array((SKINNY_WARPS, slots, 32), np.int32)
-        scales = cuda.shared.array((2, SKINNY_M), S)  # fused: scale, 1 / scale of the block's rows
+        scales = cuda.shared.array((2, SKINNY_M), S)  # fused: row 0 the block's per-token scales (epilogue)
         warp_max = cuda.shared.array((SKINNY_WARPS, SKINNY_M), S)  # fused: each warp's row maxima
         shuffle_scratch = cuda.shared.array(SKINNY_THREADS, S)  # used only by the simulator's shuffles
-        row_max = cuda.local.array(SKINNY_M, S)
         # fused: the block's quantized rows, `K + 16` bytes apart (the pad skews rows across banks);
         # sized by the launch (fused_shared_bytes), both views of the same dynamic shared memory
-        xq_bytes = cuda.shared.array(0, _DYNAMIC_BYTE_DTYPE, alignment=STAGE_ALIGNMENT)
+        xq_words = cuda.shared.array(0, word_dtype, alignment=STAGE_ALIGNMENT)
         xq_pairs = cuda.shared.array(0, _DYNAMIC_STAGE_DTYPE, alignment=STAGE_ALIGNMENT)
         piece_lo = cuda.local.array(ABSMAX_LOADS, np.uint64)
         piece_hi = cuda.local.array(ABSMAX_LOADS, np.uint64)
@@ -496,49 +556,60 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
         m_block = (cuda.blockIdx.x - n_tile * tiles_m) * SKINNY_M
         n_block = n_tile * (SKINNY_N * n_tiles)
         if fused:
-            # the scale pass: all threads split every live row's 16-byte pieces (`per_row` each per
-            # row), ABSMAX_LOADS loads in flight per thread whatever row they fall in; then warp
-            # shuffles and one thread per row over the warps (max is exact: any order gives the
-            # dynamic quantizer's bits)
+            # the first iteration's weight (and L2 prefetches of the next ones) before the prologue,
+            # so that HBM works while x is reduced and quantized
+            load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * warp + 16 * t, K, aligned)
+            for ahead in range(1, prefetch_l2 + 1):
+                prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
             pieces = K // per_pair
             per_row = (pieces + SKINNY_THREADS - 1) // SKINNY_THREADS
             live = min(SKINNY_M, M - m_block)
-            for r in range(SKINNY_M):
-                row_max[r] = S(0)
-            for first in range(0, live * per_row, ABSMAX_LOADS):
-                load_pieces(a_pairs, piece_lo, piece_hi, first, m_block, live, per_row, pieces, tid)
-                for u in range(ABSMAX_LOADS):
-                    r, p = piece_at(first + u, per_row, tid)
-                    if r < live and p < pieces:
-                        row_max[r] = piece_absmax(piece_lo[u], piece_hi[u], row_max[r])
-            for r in range(live):
-                hi = row_max[r]
-                offset = 16
-                while offset > 0:
-                    other = device.shuffle_xor(hi, offset, shuffle_scratch, tid)
-                    hi = other if other > hi else hi
-                    offset //= 2
-                if lane == 0:
-                    warp_max[warp, r] = hi
-            cuda.syncthreads()
+            batch = live * per_row  # pieces per thread, taken ABSMAX_LOADS at a time
             if tid < SKINNY_M:
-                hi = S(0)
-                if tid < live:
-                    for other_warp in range(SKINNY_WARPS):
-                        hi = max(hi, warp_max[other_warp, tid])
-                scales[0, tid], scales[1, tid] = row_params(hi)
-            cuda.syncthreads()
-            # the quantize pass: the same pieces (from L2 now), once per block, into shared memory
-            row_bytes = K + 16
-            for first in range(0, live * per_row, ABSMAX_LOADS):
-                load_pieces(a_pairs, piece_lo, piece_hi, first, m_block, live, per_row, pieces, tid)
+                scales[0, tid] = S(1)  # rows past M: never stored, but read by the epilogue
+            # the absmax pass: a row's last slot is the same step of the same batch for every thread,
+            # so the warp reduction there is uniform
+            hi = S(0)
+            r0, s0 = 0, 0
+            for _ in range(0, batch, ABSMAX_LOADS):
+                load_pieces(a_pairs, piece_lo, piece_hi, r0, s0, m_block, live, per_row, pieces, tid)
                 for u in range(ABSMAX_LOADS):
-                    r, p = piece_at(first + u, per_row, tid)
-                    if r < live and p < pieces:
-                        inv, scale = scales[1, r], scales[0, r]
-                        for j in range(per_pair):
-                            xq_bytes[r * row_bytes + p * per_pair + j] = quantized_byte(piece_lo[u], piece_hi[u], j,
-                                                                                      inv, scale)
+                    if r0 < live:
+                        if tid + SKINNY_THREADS * s0 < pieces:
+                            hi = piece_absmax(piece_lo[u], piece_hi[u], hi)
+                        if s0 == per_row - 1:
+                            hi = warp_reduce_max(hi, shuffle_scratch, tid)
+                            if lane == 0:
+                                warp_max[warp, r0] = hi
+                            hi = S(0)
+                    r0, s0 = next_piece(r0, s0, per_row)
+            cuda.syncthreads()
+            # the quantize pass: every thread derives the scales of the rows it meets from the warp
+            # maxima (no second barrier); the pieces are still in registers when one batch held them
+            row_words = (K + 16) // per_pair  # quantized rows are K + 16 bytes apart
+            current = -1
+            scale = inv = S(1)
+            r0, s0 = 0, 0
+            for _ in range(0, batch, ABSMAX_LOADS):
+                if batch > ABSMAX_LOADS:
+                    load_pieces(a_pairs, piece_lo, piece_hi, r0, s0, m_block, live, per_row, pieces, tid)
+                for u in range(ABSMAX_LOADS):
+                    p = tid + SKINNY_THREADS * s0
+                    if r0 < live:
+                        if r0 != current:
+                            top = S(0)
+                            for other_warp in range(SKINNY_WARPS):
+                                top = max(top, warp_max[other_warp, r0])
+                            scale, inv = row_params(top)
+                            current = r0
+                            if tid == 0:
+                                scales[0, r0] = scale
+                        if p < pieces:
+                            word = _U64(0)
+                            for j in range(per_pair):
+                                word |= _U64(quantized_byte(piece_lo[u], piece_hi[u], j, inv, scale)) << _U64(8 * j)
+                            xq_words[r0 * row_words + p] = word_type(word)
+                    r0, s0 = next_piece(r0, s0, per_row)
             cuda.syncthreads()
         for i in range(slots):
             acc[i] = 0
@@ -547,13 +618,10 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
         # (each activation fragment then feeds the block's `n_tiles` column tiles); every warp runs
         # the same number of iterations (chunks past K read as zeros) because the simulated mma
         # synchronises the block
-        for first in range(0, chunks, chunks_in_flight * SKINNY_WARPS):
+        for first in range(0, chunks, step):
             k = CHUNK_K * (first + warp) + 16 * t
-            for c in range(chunks_in_flight):
-                for j in range(n_tiles):
-                    w = 2 * (c * n_tiles + j)
-                    w_frag[w], w_frag[w + 1] = load_chunk(w_bytes, w_pairs, n_block + SKINNY_N * j + group, N,
-                                                          k + c * CHUNK_K * SKINNY_WARPS, K, aligned)
+            if not fused or first > 0:  # the fused kernel loaded its first iteration before the prologue
+                load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, k, K, aligned)
             for c in range(chunks_in_flight):
                 kc = k + c * CHUNK_K * SKINNY_WARPS
                 if fused:  # rows past M and k past K read as zeros, as load_chunk's do
@@ -581,8 +649,7 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
             local = source // 4 + (8 if slot % 4 >= 2 else 0)
             n = n_block + SKINNY_N * (slot // 4) + 2 * (source % 4) + slot % 2
             if fused:
-                store_scaled(total, np.float32(scales[0, local]), m_block + local, n, M, N, col_scale, bias,
-                             out_elems)
+                store_scaled(total, np.float32(scales[0, local]), m_block + local, n, M, N, col_scale, bias, out_elems)
             else:
                 store(total, m_block + local, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale)
 
@@ -592,18 +659,27 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
 @functools.cache
 def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinny: bool = False,
                   pipeline: PipelineShape | None = None, skinny_chunks: int = SKINNY_CHUNKS,
-                  skinny_tiles: int = 2, fused_input: ElementKind | None = None) -> ElementwiseKernel:
+                  skinny_tiles: int = 2, fused_input: ElementKind | None = None,
+                  fused_prefetch: int = 0, fused_min_blocks: int = 0) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
     activation scale), else ``row_scale[m]`` (per-token activation scales). ``fused_input``: the
     skinny kernel quantizing ``x`` of that element per token itself (16-byte aligned ``x`` and
     weight, ``K % 16 == 0``); its first two arrays are ``x``'s elements and 16-byte pairs, and it
-    keeps the per-token scales in shared memory (``row_scale`` is not read)."""
+    keeps the per-token scales in shared memory (``row_scale`` is not read); ``fused_prefetch``: main-loop
+    iterations of weight it asks L2 for before quantizing ``x`` (after the first, loaded into registers);
+    ``fused_min_blocks`` > 0: compiled with ``launch_bounds=(SKINNY_THREADS, fused_min_blocks)`` (registers
+    capped so that many blocks fit on a multiprocessor)."""
     store, store_scaled = _epilogue(out, has_bias, per_tensor_rows)
+    options: tuple = ()
     if fused_input is not None:
-        kernel = _skinny(store, skinny_chunks, skinny_tiles, store_scaled, fused_input)
+        kernel = _skinny(store, skinny_chunks, skinny_tiles, store_scaled, fused_input, fused_prefetch)
         shape = f"skinny{skinny_chunks}x{skinny_tiles}_fused_{fused_input.short}"
+        shape += f"_l2p{fused_prefetch}" if fused_prefetch else ""
+        shape += f"_b{fused_min_blocks}" if fused_min_blocks else ""
+        if fused_min_blocks:
+            options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)
     elif skinny:
         kernel, shape = _skinny(store, skinny_chunks, skinny_tiles), f"skinny{skinny_chunks}x{skinny_tiles}"
     elif pipeline is not None:
@@ -617,4 +693,5 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                  f"{uint_name(out.itemsize)}[::1], int64, int64, int64, int64, boolean, float32)")
     kernel.__name__ = kernel.__qualname__ = (f"w8a8_gemm_{shape}_{out.short}{'_bias' if has_bias else ''}"
                                              f"{'_tensor' if per_tensor_rows else '_token'}")
-    return ElementwiseKernel(kernel, signature, ElementKind.S8, ElementKind.S8, out, MathPrecision.F32, CHUNK_K)
+    return ElementwiseKernel(kernel, signature, ElementKind.S8, ElementKind.S8, out, MathPrecision.F32, CHUNK_K,
+                             options)

@@ -142,7 +142,8 @@ class _LinearPlan(Plan):
             self._aligned_variant = self._other_variant = "skinny"
             if self._fuses_quantize():
                 kernel = linear_kernel(out, desc.has_bias, False, True, None, gemm.SKINNY_CHUNKS, tiles,
-                                       fused_input=self.entry.input_element)
+                                       fused_input=self.entry.input_element, fused_prefetch=gemm.FUSED_PREFETCH_L2,
+                                       fused_min_blocks=gemm.fused_min_blocks(tiles, self.entry.input_element))
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                         gemm.fused_shared_bytes(desc.m, desc.k))
                 self._aligned_variant, self._fused = "fused", True
