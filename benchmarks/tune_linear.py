@@ -395,7 +395,11 @@ def fused_ab(copy: float, out_dir: Path, old_root: str | None, only: list[str] |
     rows, same = [], None
     if old_root:
         old_save = out_dir / "fused_ab_old.pt"
-        env = {**os.environ, "PYTHONPATH": str(Path(old_root).resolve())}
+        # old_root first, then the rest of PYTHONPATH (the GPU machine's NumPy 2.4 lives there) without
+        # this checkout's root: session 6's old side imported NumPy 2.5 and numba-cuda failed
+        here = Path(__file__).resolve().parent.parent
+        kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != here]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(old_root).resolve()), *kept])}
         # run as a script from old_root: neither this checkout's root nor its package on sys.path
         proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--side", "old", "--copy", str(copy),
                                "--save", str(old_save)], cwd=old_root, env=env, capture_output=True, text=True,
