@@ -380,23 +380,26 @@ else:
     max_bf16x2, min_bf16x2 = _half_pair("max.bf16x2"), _half_pair("min.bf16x2")
     max_f16x2, min_f16x2 = _half_pair("max.f16x2"), _half_pair("min.f16x2")
 
-    def _f32_pair(op: str):
+    def _f32x2_word(text: str, swap: bool):
+        """An intrinsic ``(a, b) -> uint64`` of two float32 values through the inline PTX ``text``
+        (``$0`` the 32-bit result, ``$1`` / ``$2`` the sources: ``a, b``, or ``b, a`` with ``swap``)."""
+
         @intrinsic
-        def pair(typingctx, lo, hi):
-            if not (lo == types.float32 and hi == types.float32):
+        def pair(typingctx, a, b):
+            if not (a == types.float32 and b == types.float32):
                 return None
 
             def codegen(context, builder, sig, args):
-                # PTX puts the first source in the upper half: hi first.
-                asm = ir.InlineAsm(ir.FunctionType(_I32, [ir.FloatType()] * 2), f"{op} $0, $1, $2;", "=r,f,f")
-                return builder.zext(builder.call(asm, [args[1], args[0]]), _I64)
+                asm = ir.InlineAsm(ir.FunctionType(_I32, [ir.FloatType()] * 2), text, "=r,f,f")
+                return builder.zext(builder.call(asm, [args[1], args[0]] if swap else list(args)), _I64)
 
-            return types.uint64(lo, hi), codegen
+            return types.uint64(a, b), codegen
 
         return pair
 
-    f32x2_to_bf16x2_bits = _f32_pair("cvt.rn.bf16x2.f32")
-    f32x2_to_f16x2_bits = _f32_pair("cvt.rn.f16x2.f32")
+    # PTX puts the first source in the upper half: the (lo, hi) encoders hand it hi first.
+    f32x2_to_bf16x2_bits = _f32x2_word("cvt.rn.bf16x2.f32 $0, $1, $2;", swap=True)
+    f32x2_to_f16x2_bits = _f32x2_word("cvt.rn.f16x2.f32 $0, $1, $2;", swap=True)
 
     _PACK4 = ("{ .reg .b32 ab, cd; prmt.b32 ab, $1, $2, 0x0040; prmt.b32 cd, $3, $4, 0x0040; "
               "prmt.b32 $0, ab, cd, 0x5410; }")
@@ -773,18 +776,7 @@ if not SIMULATOR:
                 "and.b32 s1, s1, 0x8000; shr.b32 s2, s2, 24; and.b32 s2, s2, 0x80; "
                 "or.b32 w, w, s1; or.b32 $0, w, s2; }")
 
-        @intrinsic
-        def f32x2_to_fp8x2_bits(typingctx, hi, lo):
-            if hi != types.float32 or lo != types.float32:
-                return None
-
-            def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(ir.FunctionType(_I32, [ir.FloatType()] * 2), text, "=r,f,f")
-                return builder.zext(builder.call(asm, list(args)), _I64)
-
-            return types.uint64(hi, lo), codegen
-
-        return f32x2_to_fp8x2_bits
+        return _f32x2_word(text, swap=False)  # (hi, lo): hi is the first source
 
     f32x2_to_e4m3x2_bits = _f32x2_to_fp8("e4m3")
     f32x2_to_e5m2x2_bits = _f32x2_to_fp8("e5m2")
