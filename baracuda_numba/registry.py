@@ -93,11 +93,16 @@ class RegistryEntry(Entry):
     def scales(self) -> str:
         return self.mode.value
 
-    def kernel(self, uniform_chunk: bool = True, op: ElementwiseOp | None = None) -> ElementwiseKernel:
+    def kernel(self, uniform_chunk: bool = True, op: ElementwiseOp | None = None,
+               pow2_segments: bool = False) -> ElementwiseKernel:
         """The kernel specialisation (built once per key; compiled on first launch); ``op`` replaces
-        the entry's op by a variant over the same operands (PyTorch's float64 fake quantize)."""
+        the entry's op by a variant over the same operands (PyTorch's float64 fake quantize);
+        ``pow2_segments``: segments of a power-of-two number of chunks (see
+        :func:`~baracuda_numba.kernels.elementwise.elementwise_kernel`)."""
+        uniform = uniform_chunk or self.mode is ScaleMode.SCALAR
         return elementwise_kernel(op or self.op, self.a, self.b, self.out, self.sku.precision_guarantee.math_precision,
-                                  self.mode, uniform_chunk or self.mode is ScaleMode.SCALAR, self.grid)
+                                  self.mode, uniform, self.grid,
+                                  pow2_segments and uniform and self.mode is not ScaleMode.SCALAR)
 
 
 @dataclass(frozen=True)
@@ -148,10 +153,11 @@ class PackedEntry(Entry):
             return dequantize_kernel(self.input_element, self.output_element, precision)
         return pack_kernel()
 
-    def dynamic_kernel(self, symmetric: bool, per_lane: int) -> ElementwiseKernel:
-        """The one-pass dynamic-range kernel for groups held ``per_lane`` chunks per lane."""
+    def dynamic_kernel(self, symmetric: bool, per_lane: int, lanes: int = 0) -> ElementwiseKernel:
+        """The one-pass dynamic-range kernel for groups held ``per_lane`` chunks per lane by ``lanes``
+        lanes (0: a runtime argument)."""
         return dynamic_kernel(self.input_element, self.output_element, self.sku.precision_guarantee.math_precision,
-                              symmetric, per_lane)
+                              symmetric, per_lane, fixed_lanes=lanes)
 
 
 def _packed_entries() -> Iterator[Entry]:

@@ -18,6 +18,8 @@ from baracuda_numba.kernels import elementwise
 from baracuda_numba.plans import base
 
 COLS = 4096
+SHIPPED_POW2_UNROLL = elementwise.POW2_UNROLL
+ORIGINAL_POW2 = base.ElementwisePlan._pow2_segments
 
 
 def cases(n: int):
@@ -56,9 +58,13 @@ def cases(n: int):
 
 
 def use_variant(unroll: int, stationary: bool, bounds: tuple[int, int] | None = None, blocks_per_sm: int = 4,
-                original=base.stationary_blocks) -> None:
-    """``bounds``: launch_bounds of the channel kernels; ``blocks_per_sm``: the stationary grid's blocks per SM."""
-    elementwise.UNROLL = base.UNROLL = unroll
+                original=base.stationary_blocks, pow2_unroll: int | None = None) -> None:
+    """``bounds``: launch_bounds of the channel kernels; ``blocks_per_sm``: the stationary grid's blocks per SM;
+    ``pow2_unroll``: chunks in flight of the kernels whose segments are a power of two chunks (a shift)."""
+    elementwise.UNROLL = unroll
+    elementwise.POW2_UNROLL = pow2_unroll or SHIPPED_POW2_UNROLL
+    # pow2_unroll 0: every row segment tracked incrementally, as before the shift kernels
+    base.ElementwisePlan._pow2_segments = (lambda self: False) if pow2_unroll == 0 else ORIGINAL_POW2
     elementwise.CHANNEL_LAUNCH_BOUNDS = bounds
     base.STATIONARY_BLOCKS_PER_SM = blocks_per_sm
     base.stationary_blocks = original if stationary else (lambda blocks, *_: blocks)
@@ -71,8 +77,9 @@ def main() -> None:
     parser.add_argument("--log2n", type=int, default=28)
     parser.add_argument("--ncu", action="store_true")
     parser.add_argument("--only", default="", help="run only the cases whose label contains this")
-    parser.add_argument("--variants", choices=("channel", "unroll"), default="channel",
-                        help="the channel kernels' launch bounds and grid, or the chunks in flight of every kernel")
+    parser.add_argument("--variants", choices=("channel", "unroll", "pow2"), default="channel",
+                        help="the channel kernels' launch bounds and grid, the chunks in flight of every kernel, or "
+                             "those of the power-of-two segment kernels")
     args = parser.parse_args()
     n = 1 << args.log2n
     if args.ncu:
@@ -87,16 +94,18 @@ def main() -> None:
     copy = 8 * n / device_ms(lambda: buffers[1].copy_(buffers[0]), 20) / 1e6
     buffers.clear()
     print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s, n = 2^{args.log2n}", flush=True)
-    shipped = (elementwise.UNROLL, True, elementwise.CHANNEL_LAUNCH_BOUNDS, base.STATIONARY_BLOCKS_PER_SM)
+    shipped = (elementwise.UNROLL, True, elementwise.CHANNEL_LAUNCH_BOUNDS, base.STATIONARY_BLOCKS_PER_SM,
+               SHIPPED_POW2_UNROLL)
     variants = [shipped] + {
-        "channel": [(2, True, None, 4), (4, True, (512, 2), 2), (4, True, None, 4)],
+        "channel": [(2, True, None, 4, None), (4, True, (512, 2), 2, None), (4, True, None, 4, None)],
         "unroll": [(4, *shipped[1:]), (8, *shipped[1:])],
+        "pow2": [(*shipped[:4], u) for u in (0, 1, 2, 4, 8) if u != SHIPPED_POW2_UNROLL],
     }[args.variants]
     baseline: dict[str, torch.Tensor] = {}
     table: dict[str, list[str]] = {}
     problems = [c for c in cases(n) if args.only in c[0]]  # the same data for every variant
-    for unroll, stationary, bounds, per_sm in variants:
-        use_variant(unroll, stationary, bounds, per_sm)
+    for unroll, stationary, bounds, per_sm, pow2 in variants:
+        use_variant(unroll, stationary, bounds, per_sm, pow2_unroll=pow2)
         for label, per_element, fn in problems:
             out = fn()
             torch.cuda.synchronize()
@@ -109,8 +118,10 @@ def main() -> None:
             ms = device_ms(fn, 20)
             pct = 100 * per_element * n / ms / 1e6 / copy
             table.setdefault(label, []).append(f"{pct:5.1f}% {same}")
-            print(f"unroll {unroll} bounds {bounds} {per_sm}/SM {label:<34} {pct:5.1f}% of copy  {same}", flush=True)
-    print("\n| case | " + " | ".join(f"unroll {u}, bounds {b}, {p}/SM" for u, _, b, p in variants) + " |")
+            print(f"unroll {unroll} pow2 {pow2} bounds {bounds} {per_sm}/SM {label:<34} {pct:5.1f}% of copy  {same}",
+                  flush=True)
+    print("\n| case | " + " | ".join(f"unroll {u} (pow2 {w}), bounds {b}, {p}/SM" for u, _, b, p, w in variants)
+          + " |")
     print("|---|" + "---|" * len(variants))
     for label, cells in table.items():
         print(f"| {label} | " + " | ".join(cells) + " |")

@@ -179,6 +179,7 @@ def regs() -> dict[str, int]:
 
 
 _compiled: list = []
+_POW2 = None  # the shipped ElementwisePlan._pow2_segments, set in main
 
 
 def run(label: str, nbytes: int, fn, want, copy: float, rows: list, inner: int = 5) -> None:
@@ -201,9 +202,11 @@ def tune(x, scales, zps, copy: float, rows: list) -> None:
     cases = {label: (b, fn, want) for label, b, fn, want in api_cases(x, scales, zps)}
     entries = [e for e in registry.entries() if isinstance(e, registry.PackedEntry)]
 
-    def policy(threads: int, bps: int) -> None:
+    def policy(threads: int, bps: int, name: str = "") -> None:
+        """The launch policy of the packed entries whose kernel name starts with ``name``."""
         for e in entries:
-            object.__setattr__(e, "policy", registry.LaunchPolicy(threads, bps))
+            if e.kernel_name.startswith(name):
+                object.__setattr__(e, "policy", registry.LaunchPolicy(threads, bps))
 
     def reset() -> None:
         packed.quantize_kernel.cache_clear()
@@ -212,36 +215,49 @@ def tune(x, scales, zps, copy: float, rows: list) -> None:
         bn.clear_plan_cache()
 
     original = entries[0].policy
-    for unroll in (2, 4, 8):
+    # dequantize: chunks in flight x grid (the packed grid is one resident wave of policy blocks per SM)
+    for unroll in (4, 8):
         packed.UNROLL = unroll
         reset()  # new kernels; the launch policy below only changes plans
-        for threads, bps in ((256, 4), (256, 8), (512, 4), (512, 32)):
-            policy(threads, bps)
+        for threads, bps in ((256, 4), (256, 6), (256, 8), (512, 4), (128, 16)):
+            policy(threads, bps, "dequantize")
             bn.clear_plan_cache()
-            for label in ("quantize int4", "dequantize int4"):
+            for label in ("dequantize int4", "dequantize uint4"):
                 run(f"{label} unroll {unroll} threads {threads} bps<={bps}", *cases[label], copy, rows)
-        for builder in (packed.quantize_kernel, packed.dequantize_kernel):
-            _compiled.append(builder(E.BF16, E.S4, P.F32))
+        _compiled.append(packed.dequantize_kernel(E.BF16, E.S4, P.F32))
     packed.UNROLL = 4
-    for slots, threads in ((2, 256), (4, 256), (8, 256), (4, 128), (4, 512)):
-        packed.DYNAMIC_SLOTS, packed.DYNAMIC_THREADS = slots, threads
-        reset()
-        for bps in (2, 4, 8) if threads == 256 else (2048 // threads,):
-            policy(original.threads_per_block, bps)
-            bn.clear_plan_cache()
-            for label in ("dynamic int4", "dynamic uint4"):
-                run(f"{label} slots {slots} threads {threads} bps<={bps}", *cases[label], copy, rows)
-        for symmetric, p in ((True, E.S4), (False, E.U4)):
-            _compiled.append(packed.dynamic_kernel(E.BF16, p, P.F32, symmetric, 1))
-    packed.DYNAMIC_SLOTS, packed.DYNAMIC_THREADS = 4, 256
+    policy(original.threads_per_block, original.blocks_per_sm)
+    # one-pass dynamic: lanes per group (chunks per lane = 16 / lanes for g128 bf16) x chunk slots x grid
+    shipped_lanes, shipped_slots = packed.DYNAMIC_MAX_LANES, packed.DYNAMIC_SLOTS
+    for max_lanes in (16, 8, 4):
+        for slots in (4, 8):
+            if slots < 16 // max_lanes:
+                continue
+            packed.DYNAMIC_MAX_LANES, packed.DYNAMIC_SLOTS = max_lanes, slots
+            reset()
+            for bps in (4, 8):
+                policy(original.threads_per_block, bps, "dynamic")
+                bn.clear_plan_cache()
+                for label in ("dynamic int4", "dynamic uint4"):
+                    run(f"{label} lanes {max_lanes} slots {slots} bps<={bps}", *cases[label], copy, rows)
+            _compiled.append(packed.dynamic_kernel(E.BF16, E.S4, P.F32, True, 16 // max_lanes,
+                                                   fixed_lanes=max_lanes))
+    packed.DYNAMIC_MAX_LANES, packed.DYNAMIC_SLOTS = shipped_lanes, shipped_slots
     policy(original.threads_per_block, original.blocks_per_sm)
     reset()
-    for unroll in (2, 4):
-        elementwise.UNROLL = base.UNROLL = unroll
+    # fake quantize: the elementwise kernel; groups of 128 are a power of two chunks (segment by shift)
+    shipped_pow2 = elementwise.POW2_UNROLL
+    for pow2_unroll in (0, 1, 2, 4):
+        elementwise.POW2_UNROLL = pow2_unroll or shipped_pow2
+        base.ElementwisePlan._pow2_segments = (lambda self: False) if pow2_unroll == 0 else _POW2
         elementwise.elementwise_kernel.cache_clear()
         bn.clear_plan_cache()
         for label in ("fake_quantize int4", "fake_quantize uint4"):
-            run(f"{label} (elementwise) unroll {unroll}", *cases[label], copy, rows)
+            run(f"{label} (elementwise) pow2 unroll {pow2_unroll} (0: tracked)", *cases[label], copy, rows)
+    elementwise.POW2_UNROLL = shipped_pow2
+    base.ElementwisePlan._pow2_segments = _POW2
+    elementwise.elementwise_kernel.cache_clear()
+    bn.clear_plan_cache()
 
 
 def ptxas_registers() -> None:
@@ -309,6 +325,10 @@ def main() -> None:
         # bench.py's timing: one call between the events, the host's dispatch inside the window
         run(f"{label} (public API, one call per sample)", nbytes, fn, want, copy, rows, inner=1)
     if not args.api_only:
+        global _POW2
+        from baracuda_numba.plans import base
+
+        _POW2 = base.ElementwisePlan._pow2_segments
         tune(x, scales, zps, copy, rows)
         for name, r in regs().items():
             print(f"registers {name}: {r}")

@@ -66,6 +66,37 @@ def test_integer_lanes_clamp_and_byte_packing():
     np.testing.assert_array_equal(packs, sum(v << (8 * k) for k, v in enumerate(as_bytes)).astype(np.uint64))
 
 
+def _nibble_pairs_kernel(hi, lo, rest, signed, unsigned, words):
+    i = cuda.grid(1)
+    if i < hi.size:
+        signed[i] = device.pack_s4_pair(hi[i], lo[i], rest[i])
+        unsigned[i] = device.pack_u4_pair(hi[i], lo[i], rest[i])
+        word = np.uint64(0)  # the chain the packed kernels use: eight nibbles, element 0 lowest
+        for k in range(3, -1, -1):
+            word = device.pack_s4_pair(lo[i] + 2 * k + 1, lo[i] + 2 * k, word)
+        words[i] = word
+
+
+def test_nibble_pairs_saturate_and_chain_into_words():
+    rng = np.random.default_rng(4)
+    n = 64
+    hi = rng.integers(-20, 20, n).astype(np.int32)
+    lo = rng.integers(-20, 20, n).astype(np.int32)
+    hi[:6], lo[:6] = [-8, 7, 15, 16, -9, 0], [7, -8, 0, -1, 8, 15]  # both ends of both ranges, and past them
+    rest = rng.integers(0, 2**32, n, dtype=np.uint64)
+    signed, unsigned, words = (np.zeros(n, np.uint64) for _ in range(3))
+    cuda.jit(_nibble_pairs_kernel)[1, 64](hi, lo, rest, signed, unsigned, words)
+
+    def pair(low, high):
+        h, lw = (np.clip(v.astype(np.int64), low, high) & 0xF for v in (hi, lo))
+        return (((rest.astype(np.int64) << 8) | (h << 4) | lw) & 0xFFFFFFFF).astype(np.uint64)
+
+    np.testing.assert_array_equal(signed, pair(-8, 7))
+    np.testing.assert_array_equal(unsigned, pair(0, 15))
+    nibbles = [np.clip(lo.astype(np.int64) + j, -8, 7) & 0xF for j in range(8)]
+    np.testing.assert_array_equal(words, sum(v << (4 * j) for j, v in enumerate(nibbles)).astype(np.uint64))
+
+
 def _clamp_nan_kernel(x, lo, hi, out):
     i = cuda.grid(1)
     if i < x.size:

@@ -282,3 +282,40 @@ def test_last_axis_channels_thread_stationary_and_not(shape, dtype):
         assert (step_q == step_r == 0) == (stride % period == 0)
         if SIMULATOR:  # a 2-block grid: stationary exactly where 8 or 16 divide the 32-thread stride
             assert (step_q == step_r == 0) == (period in (8, 16))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+@pytest.mark.parametrize(("family", "cols", "group_size"), [
+    ("group", 512, 128), ("group", 384, 64), ("group", 288, 48), ("token", 256, None), ("token", 96, None),
+    ("channel", 512, None), ("channel", 40, None)])
+def test_power_of_two_segments_shift_and_tracking_agree_with_reference(family, cols, group_size, dtype):
+    # Segments of a power-of-two number of chunks (group 128 / 64, rows of 256 / 512) take the
+    # kernel that finds a chunk's segment by a shift; 48-element groups and rows of 96 / 40 elements
+    # track it incrementally. Many more chunks than the grid's threads, so each thread strides.
+    rng = np.random.default_rng(cols)
+    f = bn.element_kind(dtype).numpy_dtype
+    shape = (24, cols)
+    scale_dtype = np.float64 if dtype == "float64" else np.float32
+    axis = 0 if family == "channel" else None
+    count = segments(family, shape, axis, group_size)
+    scales = rng.choice([0.5, 2.0**-6, 0.013, 0.1, 1.7], count).astype(scale_dtype)
+    scales[rng.integers(0, count)] = 0
+    zps = rng.integers(-6, 6, count).astype(np.int32)
+    full_s, full_z = (expand(family, v, shape, axis, group_size) for v in (scales, zps))
+    x = (rng.standard_normal(shape) * 3).astype(np.float32).astype(f)
+    extra = {"channel": (axis,), "token": (), "group": (group_size,)}[family]
+    name = {"channel": "per_channel", "token": "per_token", "group": "per_group"}[family]
+    q = getattr(bn, f"quantize_{name}")(x, scales, zps, *extra)
+    assert_same(q, ref.quantize(x, full_s, full_z, -128, 127, np.int8))
+    assert_same(getattr(bn, f"dequantize_{name}")(q, scales, zps, *extra, dtype=dtype),
+                ref.dequantize(q, full_s, full_z, f))
+    seg_len = group_size or cols
+    chunks = seg_len // (16 // np.dtype(f).itemsize)
+    descriptor = {"group": lambda: bn.QuantizePerGroupDescriptor(*shape, group_size, -128, 127, dtype, "s8"),
+                  "token": lambda: bn.QuantizePerTokenDescriptor(*shape, -128, 127, dtype, "s8"),
+                  "channel": lambda: bn.QuantizePerChannelDescriptor(shape, 0, -128, 127, dtype, "s8")}[family]()
+    plan = {"group": bn.QuantizePerGroupPlan, "token": bn.QuantizePerTokenPlan,
+            "channel": bn.QuantizePerChannelPlan}[family].select(descriptor)
+    pow2 = seg_len % (16 // np.dtype(f).itemsize) == 0 and chunks & (chunks - 1) == 0
+    assert plan._pow2_segments() == pow2
+    assert ("_pow2_" in plan.entry.kernel(plan._uniform, None, pow2).py_func.__name__) == pow2

@@ -24,6 +24,10 @@ unsigned integers (Numba types that mix as float64).
   Numba's own integer ``min`` / ``max`` widen to 64 bits, two instructions each).
 - ``pack_bytes4(a, b, c, d)``: the low bytes of four integers packed into one 32-bit word, ``a``
   lowest (three ``prmt``); uint64 result.
+- ``pack_s4_pair(hi, lo, rest)`` / ``pack_u4_pair(hi, lo, rest)``: ``rest << 8 | hi << 4 | lo`` in 32
+  bits, ``hi`` and ``lo`` saturated to the 4-bit range ([-8, 7] / [0, 15]) and kept to their nibbles
+  (``cvt.pack.sat.{s4,u4}.s32.b32``: one instruction per byte of two nibbles, against a mask, a shift
+  and an or per nibble); uint64 result. Chained from the highest pair down, they pack a word.
 - ``clamp_nan_f32(x, lo, hi)``: ``min(max(x, lo), hi)`` of float32 values with NaN kept NaN
   (``max.NaN`` / ``min.NaN``, one instruction each against a compare and a select).
 - ``f32x2_to_bf16x2_bits(lo, hi)`` / ``f32x2_to_f16x2_bits(lo, hi)``: two float32 values rounded to
@@ -97,6 +101,8 @@ __all__ = [
     "max_s16x2",
     "clamp_s32",
     "pack_bytes4",
+    "pack_s4_pair",
+    "pack_u4_pair",
     "max_bf16x2",
     "min_bf16x2",
     "max_f16x2",
@@ -203,6 +209,15 @@ if SIMULATOR:
 
     def pack_bytes4(a, b, c, d):
         return np.uint64((int(a) & 0xFF) | (int(b) & 0xFF) << 8 | (int(c) & 0xFF) << 16 | (int(d) & 0xFF) << 24)
+
+    def _nibble_pair(low: int, high: int):
+        def pair(hi, lo, rest):
+            sat = [min(max(int(v), low), high) & 0xF for v in (hi, lo)]
+            return np.uint64(((int(rest) << 8) | (sat[0] << 4) | sat[1]) & 0xFFFFFFFF)
+
+        return pair
+
+    pack_s4_pair, pack_u4_pair = _nibble_pair(-8, 7), _nibble_pair(0, 15)
 
     def clamp_nan_f32(x, lo, hi):
         if x != x:
@@ -415,6 +430,24 @@ else:
             return builder.zext(builder.call(asm, words), _I64)
 
         return types.uint64(a, b, c, d), codegen
+
+    def _nibble_pair(kind: str):
+        @intrinsic
+        def pair(typingctx, hi, lo, rest):
+            if not all(isinstance(t, types.Integer) for t in (hi, lo, rest)):
+                return None
+
+            def codegen(context, builder, sig, args):
+                words = [_i32(builder, v, t) for v, t in zip(args, (hi, lo, rest), strict=True)]
+                asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32] * 3), f"cvt.pack.sat.{kind}.s32.b32 $0, $1, $2, $3;",
+                                   "=r,r,r,r")
+                return builder.zext(builder.call(asm, words), _I64)
+
+            return types.uint64(hi, lo, rest), codegen
+
+        return pair
+
+    pack_s4_pair, pack_u4_pair = _nibble_pair("s4"), _nibble_pair("u4")
 
     @intrinsic
     def add_rn(typingctx, x, y):

@@ -43,11 +43,15 @@ from . import device
 from .codecs import codec, math_type
 from .device import device_function
 
-__all__ = ["CHUNK_BYTES", "UNROLL", "chunk_elements", "chunk_io", "chunk_view_itemsize", "op_functions",
+__all__ = ["CHUNK_BYTES", "UNROLL", "POW2_UNROLL", "chunk_elements", "chunk_io", "chunk_view_itemsize", "op_functions",
            "uint_name", "ElementwiseOp", "ScaleMode", "ElementwiseKernel", "elementwise_kernel"]
 
 CHUNK_BYTES = 16  # bytes per chunk of the widest operand
 UNROLL = 2  # chunks each thread loads before computing
+# Chunks in flight of the kernels whose segments are a power-of-two number of chunks (per group 128,
+# per token and per channel along axis 0 of power-of-two rows): their segment is a shift of the chunk
+# index, so more chunks in flight cost no tracking state.
+POW2_UNROLL = 2
 # ``launch_bounds`` of the per-channel kernels whose chunks span several channels: NVVM gave the
 # bf16 -> s8 kernel 74 registers, one 512-thread block per SM (25% occupancy, DRAM 62% in ncu);
 # capped at 64, two blocks fit. H100, 2^28 elements (tune_elementwise, 2026-11-23): bf16 quantize
@@ -221,6 +225,7 @@ class ElementwiseKernel:
     precision: MathPrecision
     chunk: int  # elements per chunk (G)
     options: tuple = ()  # extra ``cuda.jit`` options as (name, value) pairs, e.g. launch_bounds
+    unroll: int = 1  # chunks a thread has in flight (the grid is sized for it)
     _compiled: dict = field(default_factory=dict, compare=False, repr=False)
 
     def compiled(self) -> Any:
@@ -277,13 +282,17 @@ def elementwise_kernel(
     mode: ScaleMode = ScaleMode.SCALAR,
     uniform_chunk: bool = True,
     grid: ElementKind | None = None,
+    pow2_segments: bool = False,
 ) -> ElementwiseKernel:
     """The kernel for ``op`` reading ``a`` (and ``b``), writing ``out`` (built once per key,
     compiled on first use).
 
     ``uniform_chunk`` says every chunk lies in one scale segment (``seg_len % G == 0``), so scales
     are read once per chunk. ``grid`` is the FP8 element of an FP8 op (see :func:`op_functions`):
-    its kernels read no zero points.
+    its kernels read no zero points. ``pow2_segments`` (uniform chunks only) says ``seg_len / G`` is a
+    power of two: the segment of chunk ``c`` is ``c >> log2(seg_len / G)``, with no per-thread
+    tracking (``step_q`` / ``step_r`` unused); in channel mode the caller guarantees that the channel
+    axis is the outermost (``n == channels * seg_len``), so that no modulo applies.
     """
     M = math_type(precision)
     compute = op_functions(precision, grid)[op]
@@ -300,16 +309,18 @@ def elementwise_kernel(
     channels_mode = mode is ScaleMode.CHANNELS
     per_element_params = not scalar and not uniform_chunk
     stationary_capable = channels_mode and per_element_params
+    shifted = pow2_segments and not scalar and uniform_chunk
     zero = M(0.0)
     word_zero = np.uint64(0)
     u64 = np.uint64
-    unroll = UNROLL
+    unroll = POW2_UNROLL if shifted else UNROLL
 
     reads_zero_points = op is not ElementwiseOp.DEQUANTIZE_BACKWARD and grid is None
 
     reciprocal = device.reciprocal
     byte = u64(0xFF)
     integer_quantize = op is ElementwiseOp.QUANTIZE and grid is None and out in (ElementKind.S8, ElementKind.U8)
+    pack_bytes4 = device.pack_bytes4
     pair_encode = out_codec.encode_pair
     pairs = pair_encode is not None and G % 2 == 0
 
@@ -376,15 +387,45 @@ def elementwise_kernel(
             o_lo, o_hi = place(o_lo, o_hi, element_bits(x, y, inv, sc, zp, q_min, q_max), j * o_bits)
         return o_lo, o_hi, pending
 
+    # int8 outputs of a chunk four to a word through pack_bytes4 (three prmt per four bytes, against
+    # a 64-bit mask, shift and or per byte through ``place``).
+    byte_words = integer_quantize and G >= 4
+
+    @device_function
+    def quantized(a_lo, a_hi, j, inv, zp, q_min, q_max):
+        return quantize_int(a_decode(lane(a_lo, a_hi, j * a_bits)), inv, zp, q_min, q_max)
+
+    @device_function
+    def quantize_chunk_bytes(a_lo, a_hi, inv, zp, q_min, q_max):
+        """The chunk's G integer outputs under one scale and zero point, four bytes per word."""
+        o_lo, o_hi = word_zero, word_zero
+        for w in range(G // 4):
+            j = 4 * w
+            word = pack_bytes4(quantized(a_lo, a_hi, j, inv, zp, q_min, q_max),
+                               quantized(a_lo, a_hi, j + 1, inv, zp, q_min, q_max),
+                               quantized(a_lo, a_hi, j + 2, inv, zp, q_min, q_max),
+                               quantized(a_lo, a_hi, j + 3, inv, zp, q_min, q_max))
+            o_lo, o_hi = place(o_lo, o_hi, word, 32 * w)
+        return o_lo, o_hi
+
     @device_function
     def stationary_chunk(a_lo, a_hi, b_lo, b_hi, e_inv, e_scale, e_zp, q_min, q_max):
         """A chunk whose G elements use the thread's fixed parameters: a loop small enough for NVVM
         to unroll, so ``e_*[j]`` are registers (ncu showed local-memory traffic, 64% L1 hits, while
         this loop shared its body with the per-element parameter updates)."""
         o_lo, o_hi, pending = word_zero, word_zero, zero
-        for j in range(G):
-            o_lo, o_hi, pending = chunk_lane(o_lo, o_hi, pending, a_lo, a_hi, b_lo, b_hi, j, e_inv[j], e_scale[j],
-                                             e_zp[j], q_min, q_max)
+        if byte_words:
+            for w in range(G // 4):
+                j = 4 * w
+                word = pack_bytes4(quantized(a_lo, a_hi, j, e_inv[j], e_zp[j], q_min, q_max),
+                                   quantized(a_lo, a_hi, j + 1, e_inv[j + 1], e_zp[j + 1], q_min, q_max),
+                                   quantized(a_lo, a_hi, j + 2, e_inv[j + 2], e_zp[j + 2], q_min, q_max),
+                                   quantized(a_lo, a_hi, j + 3, e_inv[j + 3], e_zp[j + 3], q_min, q_max))
+                o_lo, o_hi = place(o_lo, o_hi, word, 32 * w)
+        else:
+            for j in range(G):
+                o_lo, o_hi, pending = chunk_lane(o_lo, o_hi, pending, a_lo, a_hi, b_lo, b_hi, j, e_inv[j],
+                                                 e_scale[j], e_zp[j], q_min, q_max)
         return o_lo, o_hi
 
     def kernel(aw, ae, bw, be, ow, oe, scales, zero_points, n, nchunks, seg_len, channels, step_q, step_r,
@@ -403,7 +444,11 @@ def elementwise_kernel(
         inv, sc, zp = inv0, scale0, zp0
         # Segment of this thread's next chunk, tracked incrementally (one division per thread).
         seg, seg_pos = 0, 0
-        if not scalar:
+        shift = 0
+        if shifted:  # log2(seg_len / G), seg_len / G a power of two: no division
+            while (G << shift) < seg_len:
+                shift += 1
+        elif not scalar:
             seg, seg_pos = segment_of(start * G, seg_len, channels)
         # Thread-stationary channels: when one grid stride spans a whole number of channel periods
         # (step_q == step_r == 0), every chunk of this thread sees the same G channels, so their
@@ -424,7 +469,9 @@ def elementwise_kernel(
                     a_lo[k], a_hi[k] = a_load(aw, c)
                     if has_b:
                         b_lo[k], b_hi[k] = b_load(bw, c)
-                    if not scalar and not stationary:  # the chunk's scale loads overlap the data loads
+                    if shifted:
+                        k_inv[k], k_scale[k], k_zp[k] = segment_params(scales, zero_points, c >> shift)
+                    elif not scalar and not stationary:  # the chunk's scale loads overlap the data loads
                         k_seg[k], k_pos[k] = seg, seg_pos
                         k_inv[k], k_scale[k], k_zp[k] = segment_params(scales, zero_points, seg)
                         seg, seg_pos = advance(seg, seg_pos, step_q, step_r, seg_len, channels)
@@ -432,12 +479,18 @@ def elementwise_kernel(
                 c = base + k * stride
                 if c < nchunks:
                     s, pos = 0, 0
-                    if not scalar and not stationary:
+                    if shifted:
+                        inv, sc, zp = k_inv[k], k_scale[k], k_zp[k]
+                    elif not scalar and not stationary:
                         s, pos = k_seg[k], k_pos[k]
                         inv, sc, zp = k_inv[k], k_scale[k], k_zp[k]
                     if stationary:
                         o_lo, o_hi = stationary_chunk(a_lo[k], a_hi[k], b_lo[k], b_hi[k], e_inv, e_scale, e_zp,
                                                       q_min, q_max)
+                        o_store(ow, c, o_lo, o_hi)
+                        continue
+                    if byte_words and not per_element_params:
+                        o_lo, o_hi = quantize_chunk_bytes(a_lo[k], a_hi[k], inv, zp, q_min, q_max)
                         o_store(ow, c, o_lo, o_hi)
                         continue
                     o_lo, o_hi, pending = word_zero, word_zero, zero
@@ -474,7 +527,8 @@ def elementwise_kernel(
         f"int64, int64, int64, int64, int64, int64, {m}, {m}, {m}, {m}, {m})"
     )
     grid_tag = f"_{grid.short}" if grid else ""
-    kernel.__name__ = f"{op.value}_{a.short}_{b_elem.short}_{out.short}_{mode.value}{grid_tag}"
+    pow2_tag = f"_pow2_u{unroll}" if shifted else ""
+    kernel.__name__ = f"{op.value}_{a.short}_{b_elem.short}_{out.short}_{mode.value}{grid_tag}{pow2_tag}"
     kernel.__qualname__ = kernel.__name__
     options = (("launch_bounds", CHANNEL_LAUNCH_BOUNDS),) if stationary_capable and CHANNEL_LAUNCH_BOUNDS else ()
-    return ElementwiseKernel(kernel, signature, a, b, out, precision, G, options)
+    return ElementwiseKernel(kernel, signature, a, b, out, precision, G, options, unroll)

@@ -55,6 +55,7 @@ UNROLL = 4  # chunks each thread loads before computing (tuned on an H100: bench
 DYNAMIC_SLOTS = 4  # chunks a lane of the one-pass dynamic kernel holds per pass (several groups when they are small)
 DYNAMIC_MAX_PER_LANE = 8  # larger groups (more than 8 chunks per lane) take the two-pass path
 DYNAMIC_THREADS = 32 if SIMULATOR else 256  # threads per block of the dynamic kernel
+DYNAMIC_MAX_LANES = 32  # lanes a group of the one-pass dynamic kernel spreads over at most
 _NIBBLE = np.uint64(0xF)
 _FOUR = np.uint64(4)
 
@@ -77,12 +78,12 @@ def group_shift(chunks_per_group: int) -> int:
 
 def dynamic_layout(chunks_per_group: int) -> tuple[int, int] | None:
     """``(lanes, per_lane)`` of the one-pass dynamic kernel for groups of ``chunks_per_group`` chunks:
-    ``lanes`` the largest power of two <= 32 dividing it, ``per_lane = chunks_per_group / lanes``; None
-    when a lane would hold more than ``DYNAMIC_MAX_PER_LANE`` chunks."""
+    ``lanes`` the largest power of two <= ``DYNAMIC_MAX_LANES`` dividing it, ``per_lane =
+    chunks_per_group / lanes``; None when a lane would hold more than ``DYNAMIC_MAX_PER_LANE`` chunks."""
     if chunks_per_group <= 0:
         return None
     lanes = 1
-    while lanes < 32 and chunks_per_group % (2 * lanes) == 0:
+    while lanes < DYNAMIC_MAX_LANES and chunks_per_group % (2 * lanes) == 0:
         lanes *= 2
     per_lane = chunks_per_group // lanes
     return (lanes, per_lane) if per_lane <= DYNAMIC_MAX_PER_LANE else None
@@ -99,25 +100,32 @@ def _group_of(c, shift, chunks_per_group):
 
 
 @functools.cache
-def _nibble_packer(element: ElementKind, precision: MathPrecision):
+def _nibble_packer(element: ElementKind, packed: ElementKind, precision: MathPrecision):
     """``pack(lo, hi, inv, scale, zp, q_min, q_max)``: the ``G`` floats of a chunk (two uint64 words)
-    quantized (the elementwise ``quantize``) and packed into ``G / 2`` bytes, element 0 lowest."""
+    quantized (the elementwise ``quantize``) and packed into ``G / 2`` bytes, element 0 lowest: one
+    ``cvt.pack.sat`` per byte, chained from the highest byte down. ``quantize_int`` has clamped each
+    value into ``[q_min, q_max]``, inside the 4-bit range, so the saturation never changes one."""
     G = chunk_elements(element)
     decode = codec(element, precision).decode
     bits = 8 * element.itemsize
     u64 = np.uint64
+    nibble_pair = device.pack_s4_pair if packed is ElementKind.S4 else device.pack_u4_pair
 
     @device_function
     def nibble(x, inv, sc, zp, q_min, q_max):
         return u64(quantize_int(x, inv, zp, q_min, q_max)) & _NIBBLE
 
     @device_function
+    def value(lo, hi, j, inv, zp, q_min, q_max):
+        bit = j * bits
+        return quantize_int(decode((lo if bit < 64 else hi) >> u64(bit % 64)), inv, zp, q_min, q_max)
+
+    @device_function
     def pack(lo, hi, inv, sc, zp, q_min, q_max):
         word = u64(0)
-        for j in range(G):
-            bit = j * bits
-            w = (lo if bit < 64 else hi) >> u64(bit % 64)
-            word |= nibble(decode(w), inv, sc, zp, q_min, q_max) << u64(4 * j)
+        for k in range(G // 2 - 1, -1, -1):
+            word = nibble_pair(value(lo, hi, 2 * k + 1, inv, zp, q_min, q_max),
+                               value(lo, hi, 2 * k, inv, zp, q_min, q_max), word)
         return word
 
     return nibble, pack
@@ -139,7 +147,7 @@ def quantize_kernel(element: ElementKind, packed: ElementKind, precision: MathPr
     G = chunk_elements(element)
     unroll = unroll or UNROLL
     decode = codec(element, precision).decode
-    nibble, pack = _nibble_packer(element, precision)
+    nibble, pack = _nibble_packer(element, packed, precision)
     load, _ = chunk_io(CHUNK_BYTES)
     reads_zero_points = packed is ElementKind.U4
     zero = M(0.0)
@@ -290,7 +298,8 @@ def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: Math
 
 @functools.cache
 def dynamic_kernel(element: ElementKind, packed: ElementKind, precision: MathPrecision, symmetric: bool,
-                   per_lane: int, slots: int | None = None, threads: int | None = None) -> ElementwiseKernel:
+                   per_lane: int, slots: int | None = None, threads: int | None = None,
+                   fixed_lanes: int = 0) -> ElementwiseKernel:
     """Dynamic-range quantize per group to packed nibbles in one pass (read ``x`` once).
 
     Arguments: ``x_chunks (uint64 pairs), q_chunks (G / 2 bytes each), scales, zero_points, ngroups,
@@ -301,7 +310,9 @@ def dynamic_kernel(element: ElementKind, packed: ElementKind, precision: MathPre
     every lane the range; lane 0 writes the scale and, when ``zero_points`` is not empty, the zero
     point. Every thread of a block runs the same number of passes (the shuffles need the whole warp;
     the simulator's need the whole block). ``threads`` per block (default :data:`DYNAMIC_THREADS`)
-    is baked in for the simulator's shuffle scratch.
+    is baked in for the simulator's shuffle scratch. ``fixed_lanes`` (a power of two) bakes ``lanes``
+    in, so that the butterfly is unrolled and a team's index is a shift; the ``lanes`` argument must
+    then equal it.
     """
     M = math_type(precision)
     G = chunk_elements(element)
@@ -309,7 +320,7 @@ def dynamic_kernel(element: ElementKind, packed: ElementKind, precision: MathPre
     tpb = threads or DYNAMIC_THREADS
     per_pass = groups_per_pass(per_lane, slots)
     held = per_pass * per_lane
-    _, pack = _nibble_packer(element, precision)
+    _, pack = _nibble_packer(element, packed, precision)
     _, combine, range_params = range_functions(precision, symmetric)
     load, _ = chunk_io(CHUNK_BYTES)
     shuffle_xor = device.shuffle_xor
@@ -318,8 +329,9 @@ def dynamic_kernel(element: ElementKind, packed: ElementKind, precision: MathPre
 
     chunk_range = chunk_range_function(element, precision, symmetric)
 
-    def kernel(xw, qw, scales, zero_points, ngroups, lanes, q_min, q_max, zp_sym):
+    def kernel(xw, qw, scales, zero_points, ngroups, lanes_arg, q_min, q_max, zp_sym):
         tid = cuda.threadIdx.x
+        lanes = fixed_lanes if fixed_lanes else lanes_arg
         scratch_hi = cuda.shared.array(tpb, M)  # used only by the simulator's shuffles
         scratch_lo = cuda.shared.array(tpb, M)
         w_lo = cuda.local.array(held, np.uint64)
@@ -365,6 +377,8 @@ def dynamic_kernel(element: ElementKind, packed: ElementKind, precision: MathPre
     m = _math_name(precision)
     signature = f"void(uint64[::1], {uint_name(G // 2)}[::1], {m}[::1], int32[::1], int64, int64, {m}, {m}, {m})"
     tag = f"{'sym' if symmetric else 'asym'}_{element.short}_{packed.short}_r{per_lane}_s{slots}_t{tpb}"
+    if fixed_lanes:
+        tag += f"_l{fixed_lanes}"
     kernel.__name__ = kernel.__qualname__ = f"dynamic_packed_{tag}"
     return ElementwiseKernel(kernel, signature, element, None, packed, precision, G)
 

@@ -18,7 +18,7 @@ from .. import registry
 from ..arrays import Operand, adapt, finish, require_contiguous, scalar_value
 from ..errors import BaracudaError, InvalidProblem, Unsupported, WorkspaceTooSmall, problem_message
 from ..kernels.codecs import math_type
-from ..kernels.elementwise import UNROLL, ElementwiseOp, ScaleMode, chunk_elements, chunk_view_itemsize
+from ..kernels.elementwise import ElementwiseOp, ScaleMode, chunk_elements, chunk_view_itemsize
 from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize, torch_current_stream
 from ..platform import SIMULATOR, require_device
 from ..vocabulary import ElementKind, KernelSku, PlanPreference, PrecisionGuarantee, QuantizeKind, element_kind
@@ -258,9 +258,10 @@ class ElementwisePlan(Plan):
     def _prepare(self) -> None:
         entry = self.entry
         self._uniform = self._uniform_chunk()
-        kernel = entry.kernel(self._uniform, self._kernel_op())
+        kernel = entry.kernel(self._uniform, self._kernel_op(), self._pow2_segments())
         self._grid_element = entry.grid
         G = self._chunk = kernel.chunk
+        self._unroll = kernel.unroll
         M = self._math = math_type(kernel.precision)
         self._n = self._numel()
         self._elements = (entry.a, entry.b or entry.a, entry.out)
@@ -330,6 +331,16 @@ class ElementwisePlan(Plan):
     def _uniform_chunk(self) -> bool:
         return True
 
+    def _pow2_segments(self) -> bool:
+        """Whether each scale segment is a power-of-two number of chunks (its index a shift), in row
+        mode or with the channel axis outermost (no modulo)."""
+        seg_len, channels = self._segments()
+        mode = self.entry.mode
+        if mode is ScaleMode.SCALAR or (mode is ScaleMode.CHANNELS and self._numel() != seg_len * channels):
+            return False
+        chunks, rest = divmod(seg_len, chunk_elements(self.entry.a, self.entry.b, self.entry.out))
+        return rest == 0 and chunks > 0 and chunks & (chunks - 1) == 0
+
     def _kernel_op(self) -> ElementwiseOp | None:
         """A variant of the entry's op to compile instead (None: the entry's own)."""
         return None
@@ -385,7 +396,7 @@ class ElementwisePlan(Plan):
         geometry = self._geometry_cache.get((device_id, nchunks))
         if geometry is None:
             policy = self.entry.policy
-            work = max(-(-nchunks // UNROLL), self._n - nchunks * self._chunk)
+            work = max(-(-nchunks // self._unroll), self._n - nchunks * self._chunk)
             blocks = policy.blocks(work, sm_count(device_id))
             seg_len, channels = self._segments()
             if nchunks and self.entry.mode is ScaleMode.CHANNELS and not self._uniform:

@@ -303,7 +303,7 @@ class DynamicRangePackedPlan(Plan):
             self._scale_element = ElementKind.F64 if M is np.float64 else ElementKind.F32
             zp_sym = symmetric_zero_point(desc.q_min, desc.q_max) if self._symmetric else 0
             self._q_scalars = (M(desc.q_min), M(desc.q_max), M(zp_sym))
-            kernel = self.entry.dynamic_kernel(self._symmetric, self._layout[1])
+            kernel = self.entry.dynamic_kernel(self._symmetric, self._layout[1], self._layout[0])
             self._threads = packed_kernels.DYNAMIC_THREADS
             self._one_pass = KernelLauncher(kernel.compiled, 4, (np.int64, np.int64, M, M, M))
             self._blocks_per_sm = resident_blocks(kernel, self._threads, self.entry.policy.blocks_per_sm)
