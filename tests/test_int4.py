@@ -254,9 +254,10 @@ def test_chunked_and_byte_paths_agree(dtype, offset):
 def test_dynamic_layout_lanes_and_chunks_per_lane():
     from baracuda_numba.kernels.packed import DYNAMIC_MAX_PER_LANE, dynamic_layout, group_shift
 
-    # lanes: the largest power of two <= 32 dividing the chunks per group; the rest per lane
+    # lanes: the largest power of two <= DYNAMIC_MAX_LANES (4) dividing the chunks per group, more (a
+    # power of two <= 32 dividing it) while a lane would hold more than DYNAMIC_MAX_PER_LANE (8)
     assert [dynamic_layout(c) for c in (1, 2, 3, 12, 16, 32, 64, 96, 256)] == [
-        (1, 1), (2, 1), (1, 3), (4, 3), (16, 1), (32, 1), (32, 2), (32, 3), (32, 8)]
+        (1, 1), (2, 1), (1, 3), (4, 3), (4, 4), (4, 8), (8, 8), (16, 6), (32, 8)]
     assert dynamic_layout(32 * (DYNAMIC_MAX_PER_LANE + 1)) is None and dynamic_layout(0) is None
     assert [group_shift(c) for c in (1, 2, 16, 3, 12)] == [0, 1, 4, -1, -1]
 

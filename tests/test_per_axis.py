@@ -251,11 +251,12 @@ def test_empty_and_degenerate_shapes():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
-@pytest.mark.parametrize("shape", [(5, 2, 8), (9, 16), (7, 24), (4, 3, 5)])
+@pytest.mark.parametrize("shape", [(5, 2, 8), (9, 16), (7, 24), (4, 3, 5), (40, 16), (3, 65, 8)])
 def test_last_axis_channels_thread_stationary_and_not(shape, dtype):
     # channels along the last axes: one grid stride is a whole number of channel periods (each thread
     # loads its chunk's parameters once) for 8 / 16 channels, and not for 24 or 15 elements per period
-    # on the simulator's 2 x 32-thread grid; every op against the reference either way
+    # on the simulator's 2 x 32-thread grid (40 x 16 and 3 x 65 x 8: several chunks per thread, in pairs
+    # and one left over); every op against the reference either way
     rng = np.random.default_rng(len(shape) * 100 + shape[-1])
     f = bn.element_kind(dtype).numpy_dtype
     scale_dtype = np.float64 if dtype == "float64" else np.float32

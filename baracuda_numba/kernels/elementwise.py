@@ -43,15 +43,17 @@ from . import device
 from .codecs import codec, math_type
 from .device import device_function
 
-__all__ = ["CHUNK_BYTES", "UNROLL", "POW2_UNROLL", "chunk_elements", "chunk_io", "chunk_view_itemsize", "op_functions",
-           "uint_name", "ElementwiseOp", "ScaleMode", "ElementwiseKernel", "elementwise_kernel"]
+__all__ = ["CHUNK_BYTES", "UNROLL", "POW2_UNROLL", "chunk_elements", "chunk_io", "chunk_view_itemsize",
+           "op_functions", "uint_name", "ElementwiseOp", "ScaleMode", "ElementwiseKernel", "elementwise_kernel"]
 
 CHUNK_BYTES = 16  # bytes per chunk of the widest operand
 UNROLL = 2  # chunks each thread loads before computing
 # Chunks in flight of the kernels whose segments are a power-of-two number of chunks (per group 128,
-# per token and per channel along axis 0 of power-of-two rows): their segment is a shift of the chunk
-# index, so more chunks in flight cost no tracking state.
-POW2_UNROLL = 2
+# per token and per channel along axis 0 of power-of-two rows; the segment is a shift of the chunk
+# index). One: on an H100 (tune_elementwise --variants pow2, 2^28 elements, copy 3008 GB/s) bf16 group-128
+# quantize 82.7% of copy at 1, 70.5% at 2, 69.7% at 4 (the tracked kernel 70.0%); per token 87.1% /
+# 75.2% / 74.5%; dequantize within 0.3% across 1 and 2.
+POW2_UNROLL = 1
 # ``launch_bounds`` of the per-channel kernels whose chunks span several channels: NVVM gave the
 # bf16 -> s8 kernel 74 registers, one 512-thread block per SM (25% occupancy, DRAM 62% in ncu);
 # capped at 64, two blocks fit. H100, 2^28 elements (tune_elementwise, 2026-11-23): bf16 quantize
@@ -388,8 +390,10 @@ def elementwise_kernel(
         return o_lo, o_hi, pending
 
     # int8 outputs of a chunk four to a word through pack_bytes4 (three prmt per four bytes, against
-    # a 64-bit mask, shift and or per byte through ``place``).
-    byte_words = integer_quantize and G >= 4
+    # a 64-bit mask, shift and or per byte through ``place``). Not in the kernels that track their
+    # segment: there NVVM gave the bf16 kernel 48 registers against 40, two 512-thread blocks per SM
+    # instead of three, and group-128 quantize fell from 81.6% to 70.0% of copy (H100, 2026-11-23).
+    byte_words = integer_quantize and G >= 4 and (scalar or shifted or stationary_capable)
 
     @device_function
     def quantized(a_lo, a_hi, j, inv, zp, q_min, q_max):
@@ -462,7 +466,30 @@ def elementwise_kernel(
             for j in range(G):
                 e_inv[j], e_scale[j], e_zp[j] = segment_params(scales, zero_points, s)
                 s, pos = advance(s, pos, 0, 1, seg_len, channels)
-        for base in range(start, nchunks, stride * unroll):
+        # The stationary loop keeps its two chunks in scalars: the general loop's per-chunk arrays
+        # stay in local memory in these kernels (NVVM does not unroll it around the per-element
+        # parameter updates), which ncu showed as 71% L1 hits on quantize_backward.
+        c = start
+        while stationary and c + stride < nchunks:
+            lo0, hi0 = a_load(aw, c)
+            lo1, hi1 = a_load(aw, c + stride)
+            b_lo0, b_hi0, b_lo1, b_hi1 = word_zero, word_zero, word_zero, word_zero
+            if has_b:
+                b_lo0, b_hi0 = b_load(bw, c)
+                b_lo1, b_hi1 = b_load(bw, c + stride)
+            o_lo, o_hi = stationary_chunk(lo0, hi0, b_lo0, b_hi0, e_inv, e_scale, e_zp, q_min, q_max)
+            o_store(ow, c, o_lo, o_hi)
+            o_lo, o_hi = stationary_chunk(lo1, hi1, b_lo1, b_hi1, e_inv, e_scale, e_zp, q_min, q_max)
+            o_store(ow, c + stride, o_lo, o_hi)
+            c += 2 * stride
+        if stationary and c < nchunks:
+            lo0, hi0 = a_load(aw, c)
+            b_lo0, b_hi0 = word_zero, word_zero
+            if has_b:
+                b_lo0, b_hi0 = b_load(bw, c)
+            o_lo, o_hi = stationary_chunk(lo0, hi0, b_lo0, b_hi0, e_inv, e_scale, e_zp, q_min, q_max)
+            o_store(ow, c, o_lo, o_hi)
+        for base in range(start, 0 if stationary else nchunks, stride * unroll):
             for k in range(unroll):
                 c = base + k * stride
                 if c < nchunks:
@@ -484,11 +511,6 @@ def elementwise_kernel(
                     elif not scalar and not stationary:
                         s, pos = k_seg[k], k_pos[k]
                         inv, sc, zp = k_inv[k], k_scale[k], k_zp[k]
-                    if stationary:
-                        o_lo, o_hi = stationary_chunk(a_lo[k], a_hi[k], b_lo[k], b_hi[k], e_inv, e_scale, e_zp,
-                                                      q_min, q_max)
-                        o_store(ow, c, o_lo, o_hi)
-                        continue
                     if byte_words and not per_element_params:
                         o_lo, o_hi = quantize_chunk_bytes(a_lo[k], a_hi[k], inv, zp, q_min, q_max)
                         o_store(ow, c, o_lo, o_hi)
