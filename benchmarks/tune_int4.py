@@ -3,8 +3,9 @@ next to the device-to-device copy of the same run. ``python benchmarks/tune_int4
 [--api-only]``
 
 Variants: chunks in flight per thread (``packed.UNROLL``) x launch policy (threads per block, blocks per
-SM) for quantize / dequantize; chunk slots per lane x threads per block x blocks per SM for the one-pass
-dynamic kernel; the elementwise fake-quantize per group at the elementwise ``UNROLL``. ``--ptxas``: only
+SM) for dequantize; lanes per group (``packed.DYNAMIC_MAX_LANES``) x chunk slots per lane x blocks per
+SM for the one-pass dynamic kernel; the elementwise fake-quantize per group through the tracking kernel
+and the shift kernels at ``elementwise.POW2_UNROLL`` 1, 2, 4. ``--ptxas``: only
 the registers per thread of every variant, compiled for sm_90 without a GPU. ``--api-only``
 times the public functions only (what an older checkout has too: run it with that checkout on
 ``PYTHONPATH`` to time the old kernels in the same session).
