@@ -400,15 +400,19 @@ def elementwise_kernel(
         return quantize_int(a_decode(lane(a_lo, a_hi, j * a_bits)), inv, zp, q_min, q_max)
 
     @device_function
+    def byte_word(a_lo, a_hi, j, inv0, zp0, inv1, zp1, inv2, zp2, inv3, zp3, q_min, q_max):
+        """Integer outputs ``j .. j + 3`` of a chunk (each under its own parameters) in one word."""
+        return pack_bytes4(quantized(a_lo, a_hi, j, inv0, zp0, q_min, q_max),
+                           quantized(a_lo, a_hi, j + 1, inv1, zp1, q_min, q_max),
+                           quantized(a_lo, a_hi, j + 2, inv2, zp2, q_min, q_max),
+                           quantized(a_lo, a_hi, j + 3, inv3, zp3, q_min, q_max))
+
+    @device_function
     def quantize_chunk_bytes(a_lo, a_hi, inv, zp, q_min, q_max):
         """The chunk's G integer outputs under one scale and zero point, four bytes per word."""
         o_lo, o_hi = word_zero, word_zero
         for w in range(G // 4):
-            j = 4 * w
-            word = pack_bytes4(quantized(a_lo, a_hi, j, inv, zp, q_min, q_max),
-                               quantized(a_lo, a_hi, j + 1, inv, zp, q_min, q_max),
-                               quantized(a_lo, a_hi, j + 2, inv, zp, q_min, q_max),
-                               quantized(a_lo, a_hi, j + 3, inv, zp, q_min, q_max))
+            word = byte_word(a_lo, a_hi, 4 * w, inv, zp, inv, zp, inv, zp, inv, zp, q_min, q_max)
             o_lo, o_hi = place(o_lo, o_hi, word, 32 * w)
         return o_lo, o_hi
 
@@ -421,16 +425,23 @@ def elementwise_kernel(
         if byte_words:
             for w in range(G // 4):
                 j = 4 * w
-                word = pack_bytes4(quantized(a_lo, a_hi, j, e_inv[j], e_zp[j], q_min, q_max),
-                                   quantized(a_lo, a_hi, j + 1, e_inv[j + 1], e_zp[j + 1], q_min, q_max),
-                                   quantized(a_lo, a_hi, j + 2, e_inv[j + 2], e_zp[j + 2], q_min, q_max),
-                                   quantized(a_lo, a_hi, j + 3, e_inv[j + 3], e_zp[j + 3], q_min, q_max))
+                word = byte_word(a_lo, a_hi, j, e_inv[j], e_zp[j], e_inv[j + 1], e_zp[j + 1], e_inv[j + 2],
+                                 e_zp[j + 2], e_inv[j + 3], e_zp[j + 3], q_min, q_max)
                 o_lo, o_hi = place(o_lo, o_hi, word, 32 * w)
         else:
             for j in range(G):
                 o_lo, o_hi, pending = chunk_lane(o_lo, o_hi, pending, a_lo, a_hi, b_lo, b_hi, j, e_inv[j],
                                                  e_scale[j], e_zp[j], q_min, q_max)
         return o_lo, o_hi
+
+    @device_function
+    def load_ab(aw, bw, c):
+        """Chunk ``c`` of ``a`` and (zero words without one) of ``b``."""
+        a_lo, a_hi = a_load(aw, c)
+        b_lo, b_hi = word_zero, word_zero
+        if has_b:
+            b_lo, b_hi = b_load(bw, c)
+        return a_lo, a_hi, b_lo, b_hi
 
     def kernel(aw, ae, bw, be, ow, oe, scales, zero_points, n, nchunks, seg_len, channels, step_q, step_r,
                inv0, scale0, zp0, q_min, q_max):
@@ -471,22 +482,15 @@ def elementwise_kernel(
         # parameter updates), which ncu showed as 71% L1 hits on quantize_backward.
         c = start
         while stationary and c + stride < nchunks:
-            lo0, hi0 = a_load(aw, c)
-            lo1, hi1 = a_load(aw, c + stride)
-            b_lo0, b_hi0, b_lo1, b_hi1 = word_zero, word_zero, word_zero, word_zero
-            if has_b:
-                b_lo0, b_hi0 = b_load(bw, c)
-                b_lo1, b_hi1 = b_load(bw, c + stride)
+            lo0, hi0, b_lo0, b_hi0 = load_ab(aw, bw, c)
+            lo1, hi1, b_lo1, b_hi1 = load_ab(aw, bw, c + stride)
             o_lo, o_hi = stationary_chunk(lo0, hi0, b_lo0, b_hi0, e_inv, e_scale, e_zp, q_min, q_max)
             o_store(ow, c, o_lo, o_hi)
             o_lo, o_hi = stationary_chunk(lo1, hi1, b_lo1, b_hi1, e_inv, e_scale, e_zp, q_min, q_max)
             o_store(ow, c + stride, o_lo, o_hi)
             c += 2 * stride
         if stationary and c < nchunks:
-            lo0, hi0 = a_load(aw, c)
-            b_lo0, b_hi0 = word_zero, word_zero
-            if has_b:
-                b_lo0, b_hi0 = b_load(bw, c)
+            lo0, hi0, b_lo0, b_hi0 = load_ab(aw, bw, c)
             o_lo, o_hi = stationary_chunk(lo0, hi0, b_lo0, b_hi0, e_inv, e_scale, e_zp, q_min, q_max)
             o_store(ow, c, o_lo, o_hi)
         for base in range(start, 0 if stationary else nchunks, stride * unroll):
