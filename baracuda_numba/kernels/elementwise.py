@@ -20,10 +20,13 @@ nearest even by the output encoder, NaN kept, no zero point.
 Layout: operands are flat and C-contiguous, read and written in chunks of ``G`` consecutive
 elements, ``G = 16 / (widest itemsize)``: the widest operand moves 16 bytes per chunk (one
 ``v2.u64`` access), the others ``G * itemsize`` bytes. Consecutive threads take consecutive chunks
-(grid-stride, ``UNROLL`` chunks in flight per thread), so every access of a warp is coalesced, loads
-and stores alike. The ``n % G`` tail, or everything when an operand is not aligned to its chunk,
-goes through the element path. Scales are a scalar (per tensor) or arrays indexed by a segment:
-``i // seg_len`` (per token / per group) or ``(i // seg_len) % channels`` (per channel).
+(grid-stride, ``UNROLL`` chunks in flight per thread, ``POW2_UNROLL`` in the shift kernels), so every
+access of a warp is coalesced, loads and stores alike. The ``n % G`` tail, or everything when an
+operand is not aligned to its chunk, goes through the element path. Scales are a scalar (per tensor)
+or arrays indexed by a segment: ``i // seg_len`` (per token / per group) or ``(i // seg_len) %
+channels`` (per channel); when ``seg_len / G`` is a power of two the segment of chunk ``c`` is a shift
+of ``c`` (``pow2_segments``), otherwise each thread tracks it without dividing. Integer outputs of
+the scalar, shift and thread-stationary kernels are packed four bytes per word (``pack_bytes4``).
 """
 
 from __future__ import annotations
