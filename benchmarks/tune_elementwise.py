@@ -13,6 +13,7 @@ import argparse
 import torch
 
 import baracuda_numba as bn
+from baracuda_numba import registry
 from baracuda_numba.bench import device_ms
 from baracuda_numba.kernels import elementwise
 from baracuda_numba.plans import base
@@ -20,6 +21,8 @@ from baracuda_numba.plans import base
 COLS = 4096
 SHIPPED_POW2_UNROLL = elementwise.POW2_UNROLL
 ORIGINAL_POW2 = base.ElementwisePlan._pow2_segments
+SHIPPED_POLICY = registry.ELEMENTWISE_POLICY
+_CURRENT_POLICY = [SHIPPED_POLICY]
 
 
 def cases(n: int):
@@ -57,10 +60,23 @@ def cases(n: int):
         yield f"tensor quantize {name}", size + 1, lambda x=x: bn.quantize_per_tensor(x, 0.02, 3)
 
 
+def use_policy(policy: tuple[int, int] | None) -> None:
+    """Threads per block and the grid's cap in blocks per SM of every elementwise entry (None: shipped)."""
+    threads, per_sm = policy or (SHIPPED_POLICY.threads_per_block, SHIPPED_POLICY.blocks_per_sm)
+    for entry in registry.entries():
+        if getattr(entry, "policy", None) is not None and entry.policy.threads_per_block == \
+                _CURRENT_POLICY[0].threads_per_block and entry.policy.blocks_per_sm == _CURRENT_POLICY[0].blocks_per_sm:
+            object.__setattr__(entry, "policy", registry.LaunchPolicy(threads, per_sm))
+    _CURRENT_POLICY[0] = registry.LaunchPolicy(threads, per_sm)
+
+
 def use_variant(unroll: int, stationary: bool, bounds: tuple[int, int] | None = None, blocks_per_sm: int = 4,
-                original=base.stationary_blocks, pow2_unroll: int | None = None) -> None:
+                original=base.stationary_blocks, pow2_unroll: int | None = None,
+                policy: tuple[int, int] | None = None) -> None:
     """``bounds``: launch_bounds of the channel kernels; ``blocks_per_sm``: the stationary grid's blocks per SM;
-    ``pow2_unroll``: chunks in flight of the kernels whose segments are a power of two chunks (a shift)."""
+    ``pow2_unroll``: chunks in flight of the kernels whose segments are a power of two chunks (a shift);
+    ``policy``: (threads per block, blocks per SM cap) of the elementwise entries."""
+    use_policy(policy)
     elementwise.UNROLL = unroll
     elementwise.POW2_UNROLL = pow2_unroll or SHIPPED_POW2_UNROLL
     # pow2_unroll 0: every row segment tracked incrementally, as before the shift kernels
@@ -77,9 +93,10 @@ def main() -> None:
     parser.add_argument("--log2n", type=int, default=28)
     parser.add_argument("--ncu", action="store_true")
     parser.add_argument("--only", default="", help="run only the cases whose label contains this")
-    parser.add_argument("--variants", choices=("channel", "unroll", "pow2"), default="channel",
-                        help="the channel kernels' launch bounds and grid, the chunks in flight of every kernel, or "
-                             "those of the power-of-two segment kernels")
+    parser.add_argument("--variants", choices=("channel", "unroll", "pow2", "policy"), default="channel",
+                        help="the channel kernels' launch bounds and grid, the chunks in flight of every kernel, "
+                             "those of the power-of-two segment kernels, or the block size and grid cap (with "
+                             "the chunks in flight) of every elementwise kernel")
     args = parser.parse_args()
     n = 1 << args.log2n
     if args.ncu:
@@ -94,18 +111,28 @@ def main() -> None:
     copy = 8 * n / device_ms(lambda: buffers[1].copy_(buffers[0]), 20) / 1e6
     buffers.clear()
     print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s, n = 2^{args.log2n}", flush=True)
+    if args.only in "tensor dequantize f32":
+        # PyTorch's op on the same bytes (int8 in, f32 out): the anchor of the per-tensor dequantize
+        qt = torch.quantize_per_tensor(torch.randn(n, device="cuda"), 0.02, 3, torch.qint8)
+        pct = 100 * 5 * n / device_ms(qt.dequantize, 20) / 1e6 / copy
+        print(f"torch Tensor.dequantize (qint8 -> f32): {pct:5.1f}% of copy", flush=True)
+        del qt
     shipped = (elementwise.UNROLL, True, elementwise.CHANNEL_LAUNCH_BOUNDS, base.STATIONARY_BLOCKS_PER_SM,
-               SHIPPED_POW2_UNROLL)
+               SHIPPED_POW2_UNROLL, None)
     variants = [shipped] + {
-        "channel": [(2, True, None, 4, None), (4, True, (512, 2), 2, None), (4, True, None, 4, None)],
+        "channel": [(2, True, None, 4, None, None), (4, True, (512, 2), 2, None, None),
+                    (4, True, None, 4, None, None)],
         "unroll": [(4, *shipped[1:]), (8, *shipped[1:])],
-        "pow2": [(*shipped[:4], u) for u in (0, 1, 2, 4, 8) if u != SHIPPED_POW2_UNROLL],
+        "pow2": [(*shipped[:4], u, None) for u in (0, 1, 2, 4, 8) if u != SHIPPED_POW2_UNROLL],
+        # one chunk per thread in blocks that come and go (PyTorch's elementwise launch) to one resident wave
+        "policy": [(u, *shipped[1:5], p) for u, p in ((1, (128, 1024)), (2, (128, 1024)), (1, (256, 1024)),
+                                                      (2, (512, 4)), (4, (512, 4)), (1, (512, 32)))],
     }[args.variants]
     baseline: dict[str, torch.Tensor] = {}
     table: dict[str, list[str]] = {}
     problems = [c for c in cases(n) if args.only in c[0]]  # the same data for every variant
-    for unroll, stationary, bounds, per_sm, pow2 in variants:
-        use_variant(unroll, stationary, bounds, per_sm, pow2_unroll=pow2)
+    for unroll, stationary, bounds, per_sm, pow2, policy in variants:
+        use_variant(unroll, stationary, bounds, per_sm, pow2_unroll=pow2, policy=policy)
         for label, per_element, fn in problems:
             out = fn()
             torch.cuda.synchronize()
@@ -118,10 +145,11 @@ def main() -> None:
             ms = device_ms(fn, 20)
             pct = 100 * per_element * n / ms / 1e6 / copy
             table.setdefault(label, []).append(f"{pct:5.1f}% {same}")
-            print(f"unroll {unroll} pow2 {pow2} bounds {bounds} {per_sm}/SM {label:<34} {pct:5.1f}% of copy  {same}",
-                  flush=True)
-    print("\n| case | " + " | ".join(f"unroll {u} (pow2 {w}), bounds {b}, {p}/SM" for u, _, b, p, w in variants)
-          + " |")
+            print(f"unroll {unroll} pow2 {pow2} bounds {bounds} {per_sm}/SM policy {policy} {label:<34} "
+                  f"{pct:5.1f}% of copy  {same}", flush=True)
+    use_variant(*shipped[:4], pow2_unroll=shipped[4])
+    print("\n| case | " + " | ".join(f"unroll {u} (pow2 {w}), bounds {b}, {p}/SM, policy {q or 'shipped'}"
+                                    for u, _, b, p, w, q in variants) + " |")
     print("|---|" + "---|" * len(variants))
     for label, cells in table.items():
         print(f"| {label} | " + " | ".join(cells) + " |")

@@ -2,13 +2,15 @@
 next to the device-to-device copy of the same run. ``python benchmarks/tune_int4.py [--log2n 28]
 [--api-only]``
 
-Variants: chunks in flight per thread (``packed.UNROLL``) x launch policy (threads per block, blocks per
-SM) for dequantize; lanes per group (``packed.DYNAMIC_MAX_LANES``) x chunk slots per lane x blocks per
-SM for the one-pass dynamic kernel; the elementwise fake-quantize per group through the tracking kernel
-and the shift kernels at ``elementwise.POW2_UNROLL`` 1, 2, 4. ``--ptxas``: only
-the registers per thread of every variant, compiled for sm_90 without a GPU. ``--api-only``
-times the public functions only (what an older checkout has too: run it with that checkout on
-``PYTHONPATH`` to time the old kernels in the same session).
+Variants: 16-byte packed loads per thread (``packed.WIDE_LOADS``, 0: the chunk steps) x launch policy
+(threads per block, blocks per SM, one resident wave or many) for dequantize, next to the write-only
+floor of its output (``zero_``); lanes per group (``packed.DYNAMIC_MAX_LANES``) x chunk slots per lane
+x blocks per SM for the one-pass dynamic kernel; the elementwise fake-quantize per group through the
+tracking kernel and the shift kernels at ``elementwise.POW2_UNROLL`` 1, 2, 4. ``--ptxas``: only the
+registers per thread of every variant, compiled for sm_90 without a GPU. ``--sections`` picks the
+sweeps, ``--only`` the public-API rows; ``--api-only`` times the public functions only (what an older
+checkout has too: run it with that checkout on ``PYTHONPATH`` to time the old kernels in the same
+session).
 
 Bytes counted: bf16 in + nibbles out (2.5 bytes per element) for quantize / dequantize / dynamic (plus
 the scales and zero points the op writes or reads), 4 bytes per element for fake quantize (bf16 in and
@@ -195,10 +197,11 @@ def run(label: str, nbytes: int, fn, want, copy: float, rows: list, inner: int =
     print(f"{label:<58} {gbs:7.0f} GB/s {100 * gbs / copy:6.1f}% of copy  {ok}", flush=True)
 
 
-def tune(x, scales, zps, copy: float, rows: list) -> None:
+def tune(x, scales, zps, copy: float, rows: list, sections: tuple[str, ...]) -> None:
     from baracuda_numba import registry
     from baracuda_numba.kernels import elementwise, packed
     from baracuda_numba.plans import base
+    from baracuda_numba.plans import packed as packed_plans
 
     cases = {label: (b, fn, want) for label, b, fn, want in api_cases(x, scales, zps)}
     entries = [e for e in registry.entries() if isinstance(e, registry.PackedEntry)]
@@ -216,18 +219,34 @@ def tune(x, scales, zps, copy: float, rows: list) -> None:
         bn.clear_plan_cache()
 
     original = entries[0].policy
-    # dequantize: chunks in flight x grid (the packed grid is one resident wave of policy blocks per SM)
-    for unroll in (4, 8):
-        packed.UNROLL = unroll
-        reset()  # new kernels; the launch policy below only changes plans
-        for threads, bps in ((256, 4), (256, 6), (256, 8), (512, 4), (128, 16)):
+    if "dequantize" in sections:
+        # the write-only floor of this op's output (bf16, 2 bytes per element), timed as the copy is
+        out = torch.empty(x.numel(), dtype=torch.bfloat16, device=DEVICE)
+        ms = device_ms(lambda: out.zero_())
+        rows.append(("bf16 output alone: zero_() (2 bytes per element written)", 2 * x.numel() / ms / 1e6,
+                     100 * 2 * x.numel() / ms / 1e6 / copy, "-"))
+        print(f"zero_ of the bf16 output: {rows[-1][2]:.1f}% of copy", flush=True)
+        del out
+        # 16-byte packed loads per thread (0: the chunk steps, UNROLL chunks in flight) x grid: one resident
+        # wave of policy blocks per SM, or (waves) blocks that come and go
+        shipped_wide, shipped_resident = packed.WIDE_LOADS, packed_plans.resident_blocks
+        sweep = ((0, 256, 4, False), (1, 256, 4, False), (1, 256, 8, False), (1, 512, 4, False),
+                 (1, 256, 32, True), (1, 128, 64, True), (2, 256, 4, False), (2, 256, 8, False))
+        for wide, threads, bps, waves in sweep + sweep[::-1]:  # twice, in both orders: the spread shows
+            packed.WIDE_LOADS = wide
+            packed_plans.resident_blocks = (lambda kernel, threads, cap: cap) if waves else shipped_resident
+            reset()
             policy(threads, bps, "dequantize")
             bn.clear_plan_cache()
             for label in ("dequantize int4", "dequantize uint4"):
-                run(f"{label} unroll {unroll} threads {threads} bps<={bps}", *cases[label], copy, rows)
-        _compiled.append(packed.dequantize_kernel(E.BF16, E.S4, P.F32))
-    packed.UNROLL = 4
-    policy(original.threads_per_block, original.blocks_per_sm)
+                run(f"{label} wide {wide} threads {threads} bps<={bps}{' waves' if waves else ''}", *cases[label],
+                    copy, rows)
+            _compiled.append(packed.dequantize_kernel(E.BF16, E.S4, P.F32))
+        packed.WIDE_LOADS, packed_plans.resident_blocks = shipped_wide, shipped_resident
+        policy(original.threads_per_block, original.blocks_per_sm)
+        reset()
+    if "dynamic" not in sections:
+        return
     # one-pass dynamic: lanes per group (chunks per lane = 16 / lanes for g128 bf16) x chunk slots x grid
     shipped_lanes, shipped_slots = packed.DYNAMIC_MAX_LANES, packed.DYNAMIC_SLOTS
     for max_lanes in (16, 8, 4):
@@ -246,6 +265,8 @@ def tune(x, scales, zps, copy: float, rows: list) -> None:
     packed.DYNAMIC_MAX_LANES, packed.DYNAMIC_SLOTS = shipped_lanes, shipped_slots
     policy(original.threads_per_block, original.blocks_per_sm)
     reset()
+    if "fake" not in sections:
+        return
     # fake quantize: the elementwise kernel; groups of 128 are a power of two chunks (segment by shift)
     shipped_pow2 = elementwise.POW2_UNROLL
     for pow2_unroll in (0, 1, 2, 4):
@@ -309,6 +330,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--log2n", type=int, default=28)
     parser.add_argument("--api-only", action="store_true")
+    parser.add_argument("--sections", nargs="+", default=["dequantize", "dynamic", "fake"],
+                        help="which sweeps to run: dequantize, dynamic, fake")
+    parser.add_argument("--only", default="", help="public-API rows: only the labels containing this")
     parser.add_argument("--ptxas", action="store_true", help="only print the sm_90 register counts (no GPU)")
     args = parser.parse_args()
     if args.ptxas:
@@ -322,6 +346,8 @@ def main() -> None:
     x, scales, zps = problem(n)
     rows: list = []
     for label, nbytes, fn, want in api_cases(x, scales, zps):
+        if args.only not in label:
+            continue
         run(f"{label} (public API, defaults)", nbytes, fn, want, copy, rows)
         # bench.py's timing: one call between the events, the host's dispatch inside the window
         run(f"{label} (public API, one call per sample)", nbytes, fn, want, copy, rows, inner=1)
@@ -330,7 +356,7 @@ def main() -> None:
         from baracuda_numba.plans import base
 
         _POW2 = base.ElementwisePlan._pow2_segments
-        tune(x, scales, zps, copy, rows)
+        tune(x, scales, zps, copy, rows, tuple(args.sections))
         for name, r in regs().items():
             print(f"registers {name}: {r}")
     copy_end = copy_gbs(n)

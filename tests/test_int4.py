@@ -11,10 +11,12 @@ import pytest
 from conftest import FLOAT_DTYPES, requires_gpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numba import cuda
 
 import baracuda_numba as bn
 from baracuda_numba import registry
 from baracuda_numba.errors import InvalidProblem, Unsupported
+from baracuda_numba.platform import SIMULATOR
 from baracuda_numba.reference import dynamic as ref_dynamic
 from baracuda_numba.reference import elementwise as ref
 from baracuda_numba.reference.packed import pack_nibbles, unpack_nibbles
@@ -319,10 +321,12 @@ def test_dynamic_uint4_symmetric_and_misaligned(offset):
 
 
 @pytest.mark.parametrize("name", ["int4", "uint4"])
-@pytest.mark.parametrize(("dtype", "group_size"), [("f32", 8), ("f32", 24), ("bf16", 40), ("f64", 6)])
+@pytest.mark.parametrize(("dtype", "group_size"), [("f32", 8), ("f32", 24), ("bf16", 40), ("f64", 6), ("f32", 32),
+                                                    ("bf16", 64), ("f64", 96)])
 def test_many_chunks_per_thread_match_reference(dtype, group_size, name):
     """Enough chunks that every thread runs full unrolled steps and a remainder, with the group index
-    by shift (chunks per group a power of two) and by division (24 / 40 / 6 elements)."""
+    by shift (chunks per group a power of two) and by division (24 / 40 / 6 elements); groups of 32,
+    64 and 96 elements dequantize through the wide steps (16 packed bytes per load)."""
     element = PACKED[name]
     f = FLOAT_DTYPES[dtype]
     math_t = np.float64 if dtype == "f64" else np.float32
@@ -343,3 +347,32 @@ def test_many_chunks_per_thread_match_reference(dtype, group_size, name):
     assert_same(q, pack_nibbles(values))
     assert_same(bn.dequantize_per_group_packed(q, scales, zps, group_size, q_dtype=name, dtype=f),
                 ref.dequantize(values, s_full, z_full, f))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
+@pytest.mark.parametrize("name", ["int4", "uint4"])
+def test_dequantize_wide_and_chunk_steps_agree(dtype, name):
+    """Packed bytes 16-byte aligned take the wide steps (16 bytes per load); the same bytes at an
+    address that is a multiple of 4 but not of 16 take the chunk steps: both equal the reference."""
+    element, f = PACKED[name], FLOAT_DTYPES[dtype]
+    math_t = np.float64 if dtype == "f64" else np.float32
+    low, high = element.int_range
+    rng = np.random.default_rng(7)
+    shape, gshape = (6, 512), (6, 4)
+    values = rng.integers(low, high + 1, shape).astype(np.int8)
+    scales = (rng.random(gshape) * 0.5 + 0.05).astype(math_t)
+    zps = rng.integers(low, high + 1, gshape).astype(np.int32) if element is E.U4 else None
+    z_full = ref.expand_groups(zps if zps is not None else np.zeros(gshape, np.int32), shape, 128)
+    want = ref.dequantize(values, ref.expand_groups(scales, shape, 128), z_full, f)
+    packed = pack_nibbles(values)
+    for offset in (0, 4):
+        buffer = np.zeros(packed.size + 32, np.uint8)
+        start = (-buffer.ctypes.data) % 16 + offset  # on the GPU the device copy starts 256-byte aligned
+        if not SIMULATOR:
+            start = offset
+        buffer[start:start + packed.size] = packed.ravel()
+        if not SIMULATOR:  # a device array, so that the offset reaches the kernel
+            buffer = cuda.to_device(buffer)
+        q = buffer[start:start + packed.size].reshape(packed.shape)
+        got = bn.dequantize_per_group_packed(q, scales, zps, 128, q_dtype=name, dtype=f)
+        assert_same(got if SIMULATOR else got.copy_to_host(), want)
