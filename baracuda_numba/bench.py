@@ -94,16 +94,22 @@ class Bench:
         self.copy_gbs = 8 * n / ms / 1e6
 
     def add(self, family: str, op: str, dtype: str, nbytes: int, ours: Callable, theirs: Callable | None = None,
-            torch_name: str = "", torch_bytes: int | None = None) -> None:
+            torch_name: str = "", torch_bytes: int | None = None, moved: int | None = None) -> None:
+        """Time ``ours`` (and ``theirs``); ``nbytes`` is what the op reads and writes once each,
+        ``moved`` (when larger) what it must move: a whole-tensor range read twice, say."""
         ms = device_ms(ours, self.repeats)
         row = {"family": family, "op": op, "dtype": dtype, "ms": ms, "GB/s": nbytes / ms / 1e6}
         row["pct_copy"] = 100 * row["GB/s"] / self.copy_gbs
+        if moved:
+            row.update({"bytes": nbytes, "moved_bytes": moved,
+                        "pct_copy_moved": 100 * moved / ms / 1e6 / self.copy_gbs})
         if theirs is not None:
             torch_ms = device_ms(theirs, self.repeats)
             row.update({"torch_op": torch_name, "torch_GB/s": (torch_bytes or nbytes) / torch_ms / 1e6})
             row["ratio"] = row["GB/s"] / row["torch_GB/s"]
         self.rows.append(row)
         print(f"{self.progress()} {family:<11}{op:<26}{dtype:<6}{row['GB/s']:7.0f} GB/s {row['pct_copy']:5.1f}%"
+              + (f" ({row['pct_copy_moved']:.1f}% on the bytes moved)" if moved else "")
               + (f"   torch {row['torch_GB/s']:6.0f} GB/s  x{row['ratio']:.2f}" if theirs else ""), flush=True)
 
 
@@ -228,10 +234,12 @@ def dynamic(bench: Bench, n: int, pairs: list[dict]) -> None:
               lambda: bn.dynamic_range_quantize(x, mode="asymmetric"))
     bench.add("dynamic", "group128[symmetric]", "bf16", nbytes,
               lambda: bn.dynamic_range_quantize(x, scope="group", group_size=128))
+    # A range over the whole tensor (or a whole column) is known only after all of x is read, and 512 MiB
+    # of x is ten times what the chip holds (L2, registers and shared memory): x is read twice, 5n bytes.
     bench.add("dynamic", "tensor[symmetric]", "bf16", nbytes, lambda: bn.dynamic_range_quantize(x, scope="tensor"),
-              lambda: compiled_tensor(x), "torch.compile(amax/round/clamp)")
+              lambda: compiled_tensor(x), "torch.compile(amax/round/clamp)", moved=5 * n)
     bench.add("dynamic", "channel0[symmetric]", "bf16", nbytes,
-              lambda: bn.dynamic_range_quantize(x, scope="channel", axis=1))
+              lambda: bn.dynamic_range_quantize(x, scope="channel", axis=1), moved=5 * n)
     x = None  # free the 512 MiB before the small problems
     torch.cuda.empty_cache()
     for tokens in (1, 16):
@@ -288,7 +296,7 @@ def lowbit(bench: Bench, n: int) -> None:
               lambda: compiled_token(x), "torch.compile(vLLM-style)")
     bench.add("fp8", "dynamic tensor e4m3", "bf16", 3 * n,
               lambda: bn.dynamic_range_quantize(x, scope="tensor", dtype=e4m3),
-              lambda: compiled_tensor(x), "torch.compile(vLLM-style)")
+              lambda: compiled_tensor(x), "torch.compile(vLLM-style)", moved=5 * n)  # x read twice
     scales = torch.full((rows, cols // 128), 0.3, device="cuda")
     nbytes = 2 * n + n // 2
     bench.add("int4", "quantize_per_group_packed", "bf16", nbytes,
@@ -398,7 +406,9 @@ def markdown(bench: Bench, pairs: list[dict], host: dict[str, float], device: st
                          f"{r['torch_TOPS']:.0f} TOPS | {r['ratio']:.2f}x |")
             continue
         torch_cols = (f"{r['torch_op']} | {r['torch_GB/s']:.0f} | {r['ratio']:.2f}x" if "torch_op" in r else " | | ")
-        lines.append(f"| {r['family']} | {r['op']} | {r['dtype']} | {r['GB/s']:.0f} | {r['pct_copy']:.1f}% | "
+        moved = (f" (on the {r['moved_bytes'] / n:g}n bytes it must move: {r['pct_copy_moved']:.1f}%)"
+                 if "moved_bytes" in r else "")
+        lines.append(f"| {r['family']} | {r['op']} | {r['dtype']} | {r['GB/s']:.0f} | {r['pct_copy']:.1f}%{moved} | "
                      f"{torch_cols} |")
     if pairs:
         lines += ["", "| family | host time per call | us | PyTorch op | us | PyTorch / ours |",

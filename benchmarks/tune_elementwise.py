@@ -21,8 +21,7 @@ from baracuda_numba.plans import base
 COLS = 4096
 SHIPPED_POW2_UNROLL = elementwise.POW2_UNROLL
 ORIGINAL_POW2 = base.ElementwisePlan._pow2_segments
-SHIPPED_POLICY = registry.ELEMENTWISE_POLICY
-_CURRENT_POLICY = [SHIPPED_POLICY]
+_SHIPPED_POLICIES: dict = {}
 
 
 def cases(n: int):
@@ -58,16 +57,23 @@ def cases(n: int):
         yield f"tensor dequantize {name}", size + 1, lambda name=name: bn.dequantize_per_tensor(q, 0.02, 3,
                                                                                                 dtype=name)
         yield f"tensor quantize {name}", size + 1, lambda x=x: bn.quantize_per_tensor(x, 0.02, 3)
+        yield f"tensor quantize fp8 {name}", size + 1, lambda x=x: bn.quantize_per_tensor(x, 0.02, None,
+                                                                                          dtype="float8_e4m3fn")
+        yield f"tensor fake_quantize {name}", 2 * size, lambda x=x: bn.fake_quantize(x, 0.02, 3)
+        yield f"tensor quantize_backward {name}", 3 * size, \
+            lambda x=x, dy=dy: bn.quantize_per_tensor_backward(dy, x, 0.02, 3)
 
 
 def use_policy(policy: tuple[int, int] | None) -> None:
-    """Threads per block and the grid's cap in blocks per SM of every elementwise entry (None: shipped)."""
-    threads, per_sm = policy or (SHIPPED_POLICY.threads_per_block, SHIPPED_POLICY.blocks_per_sm)
+    """Threads per block and the grid's cap in blocks per SM of every elementwise entry (None: as shipped,
+    each entry's own)."""
+    if not _SHIPPED_POLICIES:
+        _SHIPPED_POLICIES.update({entry.key: entry.policy for entry in registry.entries()
+                                  if isinstance(entry, registry.RegistryEntry)})
     for entry in registry.entries():
-        if getattr(entry, "policy", None) is not None and entry.policy.threads_per_block == \
-                _CURRENT_POLICY[0].threads_per_block and entry.policy.blocks_per_sm == _CURRENT_POLICY[0].blocks_per_sm:
-            object.__setattr__(entry, "policy", registry.LaunchPolicy(threads, per_sm))
-    _CURRENT_POLICY[0] = registry.LaunchPolicy(threads, per_sm)
+        if entry.key in _SHIPPED_POLICIES:
+            chosen = registry.LaunchPolicy(*policy) if policy else _SHIPPED_POLICIES[entry.key]
+            object.__setattr__(entry, "policy", chosen)
 
 
 def use_variant(unroll: int, stationary: bool, bounds: tuple[int, int] | None = None, blocks_per_sm: int = 4,
@@ -92,7 +98,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--log2n", type=int, default=28)
     parser.add_argument("--ncu", action="store_true")
-    parser.add_argument("--only", default="", help="run only the cases whose label contains this")
+    parser.add_argument("--only", nargs="+", default=[""], help="run only the cases whose label contains one of these")
     parser.add_argument("--variants", choices=("channel", "unroll", "pow2", "policy"), default="channel",
                         help="the channel kernels' launch bounds and grid, the chunks in flight of every kernel, "
                              "those of the power-of-two segment kernels, or the block size and grid cap (with "
@@ -101,7 +107,7 @@ def main() -> None:
     n = 1 << args.log2n
     if args.ncu:
         for label, _, fn in cases(n):
-            if args.only not in label:
+            if not any(o in label for o in args.only):
                 continue
             fn()
             torch.cuda.synchronize()
@@ -111,7 +117,7 @@ def main() -> None:
     copy = 8 * n / device_ms(lambda: buffers[1].copy_(buffers[0]), 20) / 1e6
     buffers.clear()
     print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s, n = 2^{args.log2n}", flush=True)
-    if args.only in "tensor dequantize f32":
+    if any(o in "tensor dequantize f32" for o in args.only):
         # PyTorch's op on the same bytes (int8 in, f32 out): the anchor of the per-tensor dequantize
         qt = torch.quantize_per_tensor(torch.randn(n, device="cuda"), 0.02, 3, torch.qint8)
         pct = 100 * 5 * n / device_ms(qt.dequantize, 20) / 1e6 / copy
@@ -125,12 +131,12 @@ def main() -> None:
         "unroll": [(4, *shipped[1:]), (8, *shipped[1:])],
         "pow2": [(*shipped[:4], u, None) for u in (0, 1, 2, 4, 8) if u != SHIPPED_POW2_UNROLL],
         # one chunk per thread in blocks that come and go (PyTorch's elementwise launch) to one resident wave
-        "policy": [(u, *shipped[1:5], p) for u, p in ((1, (128, 1024)), (2, (128, 1024)), (1, (256, 1024)),
-                                                      (2, (512, 4)), (4, (512, 4)), (1, (512, 32)))],
+        "policy": [(u, *shipped[1:5], p) for u, p in ((2, (512, 32)), (1, (128, 4096)), (1, (64, 8192)),
+                                                      (2, (128, 1024)))],
     }[args.variants]
     baseline: dict[str, torch.Tensor] = {}
     table: dict[str, list[str]] = {}
-    problems = [c for c in cases(n) if args.only in c[0]]  # the same data for every variant
+    problems = [c for c in cases(n) if any(o in c[0] for o in args.only)]  # the same data for every variant
     for unroll, stationary, bounds, per_sm, pow2, policy in variants:
         use_variant(unroll, stationary, bounds, per_sm, pow2_unroll=pow2, policy=policy)
         for label, per_element, fn in problems:

@@ -2,8 +2,8 @@
 next to the device-to-device copy of the same run. ``python benchmarks/tune_int4.py [--log2n 28]
 [--api-only]``
 
-Variants: 16-byte packed loads per thread (``packed.WIDE_LOADS``, 0: the chunk steps) x launch policy
-(threads per block, blocks per SM, one resident wave or many) for dequantize, next to the write-only
+Variants: chunks in flight per thread (``packed.UNROLL``) x launch policy (threads per block, blocks
+per SM, one resident wave or many) for dequantize, next to the write-only
 floor of its output (``zero_``); lanes per group (``packed.DYNAMIC_MAX_LANES``) x chunk slots per lane
 x blocks per SM for the one-pass dynamic kernel; the elementwise fake-quantize per group through the
 tracking kernel and the shift kernels at ``elementwise.POW2_UNROLL`` 1, 2, 4. ``--ptxas``: only the
@@ -227,22 +227,22 @@ def tune(x, scales, zps, copy: float, rows: list, sections: tuple[str, ...]) -> 
                      100 * 2 * x.numel() / ms / 1e6 / copy, "-"))
         print(f"zero_ of the bf16 output: {rows[-1][2]:.1f}% of copy", flush=True)
         del out
-        # 16-byte packed loads per thread (0: the chunk steps, UNROLL chunks in flight) x grid: one resident
-        # wave of policy blocks per SM, or (waves) blocks that come and go
-        shipped_wide, shipped_resident = packed.WIDE_LOADS, packed_plans.resident_blocks
-        sweep = ((0, 256, 4, False), (1, 256, 4, False), (1, 256, 8, False), (1, 512, 4, False),
-                 (1, 256, 32, True), (1, 128, 64, True), (2, 256, 4, False), (2, 256, 8, False))
-        for wide, threads, bps, waves in sweep + sweep[::-1]:  # twice, in both orders: the spread shows
-            packed.WIDE_LOADS = wide
+        # chunks in flight per thread x grid: one resident wave of policy blocks per SM (shipped), or blocks
+        # that come and go (waves: the grid capped at bps blocks per SM, not at what one SM holds)
+        shipped_unroll, shipped_resident = packed.UNROLL, packed_plans.resident_blocks
+        sweep = ((4, 256, 4, False), (1, 128, 1024, True), (2, 128, 1024, True), (4, 128, 1024, True),
+                 (1, 256, 1024, True), (2, 256, 32, True), (4, 512, 32, True))
+        for unroll, threads, bps, waves in sweep + sweep[::-1]:  # twice, in both orders: the spread shows
+            packed.UNROLL = unroll
             packed_plans.resident_blocks = (lambda kernel, threads, cap: cap) if waves else shipped_resident
             reset()
             policy(threads, bps, "dequantize")
             bn.clear_plan_cache()
             for label in ("dequantize int4", "dequantize uint4"):
-                run(f"{label} wide {wide} threads {threads} bps<={bps}{' waves' if waves else ''}", *cases[label],
-                    copy, rows)
+                run(f"{label} unroll {unroll} threads {threads} bps<={bps}{' waves' if waves else ''}",
+                    *cases[label], copy, rows)
             _compiled.append(packed.dequantize_kernel(E.BF16, E.S4, P.F32))
-        packed.WIDE_LOADS, packed_plans.resident_blocks = shipped_wide, shipped_resident
+        packed.UNROLL, packed_plans.resident_blocks = shipped_unroll, shipped_resident
         policy(original.threads_per_block, original.blocks_per_sm)
         reset()
     if "dynamic" not in sections:

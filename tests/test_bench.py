@@ -17,3 +17,13 @@ def test_markdown_has_the_copy_the_rows_and_the_host_time_table_against_pytorch(
     assert "| per_tensor | quantize | f32 | 2700 | 90.0% | torch.quantize_per_tensor | 1350 | 2.00x |" in text
     assert "| per_tensor | quantize_per_tensor() | 8.0 | torch.quantize_per_tensor | 12.0 | 1.50x |" in text
     assert "| quantized_linear() | 30.0 |" in text
+
+
+def test_a_row_that_must_move_more_bytes_shows_both_percentages():
+    b = bench.Bench(repeats=1)
+    b.copy_gbs = 3000.0
+    n = 1 << 28
+    b.rows.append({"family": "dynamic", "op": "tensor[symmetric]", "dtype": "bf16", "ms": 1.0, "GB/s": 1740.0,
+                   "pct_copy": 58.0, "bytes": 3 * n, "moved_bytes": 5 * n, "pct_copy_moved": 96.7})
+    text = bench.markdown(b, [], {}, "GPU", n)
+    assert "| dynamic | tensor[symmetric] | bf16 | 1740 | 58.0% (on the 5n bytes it must move: 96.7%) |" in text

@@ -325,8 +325,7 @@ def test_dynamic_uint4_symmetric_and_misaligned(offset):
                                                     ("bf16", 64), ("f64", 96)])
 def test_many_chunks_per_thread_match_reference(dtype, group_size, name):
     """Enough chunks that every thread runs full unrolled steps and a remainder, with the group index
-    by shift (chunks per group a power of two) and by division (24 / 40 / 6 elements); groups of 32,
-    64 and 96 elements dequantize through the wide steps (16 packed bytes per load)."""
+    by shift (chunks per group a power of two: 8, 32, 64 elements) and by division (24 / 40 / 6 / 96)."""
     element = PACKED[name]
     f = FLOAT_DTYPES[dtype]
     math_t = np.float64 if dtype == "f64" else np.float32
@@ -351,9 +350,9 @@ def test_many_chunks_per_thread_match_reference(dtype, group_size, name):
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f64"])
 @pytest.mark.parametrize("name", ["int4", "uint4"])
-def test_dequantize_wide_and_chunk_steps_agree(dtype, name):
-    """Packed bytes 16-byte aligned take the wide steps (16 bytes per load); the same bytes at an
-    address that is a multiple of 4 but not of 16 take the chunk steps: both equal the reference."""
+def test_dequantize_packed_bytes_at_any_chunk_alignment(dtype, name):
+    """The same packed bytes at a 16-byte aligned address and at one that is a multiple of 4 but not
+    of 16 (every chunk of G / 2 bytes still aligned): both dequantize to the reference."""
     element, f = PACKED[name], FLOAT_DTYPES[dtype]
     math_t = np.float64 if dtype == "f64" else np.float32
     low, high = element.int_range

@@ -47,13 +47,11 @@ from .elementwise import (
     uint_name,
 )
 
-__all__ = ["PACKED_ELEMENTS", "UNROLL", "WIDE_LOADS", "DYNAMIC_SLOTS", "DYNAMIC_THREADS", "chunk_elements",
-           "group_shift", "dynamic_layout", "groups_per_pass", "quantize_kernel", "dequantize_kernel", "dynamic_kernel",
-           "pack_kernel"]
+__all__ = ["PACKED_ELEMENTS", "UNROLL", "DYNAMIC_SLOTS", "DYNAMIC_THREADS", "chunk_elements", "group_shift",
+           "dynamic_layout", "groups_per_pass", "quantize_kernel", "dequantize_kernel", "dynamic_kernel", "pack_kernel"]
 
 PACKED_ELEMENTS = (ElementKind.S4, ElementKind.U4)
 UNROLL = 4  # chunks each thread loads before computing (tuned on an H100: benchmarks/tune_int4.py)
-WIDE_LOADS = 1  # 16-byte packed loads each thread of the dequantize kernel issues per wide step
 DYNAMIC_SLOTS = 4  # chunks a lane of the one-pass dynamic kernel holds per pass (several groups when they are small)
 DYNAMIC_MAX_PER_LANE = 8  # larger groups (more than 8 chunks per lane) take the two-pass path
 DYNAMIC_THREADS = 32 if SIMULATOR else 256  # threads per block of the dynamic kernel
@@ -212,31 +210,22 @@ def quantize_kernel(element: ElementKind, packed: ElementKind, precision: MathPr
 
 @functools.cache
 def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: MathPrecision,
-                      unroll: int | None = None, wide: int | None = None) -> ElementwiseKernel:
+                      unroll: int | None = None) -> ElementwiseKernel:
     """``x[2b + k] = (nibble_k(q[b]) - zero_point) * scale`` (S4 nibbles sign-extended).
 
-    Arguments: ``q_wide, q_chunks, q_bytes, x_chunks, x_elems, scales, zero_points, nwide, nchunks,
-    nbytes, group_size, shift``. First the wide steps: 16 packed bytes per load (``q_wide``, uint64
-    pairs), the ``W = 32 / G`` chunks of 32 elements, one scale (the plan passes ``nwide = 0`` unless
-    ``group_size % 32 == 0`` and both operands are 16-byte aligned), ``wide`` such loads per thread
-    (default :data:`WIDE_LOADS`; 0: no wide steps), each thread storing its ``W`` chunks in a row.
-    Then chunks from ``nwide * W`` as in :func:`quantize_kernel` (``G / 2``-byte loads, 16-byte
-    stores), then the bytes. A nibble becomes a float through the float adder (``2**23 + n`` has
-    ``n`` as its mantissa), not the quarter-rate conversion unit: the same exact small integer.
+    Arguments: ``q_chunks, q_bytes, x_chunks, x_elems, scales, zero_points, nchunks, nbytes,
+    group_size, shift``; chunks as in :func:`quantize_kernel` (``G / 2``-byte loads, 16-byte stores).
+    A nibble becomes a float through the float adder (``2**23 + n`` has ``n`` as its mantissa), not
+    the quarter-rate conversion unit: the same exact small integer.
     """
     M = math_type(precision)
     G = chunk_elements(element)
     unroll = unroll or UNROLL
-    wide = WIDE_LOADS if wide is None else wide
-    W = 32 // G  # chunks per 16 packed bytes
-    half = W // 2  # chunks per 64-bit word of them
-    chunk_bits = np.uint64(4 * G)
-    wide_slots = max(wide, 1)
     dequantize = op_functions(precision)[ElementwiseOp.DEQUANTIZE]
     encode, encode_pair = codec(element, precision).encode, codec(element, precision).encode_pair
     pairs = encode_pair is not None
     step = 2 if pairs else 1
-    load, store = chunk_io(CHUNK_BYTES)
+    _, store = chunk_io(CHUNK_BYTES)
     bits = 8 * element.itemsize
     signed = packed is ElementKind.S4
     reads_zero_points = not signed
@@ -277,39 +266,13 @@ def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: Math
                 hi |= e << u64(bit - 64)
         return lo, hi
 
-    def kernel(qv, qw, q, xw, x, scales, zero_points, nwide, nchunks, nbytes, group_size, shift):
+    def kernel(qw, q, xw, x, scales, zero_points, nchunks, nbytes, group_size, shift):
         start, stride = cuda.grid(1), cuda.gridsize(1)
         k_word = cuda.local.array(unroll, np.uint64)
         k_scale = cuda.local.array(unroll, M)
         k_zp = cuda.local.array(unroll, M)
         cpg = group_size // G
-        if wide:
-            v_lo = cuda.local.array(wide_slots, np.uint64)
-            v_hi = cuda.local.array(wide_slots, np.uint64)
-            v = start
-            while v + (wide - 1) * stride < nwide:  # all loads of the step first
-                for k in range(wide):
-                    vk = v + k * stride
-                    v_lo[k], v_hi[k] = load(qv, vk)
-                    s = _group_of(vk * W, shift, cpg)
-                    k_scale[k] = scales[s]
-                    k_zp[k] = zero_point(zero_points, s)
-                for k in range(wide):
-                    first = (v + k * stride) * W
-                    for j in range(W):
-                        word = (v_lo[k] if j < half else v_hi[k]) >> (chunk_bits * u64(j % half))
-                        lo, hi = unpack(word, k_scale[k], k_zp[k])
-                        store(xw, first + j, lo, hi)
-                v += wide * stride
-            while v < nwide:
-                s = _group_of(v * W, shift, cpg)
-                sc, zp = scales[s], zero_point(zero_points, s)
-                lo_word, hi_word = load(qv, v)
-                for j in range(W):
-                    lo, hi = unpack((lo_word if j < half else hi_word) >> (chunk_bits * u64(j % half)), sc, zp)
-                    store(xw, v * W + j, lo, hi)
-                v += stride
-        c = nwide * W + start
+        c = start
         while c + (unroll - 1) * stride < nchunks:
             for k in range(unroll):
                 ck = c + k * stride
@@ -333,10 +296,9 @@ def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: Math
             x[2 * b] = value(byte & _NIBBLE, sc, zp)
             x[2 * b + 1] = value(byte >> _FOUR, sc, zp)
 
-    signature = (f"void(uint64[::1], {uint_name(G // 2)}[::1], uint8[::1], uint64[::1], "
-                 f"{uint_name(element.itemsize)}[::1], {_math_name(precision)}[::1], int32[::1], "
-                 "int64, int64, int64, int64, int64)")
-    kernel.__name__ = kernel.__qualname__ = f"dequantize_packed_{packed.short}_{element.short}_u{unroll}_w{wide}"
+    signature = (f"void({uint_name(G // 2)}[::1], uint8[::1], uint64[::1], {uint_name(element.itemsize)}[::1], "
+                 f"{_math_name(precision)}[::1], int32[::1], int64, int64, int64, int64)")
+    kernel.__name__ = kernel.__qualname__ = f"dequantize_packed_{packed.short}_{element.short}_u{unroll}"
     return ElementwiseKernel(kernel, signature, packed, None, element, precision, G)
 
 

@@ -126,14 +126,11 @@ class _PackedPlan(Plan):
         self._n = desc.outer_size * desc.axis_size
         self._groups = desc.outer_size * (desc.axis_size // desc.group_size)
         sizes = (np.int64,) * 4
-        self._launcher = KernelLauncher(kernel.compiled, 6, (*sizes, M, M)) if self.QUANTIZE else \
-            KernelLauncher(kernel.compiled, 7, (np.int64, *sizes))
+        self._launcher = KernelLauncher(kernel.compiled, 6, (*sizes, M, M) if self.QUANTIZE else sizes)
         self._chunk = G = kernel.chunk
         self._chunked = desc.group_size % G == 0  # every chunk inside one group
         self._shift = group_shift(desc.group_size // G)
         self._unroll = packed_kernels.UNROLL  # chunks a thread takes per step (a module knob: benchmarks tune it)
-        # dequantize: 16-byte packed loads per wide step; groups must hold whole runs of 32 elements
-        self._wide = packed_kernels.WIDE_LOADS if desc.group_size % 32 == 0 else 0
         policy = entry.policy
         self._threads = policy.threads_per_block
         self._blocks_per_sm = resident_blocks(kernel, self._threads, policy.blocks_per_sm)
@@ -155,17 +152,11 @@ class _PackedPlan(Plan):
         floats = (typed_view(x, np.uint64, 2 * nchunks), typed_view(x, np.dtype(f"u{element.itemsize}")))
         bytes_ = (typed_view(packed, np.dtype(f"u{G // 2}"), nchunks), typed_view(packed, np.uint8))
         zps = typed_view(zero_point, np.int32) if zero_point is not None else ArrayArg(0, 0, 4, np.zeros(0, np.int32))
+        arrays = (*floats, *bytes_) if self.QUANTIZE else (*bytes_, *floats)
         sizes = (nchunks, nbytes, self.desc.group_size, self._shift)
-        if self.QUANTIZE:
-            arrays, scalars = (*floats, *bytes_), (*sizes, *self._q)
-            work = max(-(-nchunks // self._unroll), nbytes - nchunks * (G // 2))
-        else:  # 16 packed bytes per load where a group holds whole runs of 32 elements
-            wide = aligned and self._wide and _address(packed) % 16 == 0
-            nwide = nbytes // 16 if wide else 0
-            arrays = (typed_view(packed, np.uint64, 2 * nwide), *bytes_, *floats)
-            scalars = (nwide, *sizes)
-            work = max(-(-nwide // self._wide) if wide else -(-nchunks // self._unroll), nbytes - nchunks * (G // 2))
+        scalars = (*sizes, *self._q) if self.QUANTIZE else sizes
         handle = stream_handle(stream, (x, packed), self.name)
+        work = max(-(-nchunks // self._unroll), nbytes - nchunks * (G // 2))
         blocks = max(1, min(-(-work // self._threads), self._blocks_per_sm * sm_count(x.device_id)))
         self._launcher.launch(blocks, self._threads, handle,
                               (*arrays, typed_view(scale, self._math), zps), scalars, x.device_id)
