@@ -201,16 +201,16 @@ def tune(x, scales, zps, copy: float, rows: list, sections: tuple[str, ...]) -> 
     from baracuda_numba import registry
     from baracuda_numba.kernels import elementwise, packed
     from baracuda_numba.plans import base
-    from baracuda_numba.plans import packed as packed_plans
 
     cases = {label: (b, fn, want) for label, b, fn, want in api_cases(x, scales, zps)}
     entries = [e for e in registry.entries() if isinstance(e, registry.PackedEntry)]
 
-    def policy(threads: int, bps: int, name: str = "") -> None:
-        """The launch policy of the packed entries whose kernel name starts with ``name``."""
+    def policy(threads: int, bps: int, name: str = "", one_wave: bool = True) -> None:
+        """The launch policy of the packed entries whose kernel name starts with ``name`` (chunks in flight:
+        the module's ``packed.UNROLL``)."""
         for e in entries:
             if e.kernel_name.startswith(name):
-                object.__setattr__(e, "policy", registry.LaunchPolicy(threads, bps))
+                object.__setattr__(e, "policy", registry.LaunchPolicy(threads, bps, 0, one_wave))
 
     def reset() -> None:
         packed.quantize_kernel.cache_clear()
@@ -218,7 +218,12 @@ def tune(x, scales, zps, copy: float, rows: list, sections: tuple[str, ...]) -> 
         packed.dynamic_kernel.cache_clear()
         bn.clear_plan_cache()
 
-    original = entries[0].policy
+    shipped = {e.key: e.policy for e in entries}
+
+    def restore() -> None:
+        for e in entries:
+            object.__setattr__(e, "policy", shipped[e.key])
+
     if "dequantize" in sections:
         # the write-only floor of this op's output (bf16, 2 bytes per element), timed as the copy is
         out = torch.empty(x.numel(), dtype=torch.bfloat16, device=DEVICE)
@@ -229,21 +234,20 @@ def tune(x, scales, zps, copy: float, rows: list, sections: tuple[str, ...]) -> 
         del out
         # chunks in flight per thread x grid: one resident wave of policy blocks per SM (shipped), or blocks
         # that come and go (waves: the grid capped at bps blocks per SM, not at what one SM holds)
-        shipped_unroll, shipped_resident = packed.UNROLL, packed_plans.resident_blocks
+        shipped_unroll = packed.UNROLL
         sweep = ((4, 256, 4, False), (1, 128, 1024, True), (2, 128, 1024, True), (4, 128, 1024, True),
                  (1, 256, 1024, True), (2, 256, 32, True), (4, 512, 32, True))
         for unroll, threads, bps, waves in sweep + sweep[::-1]:  # twice, in both orders: the spread shows
             packed.UNROLL = unroll
-            packed_plans.resident_blocks = (lambda kernel, threads, cap: cap) if waves else shipped_resident
             reset()
-            policy(threads, bps, "dequantize")
+            policy(threads, bps, "dequantize", not waves)
             bn.clear_plan_cache()
             for label in ("dequantize int4", "dequantize uint4"):
                 run(f"{label} unroll {unroll} threads {threads} bps<={bps}{' waves' if waves else ''}",
                     *cases[label], copy, rows)
             _compiled.append(packed.dequantize_kernel(E.BF16, E.S4, P.F32))
-        packed.UNROLL, packed_plans.resident_blocks = shipped_unroll, shipped_resident
-        policy(original.threads_per_block, original.blocks_per_sm)
+        packed.UNROLL = shipped_unroll
+        restore()
         reset()
     if "dynamic" not in sections:
         return
@@ -256,14 +260,14 @@ def tune(x, scales, zps, copy: float, rows: list, sections: tuple[str, ...]) -> 
             packed.DYNAMIC_MAX_LANES, packed.DYNAMIC_SLOTS = max_lanes, slots
             reset()
             for bps in (4, 8):
-                policy(original.threads_per_block, bps, "dynamic")
+                policy(registry.PACKED_POLICY.threads_per_block, bps, "dynamic")
                 bn.clear_plan_cache()
                 for label in ("dynamic int4", "dynamic uint4"):
                     run(f"{label} lanes {max_lanes} slots {slots} bps<={bps}", *cases[label], copy, rows)
             _compiled.append(packed.dynamic_kernel(E.BF16, E.S4, P.F32, True, 16 // max_lanes,
                                                    fixed_lanes=max_lanes))
     packed.DYNAMIC_MAX_LANES, packed.DYNAMIC_SLOTS = shipped_lanes, shipped_slots
-    policy(original.threads_per_block, original.blocks_per_sm)
+    restore()
     reset()
     if "fake" not in sections:
         return

@@ -288,6 +288,7 @@ def elementwise_kernel(
     uniform_chunk: bool = True,
     grid: ElementKind | None = None,
     pow2_segments: bool = False,
+    unroll: int | None = None,
 ) -> ElementwiseKernel:
     """The kernel for ``op`` reading ``a`` (and ``b``), writing ``out`` (built once per key,
     compiled on first use).
@@ -297,7 +298,8 @@ def elementwise_kernel(
     its kernels read no zero points. ``pow2_segments`` (uniform chunks only) says ``seg_len / G`` is a
     power of two: the segment of chunk ``c`` is ``c >> log2(seg_len / G)``, with no per-thread
     tracking (``step_q`` / ``step_r`` unused); in channel mode the caller guarantees that the channel
-    axis is the outermost (``n == channels * seg_len``), so that no modulo applies.
+    axis is the outermost (``n == channels * seg_len``), so that no modulo applies. ``unroll``: the
+    chunks a thread has in flight, for kernels without power-of-two segments (default :data:`UNROLL`).
     """
     M = math_type(precision)
     compute = op_functions(precision, grid)[op]
@@ -318,7 +320,7 @@ def elementwise_kernel(
     zero = M(0.0)
     word_zero = np.uint64(0)
     u64 = np.uint64
-    unroll = POW2_UNROLL if shifted else UNROLL
+    unroll = POW2_UNROLL if shifted else (unroll or UNROLL)
 
     reads_zero_points = op is not ElementwiseOp.DEQUANTIZE_BACKWARD and grid is None
 
@@ -556,7 +558,7 @@ def elementwise_kernel(
         f"int64, int64, int64, int64, int64, int64, {m}, {m}, {m}, {m}, {m})"
     )
     grid_tag = f"_{grid.short}" if grid else ""
-    pow2_tag = f"_pow2_u{unroll}" if shifted else ""
+    pow2_tag = f"_pow2_u{unroll}" if shifted else ("" if unroll == UNROLL else f"_u{unroll}")
     kernel.__name__ = f"{op.value}_{a.short}_{b_elem.short}_{out.short}_{mode.value}{grid_tag}{pow2_tag}"
     kernel.__qualname__ = kernel.__name__
     options = (("launch_bounds", CHANNEL_LAUNCH_BOUNDS),) if stationary_capable and CHANNEL_LAUNCH_BOUNDS else ()

@@ -205,7 +205,7 @@ def quantize_kernel(element: ElementKind, packed: ElementKind, precision: MathPr
     signature = (f"void(uint64[::1], {uint_name(element.itemsize)}[::1], {uint_name(G // 2)}[::1], uint8[::1], "
                  f"{m}[::1], int32[::1], int64, int64, int64, int64, {m}, {m})")
     kernel.__name__ = kernel.__qualname__ = f"quantize_packed_{element.short}_{packed.short}_u{unroll}"
-    return ElementwiseKernel(kernel, signature, element, None, packed, precision, G)
+    return ElementwiseKernel(kernel, signature, element, None, packed, precision, G, (), unroll)
 
 
 @functools.cache
@@ -299,7 +299,7 @@ def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: Math
     signature = (f"void({uint_name(G // 2)}[::1], uint8[::1], uint64[::1], {uint_name(element.itemsize)}[::1], "
                  f"{_math_name(precision)}[::1], int32[::1], int64, int64, int64, int64)")
     kernel.__name__ = kernel.__qualname__ = f"dequantize_packed_{packed.short}_{element.short}_u{unroll}"
-    return ElementwiseKernel(kernel, signature, packed, None, element, precision, G)
+    return ElementwiseKernel(kernel, signature, packed, None, element, precision, G, (), unroll)
 
 
 @functools.cache

@@ -130,10 +130,11 @@ class _PackedPlan(Plan):
         self._chunk = G = kernel.chunk
         self._chunked = desc.group_size % G == 0  # every chunk inside one group
         self._shift = group_shift(desc.group_size // G)
-        self._unroll = packed_kernels.UNROLL  # chunks a thread takes per step (a module knob: benchmarks tune it)
+        self._unroll = kernel.unroll  # chunks a thread takes per step
         policy = entry.policy
         self._threads = policy.threads_per_block
-        self._blocks_per_sm = resident_blocks(kernel, self._threads, policy.blocks_per_sm)
+        self._blocks_per_sm = resident_blocks(kernel, self._threads, policy.blocks_per_sm) if policy.one_wave \
+            else policy.blocks_per_sm
         self._scale_element = ElementKind.F64 if M is np.float64 else ElementKind.F32
         if not self.QUANTIZE:
             return
