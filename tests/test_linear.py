@@ -370,6 +370,19 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False):
     np.testing.assert_array_equal(fused_out.astype(np.float64), expected.astype(np.float64))
 
 
+def test_fused_decode_only_up_to_the_widest_weight_it_wins_on():
+    """One token against a weight of more than FUSED_MAX_N rows takes the two launches."""
+    from baracuda_numba.plans import linear as plans
+
+    rng = np.random.default_rng(6)
+    for n, variant in ((plans.FUSED_MAX_N, "fused"), (plans.FUSED_MAX_N + 16, "skinny")):
+        w, ws = weights(rng, n, 16)
+        x = rng.standard_normal((1, 16)).astype(np.float32)
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(1, n, 16, "f32", "f32"))
+        args = bn.QuantizedLinearArgs(x, w, ws, np.zeros((1, n), np.float32))
+        assert plan.kernel_variant(args) == variant
+
+
 def test_fused_decode_falls_back_for_unaligned_x_and_ragged_k():
     rng = np.random.default_rng(5)
     w, ws = weights(rng, 9, 64)

@@ -94,6 +94,11 @@ class SmoothQuantLinearArgs:
 # rows itself (N / 16 times over), a prologue that grows with M: on an H100 one launch won at M = 1
 # and lost at M = 16 (notes/gemm.md; M = 2 .. 4 not measured yet).
 FUSED_MAX_M = 1
+# ... and when the weight has at most this many rows: every block's prologue runs once per wave of blocks, so
+# wide weights pay it more often than the quantizer's launch costs. H100, M = 1, CUDA-graph replay
+# (notes/tune-linear-2026-11-23-s7-fused-host.log): one launch / two launches 12.2 / 13.7 us at 4096^2,
+# 32.6 / 40.0 us at 8192^2, but 26.7 / 25.3 us at N x K = 11008 x 4096.
+FUSED_MAX_N = 8192
 FUSED_MAX_SHARED = 160 * 1024
 # The parameter slots a fast launch rewrites: the data pointer of each of the 8 array structs, then
 # the float32 tensor_scale (after M, N, K, tiles_m, aligned).
@@ -331,7 +336,8 @@ class QuantizedLinearPlan(_LinearPlan):
 
     def _fuses_quantize(self) -> bool:
         d = self.desc
-        return d.m <= FUSED_MAX_M and d.k % 16 == 0 and gemm.fused_shared_bytes(d.m, d.k) <= FUSED_MAX_SHARED
+        return (d.m <= FUSED_MAX_M and d.n <= FUSED_MAX_N and d.k % 16 == 0
+                and gemm.fused_shared_bytes(d.m, d.k) <= FUSED_MAX_SHARED)
 
     def _fast_input_element(self) -> ElementKind:
         return self.desc.input_element
