@@ -351,7 +351,8 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False):
     desc = bn.QuantizedLinearDescriptor(m, n, k, element, element, with_bias)
     fused_out = np.zeros((m, n), x.dtype)
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(plans, "FUSED_MAX_M", 16)  # the kernel takes any m <= 16
+        monkeypatch.setattr(plans, "FUSED_MAX_M", 16)  # the kernel takes any m <= 16 and any n
+        monkeypatch.setattr(plans, "FUSED_MAX_N", 1 << 30)
         plan = bn.QuantizedLinearPlan.select(desc)
     args = bn.QuantizedLinearArgs(x, w, ws, fused_out, bias)
     assert plan.kernel_variant(args) == "fused"
@@ -532,7 +533,8 @@ def test_gpu_fused_decode_equals_two_launches_and_torch(m, n, k, dtype):
     ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
     bias = torch.randn(n, device="cuda", generator=g) if m % 2 else None
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(plans, "FUSED_MAX_M", 16)  # the kernel takes any m <= 16
+        monkeypatch.setattr(plans, "FUSED_MAX_M", 16)  # the kernel takes any m <= 16 and any n
+        monkeypatch.setattr(plans, "FUSED_MAX_N", 1 << 30)
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, bias is not None))
     fused = torch.empty(m, n, device="cuda", dtype=tdtype)
     args = bn.QuantizedLinearArgs(x, w, ws, fused, bias)
