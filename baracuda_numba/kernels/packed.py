@@ -12,8 +12,10 @@ reads and writes, not the arithmetic.
 Memory access (the kernels are bound by DRAM bandwidth on an H100): a chunk is 16 bytes of the
 float operand (``G`` elements) and its ``G / 2`` packed bytes. A thread issues ``unroll`` chunk loads
 (and their scale loads) before it computes any of them, chunks ``c, c + grid, ...`` so that every
-load and store of a warp is one contiguous span; the group of a chunk is a shift when the chunks per
-group are a power of two (a 64-bit division otherwise).
+load and store of a warp is one contiguous span (a dequantize that loaded 16 packed bytes per thread
+and stored that thread's four chunks in a row ran at 40% of copy on an H100: every store half-filled
+its sectors); the group of a chunk is a shift when the chunks per group are a power of two (a 64-bit
+division otherwise).
 
 - ``quantize_kernel``: float -> packed; ``dequantize_kernel``: packed -> float.
 - ``dynamic_kernel``: dynamic-range per group in one pass: the ``cpg`` chunks of a group are held by
@@ -51,7 +53,7 @@ __all__ = ["PACKED_ELEMENTS", "UNROLL", "DYNAMIC_SLOTS", "DYNAMIC_THREADS", "chu
            "dynamic_layout", "groups_per_pass", "quantize_kernel", "dequantize_kernel", "dynamic_kernel", "pack_kernel"]
 
 PACKED_ELEMENTS = (ElementKind.S4, ElementKind.U4)
-UNROLL = 4  # chunks each thread loads before computing (tuned on an H100: benchmarks/tune_int4.py)
+UNROLL = 4  # chunks each thread loads before computing, unless the entry's launch policy says (registry)
 DYNAMIC_SLOTS = 4  # chunks a lane of the one-pass dynamic kernel holds per pass (several groups when they are small)
 DYNAMIC_MAX_PER_LANE = 8  # larger groups (more than 8 chunks per lane) take the two-pass path
 DYNAMIC_THREADS = 32 if SIMULATOR else 256  # threads per block of the dynamic kernel
