@@ -78,11 +78,14 @@ def use_policy(policy: tuple[int, int] | None) -> None:
 
 def use_variant(unroll: int, stationary: bool, bounds: tuple[int, int] | None = None, blocks_per_sm: int = 4,
                 original=base.stationary_blocks, pow2_unroll: int | None = None,
-                policy: tuple[int, int] | None = None) -> None:
+                policy: tuple[int, int] | None = None, prefetch: int = 0) -> None:
     """``bounds``: launch_bounds of the channel kernels; ``blocks_per_sm``: the stationary grid's blocks per SM;
     ``pow2_unroll``: chunks in flight of the kernels whose segments are a power of two chunks (a shift);
-    ``policy``: (threads per block, blocks per SM cap) of the elementwise entries."""
+    ``policy``: (threads per block, blocks per SM cap) of the elementwise entries; ``prefetch``: grid strides
+    ahead of the shift kernels' L2 prefetches."""
     use_policy(policy)
+    # prefetch < 0: no prefetch, the shift kernels held to 32 registers (four 512-thread blocks per SM)
+    elementwise.POW2_PREFETCH, elementwise.POW2_LAUNCH_BOUNDS = (0, (512, 4)) if prefetch < 0 else (prefetch, None)
     elementwise.UNROLL = unroll
     elementwise.POW2_UNROLL = pow2_unroll or SHIPPED_POW2_UNROLL
     # pow2_unroll 0: every row segment tracked incrementally, as before the shift kernels
@@ -99,7 +102,7 @@ def main() -> None:
     parser.add_argument("--log2n", type=int, default=28)
     parser.add_argument("--ncu", action="store_true")
     parser.add_argument("--only", nargs="+", default=[""], help="run only the cases whose label contains one of these")
-    parser.add_argument("--variants", choices=("channel", "unroll", "pow2", "policy"), default="channel",
+    parser.add_argument("--variants", choices=("channel", "unroll", "pow2", "policy", "prefetch"), default="channel",
                         help="the channel kernels' launch bounds and grid, the chunks in flight of every kernel, "
                              "those of the power-of-two segment kernels, or the block size and grid cap (with "
                              "the chunks in flight) of every elementwise kernel")
@@ -124,21 +127,26 @@ def main() -> None:
         print(f"torch Tensor.dequantize (qint8 -> f32): {pct:5.1f}% of copy", flush=True)
         del qt
     shipped = (elementwise.UNROLL, True, elementwise.CHANNEL_LAUNCH_BOUNDS, base.STATIONARY_BLOCKS_PER_SM,
-               SHIPPED_POW2_UNROLL, None)
+               SHIPPED_POW2_UNROLL, None, elementwise.POW2_PREFETCH)
     variants = [shipped] + {
-        "channel": [(2, True, None, 4, None, None), (4, True, (512, 2), 2, None, None),
-                    (4, True, None, 4, None, None)],
+        "channel": [(2, True, None, 4, None, None, 0), (4, True, (512, 2), 2, None, None, 0),
+                    (4, True, None, 4, None, None, 0)],
         "unroll": [(4, *shipped[1:]), (8, *shipped[1:])],
-        "pow2": [(*shipped[:4], u, None) for u in (0, 1, 2, 4, 8) if u != SHIPPED_POW2_UNROLL],
+        "pow2": [(*shipped[:4], u, None, 0) for u in (0, 1, 2, 4, 8) if u != SHIPPED_POW2_UNROLL],
         # one chunk per thread in blocks that come and go (PyTorch's elementwise launch) to one resident wave
-        "policy": [(u, *shipped[1:5], p) for u, p in ((2, (512, 32)), (1, (128, 4096)), (1, (64, 8192)),
+        "policy": [(u, *shipped[1:5], p, 0) for u, p in ((2, (512, 32)), (1, (128, 4096)), (1, (64, 8192)),
                                                       (2, (128, 1024)))],
+        # L2 prefetches 1 or 2 grid strides ahead in the shift kernels, on the shipped grid and on one
+        # resident wave (a stride small enough that what is prefetched stays in L2)
+        # (prefetch -1: none, the shift kernels held to 32 registers by launch_bounds)
+        "prefetch": [(*shipped[:5], p, f) for p, f in ((None, 1), (None, 2), (None, -1), ((512, 4), 0),
+                                                       ((512, 4), 1), ((512, 4), 2), ((512, 4), 4))],
     }[args.variants]
     baseline: dict[str, torch.Tensor] = {}
     table: dict[str, list[str]] = {}
     problems = [c for c in cases(n) if any(o in c[0] for o in args.only)]  # the same data for every variant
-    for unroll, stationary, bounds, per_sm, pow2, policy in variants:
-        use_variant(unroll, stationary, bounds, per_sm, pow2_unroll=pow2, policy=policy)
+    for unroll, stationary, bounds, per_sm, pow2, policy, prefetch in variants:
+        use_variant(unroll, stationary, bounds, per_sm, pow2_unroll=pow2, policy=policy, prefetch=prefetch)
         for label, per_element, fn in problems:
             out = fn()
             torch.cuda.synchronize()
@@ -151,11 +159,12 @@ def main() -> None:
             ms = device_ms(fn, 20)
             pct = 100 * per_element * n / ms / 1e6 / copy
             table.setdefault(label, []).append(f"{pct:5.1f}% {same}")
-            print(f"unroll {unroll} pow2 {pow2} bounds {bounds} {per_sm}/SM policy {policy} {label:<34} "
+            print(f"unroll {unroll} pow2 {pow2} bounds {bounds} {per_sm}/SM policy {policy} prefetch {prefetch} "
+                  f"{label:<34} "
                   f"{pct:5.1f}% of copy  {same}", flush=True)
-    use_variant(*shipped[:4], pow2_unroll=shipped[4])
-    print("\n| case | " + " | ".join(f"unroll {u} (pow2 {w}), bounds {b}, {p}/SM, policy {q or 'shipped'}"
-                                    for u, _, b, p, w, q in variants) + " |")
+    use_variant(*shipped[:4], pow2_unroll=shipped[4], prefetch=shipped[6])
+    print("\n| case | " + " | ".join(f"unroll {u} (pow2 {w}), bounds {b}, {p}/SM, policy {q or 'shipped'}, prefetch {f}"
+                                    for u, _, b, p, w, q, f in variants) + " |")
     print("|---|" + "---|" * len(variants))
     for label, cells in table.items():
         print(f"| {label} | " + " | ".join(cells) + " |")

@@ -57,6 +57,12 @@ UNROLL = 2  # chunks each thread loads before computing
 # quantize 82.7% of copy at 1, 70.5% at 2, 69.7% at 4 (the tracked kernel 70.0%); per token 87.1% /
 # 75.2% / 74.5%; dequantize within 0.3% across 1 and 2.
 POW2_UNROLL = 1
+# Grid strides ahead at which the shift kernels ask L2 for their 16-byte input chunks (``prefetch.L2``:
+# DRAM requests in flight without the registers of more chunks in flight); 0: none.
+POW2_PREFETCH = 0
+# ``launch_bounds`` of the shift kernels (None: NVVM's register count; bf16 -> s8 takes 34, three
+# 512-thread blocks per SM).
+POW2_LAUNCH_BOUNDS: tuple[int, int] | None = None
 # ``launch_bounds`` of the per-channel kernels whose chunks span several channels: NVVM gave the
 # bf16 -> s8 kernel 74 registers, one 512-thread block per SM (25% occupancy, DRAM 62% in ncu);
 # capped at 64, two blocks fit. H100, 2^28 elements (tune_elementwise, 2026-11-23): bf16 quantize
@@ -321,6 +327,8 @@ def elementwise_kernel(
     word_zero = np.uint64(0)
     u64 = np.uint64
     unroll = POW2_UNROLL if shifted else (unroll or UNROLL)
+    prefetch = POW2_PREFETCH if shifted and G * a.itemsize == 16 else 0  # aw holds uint64 pairs
+    prefetch_l2 = device.prefetch_l2
 
     reads_zero_points = op is not ElementwiseOp.DEQUANTIZE_BACKWARD and grid is None
 
@@ -499,6 +507,10 @@ def elementwise_kernel(
             o_lo, o_hi = stationary_chunk(lo0, hi0, b_lo0, b_hi0, e_inv, e_scale, e_zp, q_min, q_max)
             o_store(ow, c, o_lo, o_hi)
         for base in range(start, 0 if stationary else nchunks, stride * unroll):
+            if prefetch:
+                ahead = base + prefetch * unroll * stride
+                if ahead < nchunks:
+                    prefetch_l2(aw, ahead)
             for k in range(unroll):
                 c = base + k * stride
                 if c < nchunks:
@@ -558,8 +570,12 @@ def elementwise_kernel(
         f"int64, int64, int64, int64, int64, int64, {m}, {m}, {m}, {m}, {m})"
     )
     grid_tag = f"_{grid.short}" if grid else ""
-    pow2_tag = f"_pow2_u{unroll}" if shifted else ("" if unroll == UNROLL else f"_u{unroll}")
+    pow2_tag = (f"_pow2_u{unroll}" + (f"_pf{prefetch}" if prefetch else "") if shifted
+                else ("" if unroll == UNROLL else f"_u{unroll}"))
     kernel.__name__ = f"{op.value}_{a.short}_{b_elem.short}_{out.short}_{mode.value}{grid_tag}{pow2_tag}"
     kernel.__qualname__ = kernel.__name__
     options = (("launch_bounds", CHANNEL_LAUNCH_BOUNDS),) if stationary_capable and CHANNEL_LAUNCH_BOUNDS else ()
+    if shifted and POW2_LAUNCH_BOUNDS:
+        options = (("launch_bounds", POW2_LAUNCH_BOUNDS),)
+        kernel.__name__ = kernel.__qualname__ = f"{kernel.__name__}_lb{POW2_LAUNCH_BOUNDS[1]}"
     return ElementwiseKernel(kernel, signature, a, b, out, precision, G, options, unroll)
