@@ -20,6 +20,7 @@ from baracuda_numba.plans import base
 
 COLS = 4096
 SHIPPED_POW2_UNROLL = elementwise.POW2_UNROLL
+SHIPPED_POW2_BOUNDS = elementwise.POW2_LAUNCH_BOUNDS
 ORIGINAL_POW2 = base.ElementwisePlan._pow2_segments
 _SHIPPED_POLICIES: dict = {}
 
@@ -84,8 +85,9 @@ def use_variant(unroll: int, stationary: bool, bounds: tuple[int, int] | None = 
     ``policy``: (threads per block, blocks per SM cap) of the elementwise entries; ``prefetch``: grid strides
     ahead of the shift kernels' L2 prefetches."""
     use_policy(policy)
-    # prefetch < 0: no prefetch, the shift kernels held to 32 registers (four 512-thread blocks per SM)
-    elementwise.POW2_PREFETCH, elementwise.POW2_LAUNCH_BOUNDS = (0, (512, 4)) if prefetch < 0 else (prefetch, None)
+    # prefetch < 0: no prefetch, and the shift kernels without their launch_bounds (NVVM's register count)
+    elementwise.POW2_PREFETCH = max(prefetch, 0)
+    elementwise.POW2_LAUNCH_BOUNDS = None if prefetch < 0 else SHIPPED_POW2_BOUNDS
     elementwise.UNROLL = unroll
     elementwise.POW2_UNROLL = pow2_unroll or SHIPPED_POW2_UNROLL
     # pow2_unroll 0: every row segment tracked incrementally, as before the shift kernels
@@ -138,7 +140,7 @@ def main() -> None:
                                                       (2, (128, 1024)))],
         # L2 prefetches 1 or 2 grid strides ahead in the shift kernels, on the shipped grid and on one
         # resident wave (a stride small enough that what is prefetched stays in L2)
-        # (prefetch -1: none, the shift kernels held to 32 registers by launch_bounds)
+        # (prefetch -1: none, and the shift kernels without their launch_bounds)
         "prefetch": [(*shipped[:5], p, f) for p, f in ((None, 1), (None, 2), (None, -1), ((512, 4), 0),
                                                        ((512, 4), 1), ((512, 4), 2), ((512, 4), 4))],
     }[args.variants]
