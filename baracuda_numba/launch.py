@@ -1,10 +1,12 @@
 """Kernel launches with the least host work, and stream resolution.
 
-On a GPU a compiled kernel is launched with one ``cuLaunchKernel`` call whose parameters were
-packed by one ``struct.pack_into`` into a buffer built at plan selection (numba's array ABI:
-``meminfo, parent, nitems, itemsize, data, shape, strides`` for each 1-D array), skipping numba's
-per-call typing and argument wrapping (~45 us per launch). Under the simulator the numba dispatcher
-is called with NumPy arrays wrapped so that aliasing views are not copied apart.
+On a GPU a compiled kernel is launched with one ``cuLaunchKernel`` call, made from numba-compiled
+CPU code (:func:`make_record_launch`): it copies a parameter buffer packed at plan selection (numba's
+array ABI: ``meminfo, parent, nitems, itemsize, data, shape, strides`` for each 1-D array, then the
+scalars), writes the pointers and scalars of the call into it and hands it to the driver through
+``extra``. That skips numba's per-call typing and argument wrapping (~45 us per launch) and Python's
+per-parameter work. Under the simulator the numba dispatcher is called with NumPy arrays wrapped so
+that aliasing views are not copied apart.
 """
 
 from __future__ import annotations
@@ -22,15 +24,22 @@ import numpy as np
 from .errors import BaracudaError, InvalidOperand, problem_message
 from .platform import SIMULATOR
 
-__all__ = ["ArrayArg", "KernelLauncher", "ParameterBlock", "array_values", "stream_handle", "synchronize",
-           "torch_current_stream"]
+__all__ = ["ArrayArg", "KernelLauncher", "ParameterBlock", "array_values", "make_record_launch", "record_bytes",
+           "stream_handle", "synchronize", "torch_current_stream"]
 
-# One 8-byte parameter slot per kernel parameter; a float32 occupies the first 4 bytes of its slot.
-_SLOT_FORMAT = {np.int64: "q", np.int32: "ixxxx", np.float32: "fxxxx", np.float64: "d", np.bool_: "?xxxxxxx"}
-_ARRAY_FORMAT = "qqqqqqq"  # meminfo, parent, nitems, itemsize, data, shape[0], strides[0]
+# Each kernel parameter's struct code and size; parameters sit at their natural alignment, as in the
+# kernel's .param space (what cuLaunchKernel's CU_LAUNCH_PARAM_BUFFER_POINTER takes).
+_PARAM_FORMAT = {np.int64: ("q", 8), np.int32: ("i", 4), np.float32: ("f", 4), np.float64: ("d", 8),
+                 np.bool_: ("?", 1)}
+_ARRAY_SLOTS = 7  # numba's 1-D array: meminfo, parent, nitems, itemsize, data, shape[0], strides[0]
 _DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory a kernel may use without opting in
 _MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-_STREAM_OBJECTS = 64  # CUstream objects the launcher keeps (one per raw stream handle seen)
+# A launch record (int64 words): the header, the patched int64 parameters' word indices, the patched
+# floats' indices (in units of the float), then the packed parameter buffer.
+_SHARED, _SIZE, _FLOAT32, _N_INTS, _N_FLOATS, _BUFFER_AT = range(6)
+_HEADER = 6
+_NO_FLOATS = (0.0,)  # the floats of a launch that patches none (the record says how many it reads)
+_NO_INTS = (0,)
 
 
 class ArrayArg(tuple):
@@ -44,59 +53,118 @@ class ArrayArg(tuple):
 
 
 class ParameterBlock:
-    """The kernel parameter block: one 8-byte slot per parameter, in numba's kernel ABI, and the
-    array of pointers to the slots that ``cuLaunchKernel`` takes.
+    """A kernel's parameters packed in numba's kernel ABI (each 1-D array as seven int64 words,
+    then the scalars), at their natural alignment: the buffer ``cuLaunchKernel`` takes through
+    ``extra`` (one copy, no pointer per parameter).
 
-    ``pack`` writes every slot; ``set_template`` stores a full block once so that ``patch`` then
-    rewrites only the slots that change between calls (pointers, steps, scalars) with three slice
-    assignments: 0.5 us against 1.4 us for copying and packing all 67 values (on a 2-core x86 host).
+    ``set_template`` packs a full set of values once and names the parameters every call rewrites:
+    int64 ones (pointers, grid steps) and scalars of one float type. :attr:`record` is then the
+    launch record of :func:`launch_record`, which copies the buffer and patches those parameters.
     """
 
     def __init__(self, n_arrays: int, scalar_types: Sequence[type]) -> None:
-        layout = "<" + _ARRAY_FORMAT * n_arrays + "".join(_SLOT_FORMAT[t] for t in scalar_types)
+        types = (np.int64,) * (_ARRAY_SLOTS * n_arrays) + tuple(scalar_types)
+        layout, offset, offsets = "<", 0, []
+        for t in types:
+            code, size = _PARAM_FORMAT[t]
+            pad = -offset % size
+            layout += "x" * pad + code
+            offsets.append(offset + pad)
+            offset += pad + size
         self._packer = struct.Struct(layout)
-        self.n_params = 7 * n_arrays + len(scalar_types)
-        self.buffer = ctypes.create_string_buffer(8 * self.n_params)
-        base = ctypes.addressof(self.buffer)
-        self._param_pointers = (ctypes.c_void_p * self.n_params)(*(base + 8 * i for i in range(self.n_params)))
-        self.params_address = ctypes.addressof(self._param_pointers)
-        self._int64 = (ctypes.c_int64 * self.n_params).from_buffer(self.buffer)
-        self._template: bytes | None = None
-        self._holds_template = False
+        self.offsets = tuple(offsets)
+        self.size = offset
+        self.n_params = len(types)
+        self.record: np.ndarray | None = None
 
-    def pack(self, values: Sequence[Any]) -> None:
-        """Write every slot from the flat parameter values."""
-        self._packer.pack_into(self.buffer, 0, *values)
-        self._holds_template = False
+    def pack(self, values: Sequence[Any]) -> bytes:
+        """Every parameter from the flat ``values``, packed (``size`` bytes)."""
+        return self._packer.pack(*values)
 
-    def set_template(self, values: Sequence[Any], int_slots: Sequence[slice], scalar_slots: range,
-                     scalar_type: type) -> None:
-        """Keep ``values`` packed; ``patch`` then writes groups of int64 slots (each group a
-        ``slice`` of slot indices: one C-level slice assignment per group, not one Python store per
-        slot) and the ``scalar_type`` (float32 / float64) ``scalar_slots``."""
-        self._template = self._packer.pack(*values)
-        self._int_slots = tuple(int_slots)
-        if np.dtype(scalar_type) == np.float32:  # a float32 sits in the first 4 bytes of its slot
-            self._scalars = (ctypes.c_float * (2 * self.n_params)).from_buffer(self.buffer)
-            self._scalar_slice = slice(2 * scalar_slots.start, 2 * scalar_slots.stop, 2 * scalar_slots.step)
+    def record_of(self, values: Sequence[Any], int_params: Sequence[int] = (), float_params: Sequence[int] = (),
+                  float_type: type = np.float32, shared_bytes: int = 0) -> np.ndarray:
+        """The launch record of ``values``, the calls patching the int64 parameters ``int_params`` and the
+        ``float_type`` parameters ``float_params`` (indices in parameter order)."""
+        float_size = np.dtype(float_type).itemsize
+        for i in int_params:
+            if self.offsets[i] % 8:
+                raise ValueError(f"parameter {i} is not an 8-byte aligned int64")
+        header = [shared_bytes, self.size, int(float_size == 4), len(int_params), len(float_params), 0]
+        header += [self.offsets[i] // 8 for i in int_params]
+        header += [self.offsets[i] // float_size for i in float_params]
+        header[_BUFFER_AT] = len(header)
+        packed = self.pack(values)
+        words = np.frombuffer(packed + bytes(-len(packed) % 8), np.int64)
+        return np.concatenate((np.array(header, np.int64), words))
+
+    def set_template(self, values: Sequence[Any], int_params: Sequence[int | slice], float_params: range,
+                     float_type: type, shared_bytes: int = 0) -> None:
+        """Keep ``values`` packed as :attr:`record`, with the int64 parameters ``int_params`` (indices or
+        slices of them) and the ``float_type`` ``float_params`` rewritten by every patched launch."""
+        flat: list[int] = []
+        for where in int_params:
+            flat += range(self.n_params)[where] if isinstance(where, slice) else [where]
+        self.record = self.record_of(values, flat, list(float_params), float_type, shared_bytes)
+
+
+def record_bytes(record: np.ndarray, ints: Sequence[int] = (), floats: Sequence[float] = ()) -> bytes:
+    """The parameter bytes a launch of ``record`` patched with ``ints`` and ``floats`` hands the driver
+    (what :func:`launch_record` builds, in Python: for tests and tools)."""
+    block = record[record[_BUFFER_AT]:].copy()
+    n_ints, n_floats = int(record[_N_INTS]), int(record[_N_FLOATS])
+    int_at = record[_HEADER:_HEADER + n_ints]
+    float_at = record[_HEADER + n_ints:_HEADER + n_ints + n_floats]
+    if len(ints) < n_ints or len(floats) < n_floats:
+        raise ValueError(f"the record patches {n_ints} ints and {n_floats} floats, given {len(ints)} and {len(floats)}")
+    block[int_at] = ints[:n_ints]
+    block.view(np.float32 if record[_FLOAT32] else np.float64)[float_at] = floats[:n_floats]
+    return block.tobytes()[:record[_SIZE]]
+
+
+def make_record_launch(launch_kernel: Any, ctx_get_device: Any) -> Any:
+    """The hot path of every launch, compiled by numba for the CPU: ``launch(function, device, blocks,
+    threads, stream, record, ints, floats) -> status``.
+
+    It checks that ``device``'s context is current (skipped for ``device < 0``), copies the record's
+    parameter buffer, writes ``ints`` and ``floats`` into the parameters the record names, and calls
+    ``cuLaunchKernel`` with the buffer through ``extra`` on a 1-D grid. Status: the CUresult, or -1
+    when ``device``'s context is not current (nothing launched). Everything lives in locals, so
+    threads need no lock. ``launch_kernel`` / ``ctx_get_device``: ctypes functions with the driver's
+    signatures, every handle and pointer as ``c_uint64``.
+    """
+    from numba import njit
+
+    @njit(nogil=True)
+    def launch(function, device, blocks, threads, stream, record, ints, floats):  # pragma: no cover (compiled)
+        if device >= 0:
+            current = np.empty(1, np.int32)
+            if ctx_get_device(current.ctypes.data) != 0 or current[0] != device:
+                return -1
+        n_ints = record[_N_INTS]
+        n_floats = record[_N_FLOATS]
+        block = record[record[_BUFFER_AT]:].copy()
+        for k in range(n_ints):
+            block[record[_HEADER + k]] = ints[k]
+        float_at = _HEADER + n_ints
+        if record[_FLOAT32]:
+            as_float32 = block.view(np.float32)
+            for k in range(n_floats):
+                as_float32[record[float_at + k]] = floats[k]
         else:
-            self._scalars = (ctypes.c_double * self.n_params).from_buffer(self.buffer)
-            self._scalar_slice = slice(scalar_slots.start, scalar_slots.stop, scalar_slots.step)
-        self._holds_template = False
+            as_float64 = block.view(np.float64)
+            for k in range(n_floats):
+                as_float64[record[float_at + k]] = floats[k]
+        size = np.empty(1, np.uint64)
+        size[0] = record[_SIZE]
+        extra = np.empty(5, np.uint64)
+        extra[0] = 1  # CU_LAUNCH_PARAM_BUFFER_POINTER
+        extra[1] = block.ctypes.data
+        extra[2] = 2  # CU_LAUNCH_PARAM_BUFFER_SIZE
+        extra[3] = size.ctypes.data
+        extra[4] = 0  # CU_LAUNCH_PARAM_END
+        return launch_kernel(function, blocks, 1, 1, threads, 1, 1, record[_SHARED], stream, 0, extra.ctypes.data)
 
-    def patch(self, int_groups: Sequence[Sequence[int]], scalars: Sequence[Any]) -> None:
-        """The template with each group of ints and the scalars in their slots (``ValueError`` when a
-        group's length is not its slice's)."""
-        if not self._holds_template:
-            ctypes.memmove(self.buffer, self._template, len(self._template))
-            self._holds_template = True
-        slots = self._int64
-        for where, values in zip(self._int_slots, int_groups, strict=True):
-            slots[where] = values
-        self._scalars[self._scalar_slice] = scalars
-
-    def raw(self) -> bytes:
-        return self.buffer.raw
+    return launch
 
 
 class KernelLauncher:
@@ -110,18 +178,22 @@ class KernelLauncher:
         self._n_arrays = n_arrays
         self._scalar_types = tuple(scalar_types)
         self._lock = threading.Lock()
-        self._functions: dict[int, int] = {}  # raw handles
-        self._launchable: dict[int, Any] = {}  # the same as _Driver.function objects
+        self._functions: dict[int, int] = {}  # raw handles, per device
         if not SIMULATOR:
             self.params = ParameterBlock(n_arrays, self._scalar_types)
 
-    def _function(self, device_id: int) -> Any:
-        """The kernel's handle on ``device_id`` as the launch takes it (compiled and loaded on first use)."""
+    def set_template(self, values: Sequence[Any], int_params: Sequence[int | slice], float_params: range,
+                     float_type: type) -> None:
+        """See :meth:`ParameterBlock.set_template`; :meth:`launch_patched` then launches it."""
+        self.params.set_template(values, int_params, float_params, float_type, self._shared_bytes)
+
+    def _function(self, device_id: int) -> int:
+        """The kernel's raw handle on ``device_id`` (compiled and loaded on first use)."""
         function = self._functions.get(device_id)
         if function is None:
             from numba import cuda
 
-            with cuda.gpus[device_id]:
+            with self._lock, cuda.gpus[device_id]:
                 dispatcher = self._compile()
                 overload = next(iter(dispatcher.overloads.values()))
                 function = int(overload._codelibrary.get_cufunc().handle)
@@ -139,8 +211,7 @@ class KernelLauncher:
                         raise BaracudaError(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, "
                                             f"{allowed}) failed with CUresult {error}")
                 self._functions[device_id] = function
-                self._launchable[device_id] = _driver().function(function)
-        return self._launchable[device_id]
+        return function
 
     def launch(self, blocks: int, threads: int, stream: int, arrays: Sequence[ArrayArg],
                scalars: Sequence[Any], device_id: int = 0) -> None:
@@ -155,23 +226,26 @@ class KernelLauncher:
 
     def launch_values(self, blocks: int, threads: int, stream: int, values: Sequence[Any], device_id: int = 0) -> None:
         """Launch with the flat parameter values (see :func:`array_values`) already in order."""
-        self._launch(blocks, threads, stream, device_id, self.params.pack, values)
+        record = self.params.record_of(values, shared_bytes=self._shared_bytes)
+        self._launch(blocks, threads, stream, device_id, record, _NO_INTS, _NO_FLOATS)
 
-    def launch_patched(self, blocks: int, threads: int, stream: int, int_groups: Sequence[Sequence[int]],
-                       scalars: Sequence[Any], device_id: int = 0) -> None:
-        """Launch with the template (:meth:`ParameterBlock.set_template`) patched by ``int_groups`` and
-        ``scalars``. The hot path of every elementwise call: written out flat, no per-call closures."""
-        function = self._launchable.get(device_id)
-        driver = _driver()
-        if function is None or driver.current_device() != device_id:
-            self._launch(blocks, threads, stream, device_id, self.params.patch, int_groups, scalars)
-            return
-        params = self.params
-        with self._lock:  # the parameter block is shared by the threads launching this kernel
-            params.patch(int_groups, scalars)
-            driver.launch(function, blocks, threads, self._shared_bytes, stream, params.params_address)
+    def launch_patched(self, blocks: int, threads: int, stream: int, ints: tuple, floats: tuple,
+                       device_id: int = 0) -> None:
+        """Launch the template (:meth:`set_template`) with its patched int64 parameters set to ``ints``
+        and its floats to ``floats`` (tuples, each of one type). The hot path of every fast call: one
+        compiled call (:func:`make_record_launch`) when the kernel is loaded and its device current."""
+        function = self._functions.get(device_id)
+        if function is not None:
+            status = _driver().launch_record(function, device_id, blocks, threads, stream, self.params.record, ints,
+                                             floats or _NO_FLOATS)
+            if status == 0:
+                return
+            if status > 0:
+                raise _launch_error(status)
+        self._launch(blocks, threads, stream, device_id, self.params.record, ints, floats or _NO_FLOATS)
 
-    def _launch(self, blocks: int, threads: int, stream: int, device_id: int, fill: Callable, *fill_args: Any) -> None:
+    def _launch(self, blocks: int, threads: int, stream: int, device_id: int, record: np.ndarray, ints: tuple,
+                floats: tuple) -> None:
         function = self._function(device_id)
         driver = _driver()
         current = driver.current_device()
@@ -182,14 +256,13 @@ class KernelLauncher:
                 cuda.current_context()  # a thread with no context yet: make device 0's current for good
             else:  # another device's context is current: switch for this launch only
                 with cuda.gpus[device_id]:
-                    self._launch_locked(driver, function, blocks, threads, stream, fill, fill_args)
+                    status = driver.launch_record(function, -1, blocks, threads, stream, record, ints, floats)
+                if status:
+                    raise _launch_error(status)
                 return
-        self._launch_locked(driver, function, blocks, threads, stream, fill, fill_args)
-
-    def _launch_locked(self, driver, function, blocks, threads, stream, fill, fill_args) -> None:
-        with self._lock:  # the parameter block is shared by the threads launching this kernel
-            fill(*fill_args)
-            driver.launch(function, blocks, threads, self._shared_bytes, stream, self.params.params_address)
+        status = driver.launch_record(function, -1, blocks, threads, stream, record, ints, floats)
+        if status:
+            raise _launch_error(status)
 
     def _launch_simulated(self, blocks, threads, arrays, scalars) -> None:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
@@ -200,28 +273,31 @@ class KernelLauncher:
         dispatcher[blocks, threads, 0, self._shared_bytes](*args)
 
 
+def _launch_error(status: int) -> BaracudaError:
+    return BaracudaError(f"cuLaunchKernel failed with CUresult {status}")
+
+
 def array_values(ptr: int, nitems: int, itemsize: int) -> tuple[int, ...]:
     """The seven parameter values of a flat C-contiguous array in numba's kernel ABI."""
     return (0, 0, nitems, itemsize, ptr, nitems, itemsize)
 
 
 class _Driver:
-    """The driver entry points of the hot path, loaded on first use.
-
-    The launch goes through cuda.bindings' Cython wrapper with the function and stream handle
-    objects built once (``CUfunction`` per kernel, ``CUstream`` per raw stream): 7.5 us a launch
-    on an H100 host against 9.6 us through ctypes with ``argtypes`` conversion (``host_floor.py``,
-    2026-11-23). The rest stays on ctypes, which needs no handle objects.
+    """The driver entry points, through ctypes (loaded on first use). Launches go through
+    :func:`make_record_launch`, which calls ``cuLaunchKernel`` from compiled code: 5.9 us a launch on
+    an H100 host, against 7.8 us for the Python-level patch and cuda.bindings call it replaced and
+    5.0-5.5 us for cuda.bindings' call alone (``benchmarks/host_floor.py``, 2026-11-23).
     """
 
     def __init__(self) -> None:
-        from cuda.bindings import driver as cuda_driver
-
         libcuda = ctypes.CDLL("libcuda.so.1")
-        self._cuda = cuda_driver
-        self._launch_kernel = cuda_driver.cuLaunchKernel
-        self._success = cuda_driver.CUresult.CUDA_SUCCESS
-        self._streams: dict[int, Any] = {}
+        launch_kernel = libcuda.cuLaunchKernel
+        launch_kernel.argtypes = [ctypes.c_uint64] + [ctypes.c_uint] * 7 + [ctypes.c_uint64] * 3
+        launch_kernel.restype = ctypes.c_int
+        ctx_get_device = libcuda.cuCtxGetDevice
+        ctx_get_device.argtypes = [ctypes.c_uint64]
+        ctx_get_device.restype = ctypes.c_int
+        self.launch_record = make_record_launch(launch_kernel, ctx_get_device)
         self.stream_synchronize = libcuda.cuStreamSynchronize
         self.stream_synchronize.argtypes = [ctypes.c_void_p]
         self.stream_synchronize.restype = ctypes.c_int
@@ -236,24 +312,6 @@ class _Driver:
         self._kernel_set_attribute = libcuda.cuKernelSetAttribute
         self._kernel_set_attribute.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
         self._kernel_set_attribute.restype = ctypes.c_int
-
-    def function(self, handle: int) -> Any:
-        """The ``CUfunction`` object of a raw function (or library kernel) handle, for :meth:`launch`."""
-        return self._cuda.CUfunction(handle)
-
-    def launch(self, function: Any, blocks: int, threads: int, shared_bytes: int, stream: int,
-               params_address: int) -> None:
-        """``cuLaunchKernel`` of ``function`` (from :meth:`function`) on a 1-D grid, the parameters
-        at ``params_address`` (an array of pointers to the slots); ``BaracudaError`` on failure."""
-        handle = self._streams.get(stream)
-        if handle is None:
-            if len(self._streams) >= _STREAM_OBJECTS:  # handles of destroyed streams are never looked up again
-                self._streams.clear()
-            handle = self._streams[stream] = self._cuda.CUstream(stream)
-        error = self._launch_kernel(function, blocks, 1, 1, threads, 1, 1, shared_bytes, handle, params_address,
-                                    0)[0]
-        if error is not self._success:
-            raise BaracudaError(f"cuLaunchKernel failed with CUresult {int(error)} ({error.name})")
 
     def set_max_dynamic_shared(self, function: int, nbytes: int, device_id: int) -> int:
         """Let ``function`` launch with up to ``nbytes`` of dynamic shared memory (a CUresult). numba

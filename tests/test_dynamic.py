@@ -383,7 +383,8 @@ def test_remembered_launch_hands_the_driver_what_the_checked_path_does(mode, sco
     """The op's repeat-call launch (pre-packed parameters, six pointers patched) gives the driver the
     bytes and grid of ``plan.run`` on the same operands; checked on the simulator with a recording
     libcuda stand-in, as the W8A8 fast path is in test_linear."""
-    from test_linear import _RecordingDriver, _torch_operand
+    from recording_driver import recording_driver
+    from test_linear import _torch_operand
 
     from baracuda_numba import arrays, launch
     from baracuda_numba.plans import base
@@ -402,11 +403,11 @@ def test_remembered_launch_hands_the_driver_what_the_checked_path_does(mode, sco
             monkeypatch.setattr(module, "SIMULATOR", False)
         old = plan._launchers["segment"]
         gpu = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types, old._shared_bytes)
-        gpu._functions[0] = gpu._launchable[0] = 0xD00
+        gpu._functions[0] = 0xD00
         plan._launchers["segment"] = gpu
         plan._install_segment_template()
         assert plan.fast_alignment() == 16
-        driver = _RecordingDriver([gpu.params])
+        driver = recording_driver()
         monkeypatch.setattr(launch, "_driver", lambda: driver)
         pointers = (0x100000, 0x500000, 0x900000, 0xA00000)
         ops = bn.DynamicRangeQuantizeArgs(_torch_operand(x_element, shape, pointers[0]),

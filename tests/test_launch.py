@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from recording_driver import recording_driver
 
 import baracuda_numba as bn
 from baracuda_numba import launch
@@ -28,31 +29,57 @@ def _plans():
 
 @pytest.mark.parametrize("plan", list(_plans()), ids=lambda p: p.name)
 def test_patched_template_is_the_full_pack(plan):
+    """The compiled launch (and its Python twin ``record_bytes``) hands the driver the template with
+    the call's pointers, steps and scalars written in: the bytes a full pack of the call writes."""
     math_type = plan._math
     types = (np.int64,) * 6 + (math_type,) * 5
     template = plan._values((0, 0, 0, 0, 0), plan._n // plan._chunk, (0, 0), (math_type(0),) * 5)
+    driver = recording_driver()
 
     @given(st.tuples(*[POINTERS] * 5), st.integers(0, 2**40), st.integers(0, 2**40),
-           st.tuples(*[st.floats(width=32, allow_nan=False)] * 5), st.booleans())
-    def check(pointers, step_q, step_r, scalars, dirty):
+           st.tuples(*[st.floats(width=32, allow_nan=False)] * 5))
+    def check(pointers, step_q, step_r, scalars):
         scalars = tuple(math_type(v) for v in scalars)
-        block, full = ParameterBlock(8, types), ParameterBlock(8, types)
+        block = ParameterBlock(8, types)
         block.set_template(template, _PATCHED_INT_SLOTS, range(62, 67), math_type)
-        if dirty:  # a full pack in between (the misaligned path) must not leak into the next patch
-            block.pack(plan._values(pointers, 0, (1, 2), scalars))
         a, b, out, s, z = pointers
-        block.patch(((a, a, b, b, out, out, s, z), (step_q, step_r)), scalars)
-        full.pack(plan._values(pointers, plan._n // plan._chunk, (step_q, step_r), scalars))
-        assert block.raw() == full.raw()
+        ints = (a, a, b, b, out, out, s, z, step_q, step_r)
+        full = block.pack(plan._values(pointers, plan._n // plan._chunk, (step_q, step_r), scalars))
+        assert launch.record_bytes(block.record, ints, scalars) == full
+        driver.calls.clear()
+        assert driver.launch_record(0xF00, 0, 2, 64, 0x5, block.record, ints, scalars) == 0
+        assert driver.calls == [((0xF00, 2, 1, 1, 64, 1, 1, 0, 0x5), full)]
 
     check()
 
 
-def test_parameter_block_rejects_a_patch_of_the_wrong_length():
+def test_parameter_block_lays_parameters_out_at_their_natural_alignment():
+    block = ParameterBlock(1, (np.int64, np.float32, np.float64, np.bool_, np.int32, np.float32))
+    assert block.offsets == (*range(0, 56, 8), 56, 64, 72, 80, 84, 88)
+    assert block.size == 92
+
+
+def test_record_bytes_rejects_a_patch_of_the_wrong_length():
     block = ParameterBlock(1, (np.int64, np.float32))
     block.set_template((0,) * 7 + (0, np.float32(0)), (slice(4, 8, 3),), range(8, 9), np.float32)
     with pytest.raises(ValueError):
-        block.patch(((1,),), (np.float32(1),))
+        launch.record_bytes(block.record, (1,), (np.float32(1),))
+
+
+def test_record_rejects_a_patched_int_off_its_8_byte_word():
+    block = ParameterBlock(0, (np.float32, np.int32, np.int64))
+    with pytest.raises(ValueError, match="parameter 1"):
+        block.set_template((np.float32(0), 0, 0), (1,), range(0, 1), np.float32)
+
+
+def test_compiled_launch_reports_a_context_of_another_device_and_launches_nothing():
+    block = ParameterBlock(1, (np.int64,))
+    block.set_template((0,) * 8, (4,), range(0), np.float32)
+    driver = recording_driver()
+    driver.device = 1
+    assert driver.launch_record(0xF00, 0, 1, 32, 0, block.record, (7,), (0.0,)) == -1
+    assert driver.launch_record(0xF00, -1, 1, 32, 0, block.record, (7,), (0.0,)) == 0  # unchecked
+    assert len(driver.calls) == 1
 
 
 @pytest.mark.parametrize("math_type", [np.float32, np.float64])
@@ -71,49 +98,39 @@ def test_scale_memo_never_admits_an_invalid_scale(bad):
             checked_scale("P", bad, np.float32)
 
 
-class _RecordingDriver:
-    """Stands in for the driver: records what cuLaunchKernel was given (the parameter bytes it points at)."""
-
-    def __init__(self, params: ParameterBlock) -> None:
-        self.params, self.calls = params, []
-
-    def current_device(self) -> int:
-        return 0
-
-    def launch(self, function, blocks, threads, shared, stream, params_address):
-        assert params_address == self.params.params_address
-        self.calls.append(((function, blocks, 1, 1, threads, 1, 1, shared, stream), self.params.raw()))
+def _gpu_launcher(monkeypatch, n_arrays, scalar_types):
+    monkeypatch.setattr(launch, "SIMULATOR", False)
+    launcher = launch.KernelLauncher(lambda: None, n_arrays, scalar_types)
+    driver = recording_driver()
+    monkeypatch.setattr(launch, "_driver", lambda: driver)
+    launcher._functions[0] = 0xF00  # compiled and loaded: the hot path
+    return launcher, driver
 
 
 def test_gpu_launch_path_hands_the_driver_the_packed_block(monkeypatch):
-    monkeypatch.setattr(launch, "SIMULATOR", False)
     types = (np.int64, np.float32)
-    launcher = launch.KernelLauncher(lambda: None, 1, types)
-    driver = _RecordingDriver(launcher.params)
-    monkeypatch.setattr(launch, "_driver", lambda: driver)
-    monkeypatch.setattr(launcher, "_function", lambda device_id: 0xF00)
-    launcher.params.set_template((0, 0, 16, 1, 0, 16, 1, 7, np.float32(0)), (slice(4, 5),), range(8, 9), np.float32)
-    launcher.launch_patched(3, 128, 0x5, ((0xABC,),), (np.float32(2.5),))
+    launcher, driver = _gpu_launcher(monkeypatch, 1, types)
+    launcher.set_template((0, 0, 16, 1, 0, 16, 1, 7, np.float32(0)), (slice(4, 5),), range(8, 9), np.float32)
+    launcher.launch_patched(3, 128, 0x5, (0xABC,), (np.float32(2.5),))
     launcher.launch_values(4, 64, 0, (0, 0, 16, 1, 0xDEF, 16, 1, 9, np.float32(-1)))
-    launcher.launch_patched(3, 128, 0x5, ((0x123,),), (np.float32(0.5),))
+    launcher.launch_patched(3, 128, 0x5, (0x123,), (np.float32(0.5),))
     expected = ParameterBlock(1, types)
-    raws = []
-    for values in ((0, 0, 16, 1, 0xABC, 16, 1, 7, np.float32(2.5)), (0, 0, 16, 1, 0xDEF, 16, 1, 9, np.float32(-1)),
-                   (0, 0, 16, 1, 0x123, 16, 1, 7, np.float32(0.5))):
-        expected.pack(values)
-        raws.append(expected.raw())
+    raws = [expected.pack(values) for values in ((0, 0, 16, 1, 0xABC, 16, 1, 7, np.float32(2.5)),
+                                                 (0, 0, 16, 1, 0xDEF, 16, 1, 9, np.float32(-1)),
+                                                 (0, 0, 16, 1, 0x123, 16, 1, 7, np.float32(0.5)))]
     assert [call[0] for call in driver.calls] == [(0xF00, 3, 1, 1, 128, 1, 1, 0, 0x5), (0xF00, 4, 1, 1, 64, 1, 1, 0, 0),
                                                   (0xF00, 3, 1, 1, 128, 1, 1, 0, 0x5)]
     assert [call[1] for call in driver.calls] == raws
 
 
-def _gpu_launcher(monkeypatch, n_arrays, scalar_types):
-    monkeypatch.setattr(launch, "SIMULATOR", False)
-    launcher = launch.KernelLauncher(lambda: None, n_arrays, scalar_types)
-    driver = _RecordingDriver(launcher.params)
-    monkeypatch.setattr(launch, "_driver", lambda: driver)
-    monkeypatch.setattr(launcher, "_function", lambda device_id: 0xF00)
-    return launcher, driver
+def test_gpu_launch_failure_is_reported_with_its_cuda_result(monkeypatch):
+    launcher, driver = _gpu_launcher(monkeypatch, 1, (np.int64,))
+    launcher.set_template((0,) * 8, (4,), range(0), np.float32)
+    driver.status = 700  # CUDA_ERROR_ILLEGAL_ADDRESS
+    with pytest.raises(bn.BaracudaError, match="CUresult 700"):
+        launcher.launch_patched(1, 32, 0, (1,), ())
+    with pytest.raises(bn.BaracudaError, match="CUresult 700"):
+        launcher.launch_values(1, 32, 0, (0,) * 8)
 
 
 @given(st.integers(0, 2**62), st.integers(0, 2**40), st.integers(-(2**62), 2**62),
@@ -125,15 +142,14 @@ def test_gpu_launch_hands_the_driver_numbas_array_abi_and_scalar_slots(ptr, nite
         launcher.launch(7, 256, 0x5, arrays, (count, np.float32(f32), f64, flag))
     (config, raw), = driver.calls
     assert config == (0xF00, 7, 1, 1, 256, 1, 1, 0, 0x5)
-    # numba's 1-D array: meminfo, parent, nitems, itemsize, data, shape[0], strides[0]; one 8-byte slot
-    # per scalar, a float32 in the first four bytes of its slot
-    slots = [raw[8 * i: 8 * i + 8] for i in range(len(raw) // 8)]
-    assert struct.unpack("<7q", b"".join(slots[:7])) == (0, 0, nitems, 4, ptr, nitems, 4)
-    assert struct.unpack("<7q", b"".join(slots[7:14])) == (0, 0, 3, 1, ptr + 16, 3, 1)
-    assert struct.unpack("<q", slots[14])[0] == count
-    assert struct.unpack("<f", slots[15][:4])[0] == np.float32(f32)
-    assert struct.unpack("<d", slots[16])[0] == f64
-    assert slots[17][0] == int(flag)
+    # numba's 1-D array: meminfo, parent, nitems, itemsize, data, shape[0], strides[0] (int64 each); the
+    # scalars at their natural alignment, as in the kernel's parameter space
+    assert struct.unpack_from("<7q", raw, 0) == (0, 0, nitems, 4, ptr, nitems, 4)
+    assert struct.unpack_from("<7q", raw, 56) == (0, 0, 3, 1, ptr + 16, 3, 1)
+    assert struct.unpack_from("<q", raw, 112)[0] == count
+    assert struct.unpack_from("<f", raw, 120)[0] == np.float32(f32)
+    assert struct.unpack_from("<d", raw, 128)[0] == f64
+    assert raw[136] == int(flag) and len(raw) == 137
 
 
 def test_plan_template_puts_pointers_where_the_kernel_reads_them():
@@ -162,11 +178,11 @@ def _gpu_plan(monkeypatch, plan):
     monkeypatch.setitem(base._SM_COUNT, 0, 132)
     old = plan._launcher
     plan._launcher = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types)
-    plan._launcher._functions[0] = plan._launcher._launchable[0] = 0xF00  # compiled: the inline hot path
+    plan._launcher._functions[0] = 0xF00  # compiled and loaded: the hot path
     plan._geometry_cache.clear()
     plan._install_template()
     plan._fast = plan._fast_fields()
-    driver = _RecordingDriver(plan._launcher.params)
+    driver = recording_driver()
     monkeypatch.setattr(launch, "_driver", lambda: driver)
     monkeypatch.setattr(launch, "_torch_stream_getter", lambda: (lambda device_id: 0x77))
     return driver

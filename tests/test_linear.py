@@ -9,6 +9,7 @@ import pytest
 from conftest import FLOAT_DTYPES, SIMULATOR, requires_gpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from recording_driver import recording_driver
 
 import baracuda_numba as bn
 from baracuda_numba import reference as ref
@@ -404,19 +405,6 @@ def test_fused_decode_falls_back_for_unaligned_x_and_ragged_k():
 # -- the host fast path: pointers patched into a pre-packed parameter block -----------------------
 
 
-class _RecordingDriver:
-    """Stands in for libcuda: records each cuLaunchKernel's configuration and parameter bytes."""
-
-    def __init__(self, blocks) -> None:
-        self.blocks, self.calls = {b.params_address: b for b in blocks}, []
-
-    def current_device(self) -> int:
-        return 0
-
-    def launch(self, function, blocks, threads, shared, stream, params_address):
-        self.calls.append(((function, blocks, 1, 1, threads, 1, 1, shared, stream), self.blocks[params_address].raw()))
-
-
 def _gpu_linear_plan(monkeypatch, plan):
     """``plan`` rebuilt for the GPU launch path with a recording libcuda stand-in (no GPU needed)."""
     from baracuda_numba import arrays, launch
@@ -429,19 +417,17 @@ def _gpu_linear_plan(monkeypatch, plan):
 
     def gpu_launcher(old, function):
         launcher = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types, old._shared_bytes)
-        launcher._functions[0] = launcher._launchable[0] = function  # compiled: the inline hot path
+        launcher._functions[0] = function  # compiled and loaded: the hot path
         return launcher
 
     for i, (name, (old, tiles_m, blocks, threads)) in enumerate(list(plan._variants.items())):
         plan._variants[name] = (gpu_launcher(old, 0xF00 + i), tiles_m, blocks, threads)
-    launchers = [v[0] for v in plan._variants.values()]
     quantizer = getattr(plan, "_quantizer", None)
     if quantizer is not None:
         quantizer._launchers["segment"] = gpu_launcher(quantizer._launchers["segment"], 0xE00)
-        launchers.append(quantizer._launchers["segment"])
         quantizer._install_segment_template()
     plan._install_fast_template()
-    driver = _RecordingDriver([launcher.params for launcher in launchers])
+    driver = recording_driver()
     monkeypatch.setattr(launch, "_driver", lambda: driver)
     monkeypatch.setattr(launch, "_torch_stream_getter", lambda: (lambda device_id: 0x77))
     return driver

@@ -292,7 +292,7 @@ class ElementwisePlan(Plan):
         """Pack the parameter block once: every call patches only the operand pointers (slots 4, 11,
         ... of the array structs), the grid steps and the scalars."""
         template = self._values((0, 0, 0, 0, 0), self._n // self._chunk, (0, 0), (0,) * 5)
-        self._launcher.params.set_template(template, _PATCHED_INT_SLOTS, range(62, 67), self._math)
+        self._launcher.set_template(template, _PATCHED_INT_SLOTS, range(62, 67), self._math)
 
     def run(self, args: Any, workspace: Any = None, stream: Any = None) -> None:
         """Launch on ``stream`` (see :func:`baracuda_numba.launch.stream_handle`). Asynchronous on
@@ -325,8 +325,8 @@ class ElementwisePlan(Plan):
         s_ptr, z_ptr = (*rest, 0, 0)[:2]
         blocks, step_q, step_r = self._geometry(self._n // self._chunk, device)
         self._launcher.launch_patched(blocks, self.entry.policy.threads_per_block, torch_current_stream(device),
-                                      ((a_ptr, a_ptr, b_ptr, b_ptr, out_ptr, out_ptr, s_ptr, z_ptr),
-                                       (step_q, step_r)), scalars, device)
+                                      (a_ptr, a_ptr, b_ptr, b_ptr, out_ptr, out_ptr, s_ptr, z_ptr, step_q, step_r),
+                                      scalars, device)
 
     def _uniform_chunk(self) -> bool:
         return True
@@ -429,7 +429,7 @@ class ElementwisePlan(Plan):
                 nchunks = self._n // self._chunk
                 blocks, step_q, step_r = self._geometry(nchunks, a.device_id)
                 pointers = (a.ptr, a.ptr, b.ptr, b.ptr, out.ptr, out.ptr, s_ptr, z_ptr)
-                self._launcher.launch_patched(blocks, threads, handle, (pointers, (step_q, step_r)), bound.scalars,
+                self._launcher.launch_patched(blocks, threads, handle, (*pointers, step_q, step_r), bound.scalars,
                                               a.device_id)
             else:  # an operand off its chunk alignment: every element through the element path
                 blocks, step_q, step_r = self._geometry(0, a.device_id)

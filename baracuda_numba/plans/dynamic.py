@@ -301,7 +301,7 @@ class DynamicRangeQuantizePlan(Plan):
                   *array_values(0, nseg, np.dtype(self._math).itemsize), *array_values(0, nseg, 4),
                   nseg, seg_len, cps, self._tps, *self._q_scalars]
         no_scalars = range(7 * 6 + 4, 7 * 6 + 4)  # the scalars stay as packed
-        self._launchers["segment"].params.set_template(values, (slice(4, 42, 7),), no_scalars, self._math)
+        self._launchers["segment"].set_template(values, (slice(4, 42, 7),), no_scalars, self._math)
         self._fast_segments = True
 
     def fast_alignment(self) -> int | None:
@@ -318,7 +318,7 @@ class DynamicRangeQuantizePlan(Plan):
         ``scale`` and an int32 ``zero_point`` array (scratch in symmetric mode), of this plan's sizes
         on ``device``. For callers that have checked them (the op's and the W8A8 linear's fast paths)."""
         self._launchers["segment"].launch_patched(self._segment_blocks, self._threads, stream,
-                                                  ((x_ptr, x_ptr, q_ptr, q_ptr, scale_ptr, zp_ptr),), (), device)
+                                                  (x_ptr, x_ptr, q_ptr, q_ptr, scale_ptr, zp_ptr), (), device)
 
     def _segment_launchers(self, M: Any) -> dict[str, KernelLauncher]:
         """``"segment"``: the kernel of aligned segments (the chunk path, which the linear plan's fast

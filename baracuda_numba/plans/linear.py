@@ -203,7 +203,7 @@ class _LinearPlan(Plan):
         for ptr, nitems, itemsize, _ in self._fast_arrays((0,) * 6):
             values += (0, 0, nitems, itemsize, ptr, nitems, itemsize)
         values += (d.m, d.n, d.k, tiles_m, True, 0.0)
-        launcher.params.set_template(values, (_POINTER_SLOTS,), _TENSOR_SCALE_SLOT, np.float32)
+        launcher.set_template(values, (_POINTER_SLOTS,), _TENSOR_SCALE_SLOT, np.float32)
         specs = [("input", self._fast_input_element(), d.m * d.k, 16), ("weight", ElementKind.S8, d.n * d.k, 16),
                  ("weight_scale", ElementKind.F32, d.n, 4)]
         if d.has_bias:
@@ -228,7 +228,7 @@ class _LinearPlan(Plan):
         if a_ptr is None:
             a_ptr, row_ptr = in_ptr, (0 if self._fused else s_ptr)
         launcher, _, blocks, threads = self._variants[self._aligned_variant]
-        launcher.launch_patched(blocks, threads, stream, ((a_ptr, a_ptr, w_ptr, w_ptr, row_ptr, s_ptr, b_ptr, o_ptr),),
+        launcher.launch_patched(blocks, threads, stream, (a_ptr, a_ptr, w_ptr, w_ptr, row_ptr, s_ptr, b_ptr, o_ptr),
                                 (tensor_scale,), device)
 
     def _common(self, args: Any) -> tuple[Operand, Operand, Operand | None, Operand]:

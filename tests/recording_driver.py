@@ -1,0 +1,59 @@
+"""A libcuda stand-in for the GPU launch path on a machine without a GPU.
+
+Launches go through the package's own compiled launch (:func:`baracuda_numba.launch.make_record_launch`),
+with ``cuLaunchKernel`` and ``cuCtxGetDevice`` replaced by ctypes callbacks: each launch records its
+configuration and the parameter bytes handed over through ``extra``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from baracuda_numba.launch import make_record_launch
+
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64, ctypes.c_uint64,
+                           ctypes.c_uint64)
+_GET_DEVICE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64)
+
+
+class RecordingDriver:
+    """Records ``((function, grid x, y, z, block x, y, z, shared bytes, stream), parameter bytes)`` per launch."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[int, ...], bytes]] = []
+        self.device = 0
+        self.status = 0
+
+        def launch_kernel(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            words = (ctypes.c_uint64 * 5).from_address(extra)
+            assert params == 0 and (words[0], words[2], words[4]) == (1, 2, 0)
+            size = ctypes.c_uint64.from_address(words[3]).value
+            self.calls.append(((function, gx, gy, gz, bx, by, bz, shared, stream), ctypes.string_at(words[1], size)))
+            return self.status
+
+        def ctx_get_device(address):
+            ctypes.c_int.from_address(address).value = self.device
+            return 0
+
+        self._callbacks = (_LAUNCH(launch_kernel), _GET_DEVICE(ctx_get_device))
+        self.launch_record = make_record_launch(*self._callbacks)
+
+    def reset(self) -> RecordingDriver:
+        self.calls.clear()
+        self.device = 0
+        self.status = 0
+        return self
+
+    def current_device(self) -> int:
+        return self.device
+
+
+_SHARED: RecordingDriver | None = None
+
+
+def recording_driver() -> RecordingDriver:
+    """The one recording driver (its compiled launch is built once per test session), emptied."""
+    global _SHARED
+    if _SHARED is None:
+        _SHARED = RecordingDriver()
+    return _SHARED.reset()
