@@ -341,6 +341,15 @@ def linear(bench: Bench, host: dict[str, float]) -> None:
     w = torch.randint(-128, 128, (4096, 4096), device="cuda", dtype=torch.int8)
     ws = torch.rand(4096, device="cuda") * 0.01
     host["quantized_linear() (16x4096 @ 4096x4096)"] = host_us(lambda: bn.quantized_linear(x, w, ws), 200)
+    for m in (16, 1):  # two launches (per-token quantize, GEMM) at M = 16; one fused launch at M = 1
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, 4096, 4096, "bf16", "bf16", False))
+        args = bn.QuantizedLinearArgs(x[:m], w, ws, torch.empty(m, 4096, device="cuda", dtype=torch.bfloat16))
+        workspace = torch.empty(plan.workspace_size(), device="cuda", dtype=torch.uint8)
+        host[f"QuantizedLinearPlan.run ({m}x4096 @ 4096x4096, {plan.kernel_variant(args)})"] = host_us(
+            lambda plan=plan, args=args, workspace=workspace: plan.run(args, workspace), 200)
+    w16 = w.to(torch.bfloat16)
+    host["torch.nn.functional.linear (16x4096 @ 4096x4096 bf16)"] = host_us(
+        lambda: torch.nn.functional.linear(x, w16), 200)
 
 
 def host_pairs() -> list[dict]:

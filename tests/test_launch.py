@@ -180,8 +180,7 @@ def _gpu_plan(monkeypatch, plan):
     plan._launcher = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types)
     plan._launcher._functions[0] = 0xF00  # compiled and loaded: the hot path
     plan._geometry_cache.clear()
-    plan._install_template()
-    plan._fast = plan._fast_fields()
+    plan._install_fast()
     driver = recording_driver()
     monkeypatch.setattr(launch, "_driver", lambda: driver)
     monkeypatch.setattr(launch, "_torch_stream_getter", lambda: (lambda device_id: 0x77))

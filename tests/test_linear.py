@@ -482,17 +482,14 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
                     _torch_operand(E.F16 if element is not E.F16 else E.F32, shape, ptr)):  # wrong dtype
             assert plan._fast_pointers(make(ops | {"input": bad})) is None
         assert plan._fast_pointers(make(ops | {"weight_scale": _torch_operand(E.F64, (n,), 0x300000)})) is None
-        if case.startswith("two_launch"):  # operands but no workspace: the checked path allocates it
-            class CheckedPath(Exception):
-                pass
-
-            def allocate(*_):
-                raise CheckedPath
-
-            monkeypatch.setattr(plan, "_run_two_launches_fast", lambda *a: pytest.fail("fast path without workspace"))
-            monkeypatch.setattr(bn.plans.linear, "allocate_like", allocate)
-            with pytest.raises(CheckedPath):
-                plan.run(args)
+        if case.startswith("two_launch"):  # no workspace: the plan's own for the current stream
+            asked = []
+            monkeypatch.setattr(plan, "_stream_workspace", lambda device, stream: asked.append((device, stream))
+                                or 0x7000000)
+            before = len(driver.calls)
+            plan.run(args)
+            assert asked == [(0, 0x77)] and driver.calls[before:] == driver.calls[:launches]
+            del driver.calls[before:]
     calls = driver.calls
     assert len(calls) == 4 * launches
     fast, checked_calls, fast_again, checked_again = (calls[i: i + launches] for i in range(0, 4 * launches, launches))

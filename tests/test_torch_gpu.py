@@ -162,3 +162,69 @@ def test_float64_default_differs_and_torch_compat_matches_cuda(scale, q_min, q_m
     default = bn.fake_quantize(x.detach(), scale, zp, q_min, q_max)
     finite = torch.isfinite(expected)
     assert (default != expected.detach())[finite].float().mean() > 0.5  # float64 math, on purpose
+
+
+def test_remembered_calls_launch_without_rechecking_and_fall_back_when_misaligned(monkeypatch):
+    """Repeat calls run the remembered plan through ``run_trusted`` (no ``plan.run``): per tensor with
+    and without ``out=``, per token without zero points (int8: the plan's zeros; FP8: none) and per
+    channel. Their bits are torch's; a view off its 16-byte chunk falls back to ``plan.run``."""
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import base
+
+    clear_plan_cache()
+    g = torch.Generator(device="cuda").manual_seed(11)
+    x = (torch.randn(64, 4096, device="cuda", generator=g) * 3).to(torch.bfloat16)
+    rows = torch.rand(64, device="cuda", generator=g) * 0.05 + 0.01
+    cols = torch.rand(4096, device="cuda", generator=g) * 0.05 + 0.01
+    col_zps = torch.randint(-9, 9, (4096,), device="cuda", generator=g, dtype=torch.int32)
+    xf = x.float()
+    token = torch.clamp(torch.round(xf * (1.0 / rows)[:, None]), -128, 127).to(torch.int8)
+    e4m3 = (xf * (1.0 / rows)[:, None]).clamp(-448, 448).to(torch.float8_e4m3fn)
+    channel = torch.fake_quantize_per_channel_affine(xf, cols, col_zps, 1, -128, 127)
+    tensor = torch.quantize_per_tensor(xf, 0.0213, 3, torch.qint8).int_repr()
+    out = torch.empty(64, 4096, device="cuda", dtype=torch.int8)
+    calls = {
+        "tensor": (lambda v: bn.quantize_per_tensor(v.float(), 0.0213, 3), tensor),
+        "tensor out=": (lambda v: bn.quantize_per_tensor(v.float(), 0.0213, 3, out=out), tensor),
+        "token int8": (lambda v: bn.quantize_per_token(v, rows), token),
+        "token e4m3": (lambda v: bn.quantize_per_token(v, rows, dtype="float8_e4m3fn").view(torch.uint8),
+                       e4m3.view(torch.uint8)),
+        "channel": (lambda v: bn.dequantize_per_channel(bn.quantize_per_channel(v, cols, col_zps, 1), cols,
+                                                        col_zps, 1), channel),
+    }
+    for label, (call, expected) in calls.items():
+        assert torch.equal(call(x), expected), label  # the full path, remembered
+    checked = []
+    for cls in (base.Plan, base.ElementwisePlan):  # record every plan.run, then run it
+        monkeypatch.setattr(cls, "run", (lambda run: lambda self, *a, **k: checked.append(self.name)
+                                         or run(self, *a, **k))(cls.__dict__["run"]))
+    for label, (call, expected) in calls.items():
+        assert torch.equal(call(x), expected), label
+    assert checked == [], checked
+    padded = torch.empty(64 * 4096 + 1, device="cuda", dtype=torch.bfloat16)
+    shifted = padded[1:].view(64, 4096)
+    shifted.copy_(x)
+    for label, (call, expected) in calls.items():
+        assert torch.equal(call(shifted), expected), label
+    assert any("Token" in name for name in checked) and any("Channel" in name for name in checked), checked
+
+
+def test_linear_workspaces_per_stream_keep_concurrent_streams_apart():
+    """The two-launch W8A8 path keeps one workspace per stream: calls queued on two streams at once
+    each give the result of a call alone."""
+    g = torch.Generator(device="cuda").manual_seed(5)
+    w = torch.randint(-128, 128, (4096, 4096), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(4096, device="cuda", generator=g) * 0.01 + 0.001
+    xs = [torch.randn(16, 4096, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(2)]
+    alone = [bn.quantized_linear(x, w, ws) for x in xs]
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    results = [[], []]
+    for _ in range(20):
+        for i, stream in enumerate(streams):
+            with torch.cuda.stream(stream):
+                results[i].append(bn.quantized_linear(xs[i], w, ws))
+    torch.cuda.synchronize()
+    for i in range(2):
+        for got in results[i]:
+            assert torch.equal(got, alone[i]), i

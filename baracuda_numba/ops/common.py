@@ -32,14 +32,17 @@ def clear_plan_cache() -> None:
 
 
 # Repeat calls on plain CUDA torch tensors skip adaptation, dtype resolution and plan lookup: the
-# first call goes the full way and remembers (plan, result dtype) under everything that decided them.
-_FAST_PLANS: dict[tuple, tuple[Plan, Any]] = {}
+# first call goes the full way and remembers (plan, result dtype, device, device index) under everything
+# that decided them. A remembered call knows its tensors' types, dtypes, shapes, contiguity and device
+# from its key, and its result is new: the plan launches it with only alignment checks (run_trusted).
+_FAST_PLANS: dict[tuple, tuple[Plan, Any, Any, int]] = {}
 _FAST_PLANS_LIMIT = 256
 
 
 def fast_key(where: str, arrays: tuple, *options: Any) -> tuple | None:
     """The memo key of a call whose ``arrays`` are all contiguous CUDA ``torch.Tensor`` (exact type),
-    else None. The key holds each array's dtype, shape and device and the call's ``options``."""
+    else None. The key holds each array's dtype, shape and device and the call's ``options``; an
+    unhashable option (a list for dtype, say) makes the lookups miss, and the full path decides."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
@@ -50,43 +53,57 @@ def fast_key(where: str, arrays: tuple, *options: Any) -> tuple | None:
             return None
         key += (a.dtype, a.shape, a.get_device())
     key += options
-    try:
-        hash(tuple(key))
-    except TypeError:  # an unhashable option (a list for dtype, say): the full path handles it
-        return None
     return tuple(key)
 
 
-def fast_run(key: tuple | None, like: Any, make_args: Any, stream: Any) -> Any:
-    """The result of a remembered call (None when ``key`` is not remembered): a new tensor shaped
-    like ``like``, written by the remembered plan with ``make_args(result)``."""
+def _lookup(key: tuple | None) -> tuple[Plan, Any, Any, int] | None:
     if key is None:
         return None
-    found = _FAST_PLANS.get(key)
+    try:
+        return _FAST_PLANS.get(key)
+    except TypeError:  # an unhashable option
+        return None
+
+
+def fast_run(key: tuple | None, like: Any, make_args: Any, stream: Any, shape: Any = None, out: Any = None) -> Any:
+    """The result of a remembered call (None when ``key`` is not remembered): ``out``, or a new tensor
+    shaped like ``like`` (or of ``shape``), written by the remembered plan with ``make_args(result)``."""
+    found = _lookup(key)
     if found is None:
         return None
-    plan, dtype = found
-    result = sys.modules["torch"].empty(like.shape, dtype=dtype, device=like.device)
-    plan.run(make_args(result), stream=stream)
+    plan, dtype, device, index = found
+    if out is not None:
+        result = out
+    else:
+        result = sys.modules["torch"].empty(like.shape if shape is None else shape, dtype=dtype, device=device)
+    args = make_args(result)
+    if stream is not None or not plan.run_trusted(args, index):
+        plan.run(args, stream=stream)
     return result
 
 
-def remembered(key: tuple | None) -> tuple[Plan, Any] | None:
-    """``(plan, result dtype)`` remembered under ``key``, or None."""
-    return None if key is None else _FAST_PLANS.get(key)
+def remembered(key: tuple | None) -> tuple[Plan, Any, Any, int] | None:
+    """``(plan, result dtype, result device, its index)`` remembered under ``key``, or None."""
+    return _lookup(key)
 
 
 def remembered_plan(key: tuple | None) -> Plan | None:
     """The plan remembered under ``key`` (for calls that write into a given ``out=``), or None."""
-    found = None if key is None else _FAST_PLANS.get(key)
+    found = _lookup(key)
     return None if found is None else found[0]
 
 
 def remember_fast(key: tuple | None, plan: Plan, result: Any) -> None:
-    if key is not None:
-        if len(_FAST_PLANS) >= _FAST_PLANS_LIMIT:
-            _FAST_PLANS.clear()
-        _FAST_PLANS[key] = (plan, result.dtype)
+    """Remember ``plan`` and ``result``'s dtype and device under ``key`` (None or unhashable: nothing)."""
+    if key is None:
+        return
+    try:
+        hash(key)
+    except TypeError:
+        return
+    if len(_FAST_PLANS) >= _FAST_PLANS_LIMIT:
+        _FAST_PLANS.clear()
+    _FAST_PLANS[key] = (plan, result.dtype, result.device, result.device.index)
 
 
 def operand(obj: Any, where: str, argument: str) -> Operand:

@@ -9,6 +9,7 @@ from ..arrays import allocate_like
 from ..errors import InvalidProblem, problem_message
 from ..launch import torch_current_stream
 from ..plans.dynamic import (
+    ZERO_POINT_ARRAY,
     DynamicRangeMode,
     DynamicRangeQuantizeArgs,
     DynamicRangeQuantizeDescriptor,
@@ -85,7 +86,7 @@ def dynamic_range_quantize(x: Any, *, mode: Any = "symmetric", scope: Any = "tok
         key = fast_key(where, (x,), mode, scope, dtype, axis, group_size, q_min, q_max)
         found = remembered(key)
         if found is not None:
-            result = _run_remembered(found[0], found[1], x)
+            result = _run_remembered(*found, x)
             if result is not None:
                 return result
     xo = operand(x, where, "x")
@@ -111,23 +112,22 @@ def dynamic_range_quantize(x: Any, *, mode: Any = "symmetric", scope: Any = "tok
     return Quantized(q.obj, scale.obj, zero_point.obj)
 
 
-def _run_remembered(plan: DynamicRangeQuantizePlan, q_dtype: Any, x: Any) -> Quantized | None:
+def _run_remembered(plan: DynamicRangeQuantizePlan, q_dtype: Any, device: Any, index: int,
+                    x: Any) -> Quantized | None:
     """The remembered plan's pre-packed launch on new torch outputs (None when ``x`` is not aligned
     for it: the full path decides). ``fast_key`` checked ``x``'s type, dtype, shape and device."""
-    alignment = plan.fast_alignment()
+    alignment, scale_shape, scale_dtype, zero_point_value = plan.fast_outputs()
     x_ptr = x.data_ptr()
     if alignment is None or x_ptr % alignment:
         return None
     torch = sys.modules["torch"]
-    device = x.get_device()
-    shape = plan.scale_shape()
-    q = torch.empty(x.shape, dtype=q_dtype, device=x.device)
-    scale = torch.empty(shape, dtype=torch.float64 if x.dtype is torch.float64 else torch.float32, device=x.device)
-    zero_point = torch.empty(shape, dtype=torch.int32, device=x.device)  # scratch when symmetric
-    plan.launch_segments_fast(x_ptr, q.data_ptr(), scale.data_ptr(), zero_point.data_ptr(),
-                              torch_current_stream(device), device)
-    desc = plan.desc
-    if desc.mode is DynamicRangeMode.SYMMETRIC:
-        zp = symmetric_zero_point(desc.q_min, desc.q_max)
-        return Quantized(q, scale, None if zp == 0 else zp)
+    q = torch.empty(x.shape, dtype=q_dtype, device=device)
+    scale = torch.empty(scale_shape, dtype=scale_dtype, device=device)
+    if zero_point_value is ZERO_POINT_ARRAY:
+        zero_point = torch.empty(scale_shape, dtype=torch.int32, device=device)
+        zp_ptr = zero_point.data_ptr()
+    else:  # symmetric: the constant zero point is returned, the kernel writes it to the plan's scratch
+        zero_point = zero_point_value
+        zp_ptr = plan.zero_point_scratch(device).data_ptr()
+    plan.launch_segments_fast(x_ptr, q.data_ptr(), scale.data_ptr(), zp_ptr, torch_current_stream(index), index)
     return Quantized(q, scale, zero_point)

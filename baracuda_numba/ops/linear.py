@@ -71,8 +71,8 @@ def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, *, bias: Any = No
     key = fast_key(where, _tensors(x, weight_q, weight_scale, bias, out), bias is None)
     if key is not None:  # a repeat call on plain CUDA torch tensors: the remembered plan, unadapted
         if out is None:
-            result = fast_run(key, _Result((*x.shape[:-1], weight_q.shape[0]), x.device),
-                              lambda y: QuantizedLinearArgs(x, weight_q, weight_scale, y, bias), stream)
+            result = fast_run(key, None, lambda y: QuantizedLinearArgs(x, weight_q, weight_scale, y, bias), stream,
+                              (*x.shape[:-1], weight_q.shape[0]))
             if result is not None:
                 return result
         elif _remembered(key, lambda plan: plan.run(QuantizedLinearArgs(x, weight_q, weight_scale, out, bias),
@@ -100,9 +100,9 @@ def smoothquant_linear(act_q: Any, weight_q: Any, weight_scale: Any, act_scale: 
     key = fast_key(where, _tensors(act_q, weight_q, weight_scale, bias, out), bias is None, dtype)
     if key is not None:  # a repeat call on plain CUDA torch tensors: the remembered plan, unadapted
         if out is None:
-            result = fast_run(key, _Result((*act_q.shape[:-1], weight_q.shape[0]), act_q.device),
+            result = fast_run(key, None,
                               lambda y: SmoothQuantLinearArgs(act_q, weight_q, weight_scale, act_scale, y, bias),
-                              stream)
+                              stream, (*act_q.shape[:-1], weight_q.shape[0]))
             if result is not None:
                 return result
         elif _remembered(key, lambda plan: plan.run(SmoothQuantLinearArgs(act_q, weight_q, weight_scale, act_scale,
@@ -121,15 +121,6 @@ def smoothquant_linear(act_q: Any, weight_q: Any, weight_scale: Any, act_scale: 
     if scale.obj is weight_scale and (bias is None or bias_op.obj is bias):  # no conversion: repeatable raw
         remember_fast(key, plan, result.obj)
     return result.obj
-
-
-class _Result:
-    """Shape and device of a new output, as :func:`~baracuda_numba.ops.common.fast_run` takes them."""
-
-    __slots__ = ("device", "shape")
-
-    def __init__(self, shape: tuple[int, ...], device: Any) -> None:
-        self.shape, self.device = shape, device
 
 
 def _tensors(*arrays: Any) -> tuple:

@@ -19,6 +19,7 @@ no zero points (pass None), NaN kept, a zero scale gives 0; the STE mask is ``-m
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 from ..errors import InvalidProblem, problem_message
@@ -27,10 +28,10 @@ from ..vocabulary import ElementKind
 from .common import (
     default_q_range,
     fast_key,
-    fast_run,
     operand,
     output_operand,
     remember_fast,
+    remembered,
     resolve_dtype,
     scale_operands,
     select_plan,
@@ -75,8 +76,8 @@ def _quantize(family, op, where, x, scales, zero_points, axis, group_size, dtype
     plan_type, descriptor, args_type = _PLANS[(family, op)]
     key = None
     if grad_output is None and out is None:
-        key = fast_key(where, (x, scales, zero_points), axis, group_size, dtype, q_min, q_max)
-        fast = fast_run(key, x, lambda result: args_type(x, scales, zero_points, result), stream)
+        key = fast_key(where, _given(x, scales, zero_points), axis, group_size, dtype, q_min, q_max)
+        fast = _run_remembered(key, x, zero_points, lambda zps, result: args_type(x, scales, zps, result), stream)
         if fast is not None:
             return fast
     xo = operand(x, where, "x")
@@ -103,15 +104,38 @@ def _quantize(family, op, where, x, scales, zero_points, axis, group_size, dtype
 
 
 def _used_as_given(scale, zero_point, scales, zero_points) -> bool:
-    """The plan read the caller's arrays themselves, not converted copies (FP8 reads no zero points):
-    only then may a repeat call replay the remembered plan on the caller's arrays."""
-    return scale.obj is scales and (None if zero_point is None else zero_point.obj) is zero_points
+    """The plan read the caller's arrays themselves, not converted copies (FP8 reads no zero points;
+    ``zero_points=None`` reads zeros): only then may a repeat call replay the remembered plan on the
+    caller's arrays."""
+    return scale.obj is scales and (zero_points is None or zero_point.obj is zero_points)
+
+
+def _given(like: Any, scales: Any, zero_points: Any) -> tuple:
+    """The arrays of a call that its memo key covers (``zero_points=None`` adds none: the key holds
+    one array fewer, so it differs from any call that passes them)."""
+    return (like, scales) if zero_points is None else (like, scales, zero_points)
+
+
+def _run_remembered(key: tuple | None, like: Any, zero_points: Any, make_args: Any, stream: Any) -> Any:
+    """A new tensor shaped like ``like`` written by the plan remembered under ``key`` with
+    ``make_args(zero_points, result)`` (``zero_points=None``: the plan's zeros), or None when none is."""
+    found = remembered(key)
+    if found is None:
+        return None
+    plan, dtype, device, index = found
+    if zero_points is None:
+        zero_points = plan.default_zero_points(device)
+    result = sys.modules["torch"].empty(like.shape, dtype=dtype, device=device)
+    args = make_args(zero_points, result)
+    if stream is not None or not plan.run_trusted(args, index):
+        plan.run(args, stream=stream)
+    return result
 
 
 def _dequantize(family, where, q, scales, zero_points, axis, group_size, dtype, out, stream):
     plan_type, descriptor, args_type = _PLANS[(family, "dequantize")]
-    key = fast_key(where, (q, scales, zero_points), axis, group_size, dtype) if out is None else None
-    fast = fast_run(key, q, lambda result: args_type(q, scales, zero_points, result), stream)
+    key = fast_key(where, _given(q, scales, zero_points), axis, group_size, dtype) if out is None else None
+    fast = _run_remembered(key, q, zero_points, lambda zps, result: args_type(q, scales, zps, result), stream)
     if fast is not None:
         return fast
     qo = operand(q, where, "q")

@@ -98,8 +98,8 @@ def quantize_per_tensor(x: Any, scale: float, zero_point: int | None = None, *, 
     array([128], dtype=uint8)
     """
     where = "quantize_per_tensor"
-    key = fast_key(where, (x,), dtype, q_min, q_max) if out is None else None
-    fast = fast_run(key, x, lambda result: QuantizePerTensorArgs(x, scale, zero_point, result), stream)
+    key = fast_key(where, (x,) if out is None else (x, out), dtype, q_min, q_max)
+    fast = fast_run(key, x, lambda result: QuantizePerTensorArgs(x, scale, zero_point, result), stream, out=out)
     if fast is not None:
         return fast
     xo = operand(x, where, "x")
@@ -119,8 +119,8 @@ def dequantize_per_tensor(q: Any, scale: float, zero_point: int | None = None, *
     Computed in float32 (float64 for a float64 result) and rounded once to ``dtype``.
     """
     where = "dequantize_per_tensor"
-    key = fast_key(where, (q,), dtype) if out is None else None
-    fast = fast_run(key, q, lambda result: DequantizePerTensorArgs(q, scale, zero_point, result), stream)
+    key = fast_key(where, (q,) if out is None else (q, out), dtype)
+    fast = fast_run(key, q, lambda result: DequantizePerTensorArgs(q, scale, zero_point, result), stream, out=out)
     if fast is not None:
         return fast
     qo = operand(q, where, "q")
@@ -186,8 +186,8 @@ def fake_quantize(x: Any, scale: float, zero_point: int | None = None, q_min: in
     ``-+fp8_max``; no zero point), i.e. ``(x * inv).clamp(...).to(fp8).to(x.dtype) * scale``.
     """
     where = "fake_quantize"
-    key = fast_key(where, (x,), q_min, q_max, dtype, torch_compat) if out is None else None
-    fast = fast_run(key, x, lambda result: FakeQuantizeArgs(x, scale, zero_point, result), stream)
+    key = fast_key(where, (x,) if out is None else (x, out), q_min, q_max, dtype, torch_compat)
+    fast = fast_run(key, x, lambda result: FakeQuantizeArgs(x, scale, zero_point, result), stream, out=out)
     if fast is not None:
         return fast
     xo = operand(x, where, "x")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, fields
+from operator import itemgetter
 from typing import Any, ClassVar
 
 import numpy as np
@@ -158,6 +159,14 @@ class Plan:
             self._check_workspace(workspace)
         self._launch(bound, stream)
 
+    def run_trusted(self, args: Any, device: int) -> bool:
+        """Launch ``args`` on the current PyTorch stream of ``device`` when the caller vouches that
+        every operand is a C-contiguous CUDA ``torch.Tensor`` of this plan's dtypes and sizes on
+        ``device`` (the op functions' remembered calls, whose key records all of that). Returns False,
+        having launched nothing, when the plan has no such path or an operand is off its alignment:
+        the caller then runs :meth:`run`."""
+        return False
+
     def _check_workspace(self, workspace: Any) -> None:
         got = 0 if workspace is None else adapt(workspace, self.name, "workspace")
         got_bytes = 0 if got == 0 else got.size * got.element.itemsize
@@ -218,6 +227,21 @@ def fast_pointers(specs: tuple, args: Any) -> tuple[list[int], int] | None:
     return pointers, device
 
 
+def trusted_pointers(specs: tuple | None, args: Any) -> list[int] | None:
+    """Data pointers of ``args``'s tensors named in ``specs`` (as in :func:`fast_pointers`), which the
+    caller vouches for (:meth:`Plan.run_trusted`) but for their alignment; None when one is off its
+    alignment or ``specs`` is None."""
+    if specs is None:
+        return None
+    pointers = []
+    for field, _, _, alignment in specs:
+        ptr = getattr(args, field).data_ptr()
+        if ptr % alignment:
+            return None
+        pointers.append(ptr)
+    return pointers
+
+
 class ElementwisePlan(Plan):
     """Plans whose kernel is :mod:`baracuda_numba.kernels.elementwise`.
 
@@ -271,10 +295,18 @@ class ElementwisePlan(Plan):
         self._empty_scales = ArrayArg(0, 0, np.dtype(M).itemsize, np.zeros(0, M))
         self._empty_zero_points = ArrayArg(0, 0, 4, np.zeros(0, np.int32))
         self._fast: tuple | None = None
+        self._fast_launches: dict[int, tuple[int, int, tuple[int, int, int]]] = {}
         if not SIMULATOR:
             kernel.compiled()
-            self._install_template()
+            self._install_fast()
+
+    def _install_fast(self) -> None:
+        """The parameter template and what :meth:`run`'s fast path reads (GPU only)."""
+        self._install_template()
+        self._fast_launches.clear()
+        if self._n:
             self._fast = self._fast_fields()
+            self._fast_ints = itemgetter(*self._fast_int_order())
 
     def _fast_fields(self) -> tuple:
         """``(field, element, count, alignment)`` of every array the kernel reads or writes, in the
@@ -287,6 +319,16 @@ class ElementwisePlan(Plan):
             specs.append((self.B_FIELD, entry.b, n, al_b))
         specs.append((self.OUT_FIELD, entry.out, n, al_o))
         return tuple(specs)
+
+    def _fast_int_order(self) -> tuple[int, ...]:
+        """Where each patched int of the template comes from in ``fast_pointers``' list extended by
+        ``(0, step_q, step_r)``: a, a, b, b, out, out, scales, zero points (0 when absent), the steps."""
+        count = len(self._fast)
+        a, b = 0, (1 if self.B_FIELD else 0)
+        out = b + 1
+        scale = out + 1 if count > out + 1 else count
+        zero_point = out + 2 if count > out + 2 else count
+        return a, a, b, b, out, out, scale, zero_point, count + 1, count + 2
 
     def _install_template(self) -> None:
         """Pack the parameter block once: every call patches only the operand pointers (slots 4, 11,
@@ -303,30 +345,39 @@ class ElementwisePlan(Plan):
         fast path: their pointers are patched into the parameter block without building operands.
         Anything else goes through the full checks, with the same results and errors.
         """
-        if self._fast is not None and stream is None and type(args) is self.Args and self._n:
-            found = self._fast_pointers(args)
+        if self._fast is not None and stream is None and type(args) is self.Args:
+            found = fast_pointers(self._fast, args)
             if found is not None:
-                self._launch_fast(args, *found)
+                self._launch_found(args, *found)
                 return
         super().run(args, workspace, stream)
 
+    def run_trusted(self, args: Any, device: int) -> bool:
+        pointers = trusted_pointers(self._fast, args)
+        if pointers is None:
+            return False
+        self._launch_found(args, pointers, device)
+        return True
+
+    def _launch_found(self, args: Any, pointers: list[int], device: int) -> None:
+        """The chunk-path launch on ``pointers`` (in :meth:`_fast_fields` order) on ``device``'s current
+        PyTorch stream."""
+        launch = self._fast_launches.get(device)
+        if launch is None:
+            launch = self._fast_launch(device)
+        blocks, threads, tail = launch
+        pointers += tail
+        self._launcher.launch_patched(blocks, threads, torch_current_stream(device), self._fast_ints(pointers),
+                                      self._scalars(args), device)
+
+    def _fast_launch(self, device: int) -> tuple[int, int, tuple[int, int, int]]:
+        """``(blocks, threads, (0, step_q, step_r))`` of a chunk-path launch on ``device`` (memoised)."""
+        blocks, step_q, step_r = self._geometry(self._n // self._chunk, device)
+        launch = self._fast_launches[device] = (blocks, self.entry.policy.threads_per_block, (0, step_q, step_r))
+        return launch
+
     def _fast_pointers(self, args: Any) -> tuple[list[int], int] | None:
         return fast_pointers(self._fast, args)
-
-    def _launch_fast(self, args: Any, pointers: list[int], device: int) -> None:
-        scalars = self._scalars(args)
-        a_ptr = pointers[0]
-        if self.B_FIELD:
-            b_ptr, out_ptr = pointers[1], pointers[2]
-            rest = pointers[3:]
-        else:
-            b_ptr, out_ptr = a_ptr, pointers[1]
-            rest = pointers[2:]
-        s_ptr, z_ptr = (*rest, 0, 0)[:2]
-        blocks, step_q, step_r = self._geometry(self._n // self._chunk, device)
-        self._launcher.launch_patched(blocks, self.entry.policy.threads_per_block, torch_current_stream(device),
-                                      (a_ptr, a_ptr, b_ptr, b_ptr, out_ptr, out_ptr, s_ptr, z_ptr, step_q, step_r),
-                                      scalars, device)
 
     def _uniform_chunk(self) -> bool:
         return True
@@ -470,17 +521,36 @@ class ArrayScalePlan(ElementwisePlan):
         q_range = (self.desc.q_min, self.desc.q_max) if self.HAS_Q_RANGE else (0, 0)
         self._fixed_scalars = (M(0), M(0), M(0), M(q_range[0]), M(q_range[1]))
         self._scale_element = ElementKind.F64 if M is np.float64 else ElementKind.F32
+        self._default_zero_points: dict[Any, Any] = {}
 
     def _uniform_chunk(self) -> bool:
         return self._segments()[0] % chunk_elements(self.entry.a, self.entry.b, self.entry.out) == 0
+
+    def _reads_zero_points(self) -> bool:
+        return self.READS_ZERO_POINT and self._grid_element is None  # FP8 takes none
 
     def _fast_fields(self) -> tuple:
         count = self._segment_count()
         specs = (("scale", ElementKind.F64 if self._math is np.float64 else ElementKind.F32, count,
                   np.dtype(self._math).itemsize),)
-        if self.READS_ZERO_POINT:
+        if self._reads_zero_points():
             specs += (("zero_point", ElementKind.I32, count, 4),)
         return super()._fast_fields() + specs
+
+    def default_zero_points(self, device: Any) -> Any:
+        """What a call without zero points passes: an int32 torch zeros tensor of the segment count on
+        ``device`` (a ``torch.device``), kept by the plan and never written; None when the plan reads
+        none (FP8)."""
+        if not self._reads_zero_points():
+            return None
+        zeros = self._default_zero_points.get(device)
+        if zeros is None:
+            import torch
+
+            zeros = torch.zeros(self._segment_count(), dtype=torch.int32, device=device)
+            torch.cuda.synchronize(device)  # filled before a launch on any stream reads it
+            self._default_zero_points[device] = zeros
+        return zeros
 
     def _scalars(self, args: Any) -> tuple:
         return self._fixed_scalars

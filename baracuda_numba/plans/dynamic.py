@@ -105,6 +105,9 @@ def default_dynamic_q_range(mode: DynamicRangeMode, element: ElementKind) -> tup
     return low, high
 
 
+ZERO_POINT_ARRAY = object()  # DynamicRangeQuantizePlan.fast_outputs: the zero points are an array
+
+
 def symmetric_zero_point(q_min: int, q_max: int) -> int:
     """0 for a range holding negatives, else the mid-range point (128 for uint8 [0, 255])."""
     return 0 if q_min < 0 else (q_min + q_max + 1) // 2
@@ -200,6 +203,8 @@ class DynamicRangeQuantizePlan(Plan):
         self._scale_element = ElementKind.F64 if M is np.float64 else ElementKind.F32
         self._n = math.prod(desc.shape)
         self._zp_sym = symmetric_zero_point(desc.q_min, desc.q_max) if self._symmetric else 0
+        self._zero_point_scratch: dict[Any, Any] = {}
+        self._fast_outputs: tuple | None = None
         self._q_scalars = (M(desc.q_min), M(desc.q_max), M(self._zp_sym))
         shape, scope = desc.shape, desc.scope
         sms = sm_count(0)
@@ -339,6 +344,34 @@ class DynamicRangeQuantizePlan(Plan):
         return {ScopeKind.TENSOR: (), ScopeKind.CHANNEL: (shape[scope.axis],) if scope.axis is not None else (),
                 ScopeKind.TOKEN: shape[:-1],
                 ScopeKind.GROUP: (*shape[:-1], shape[-1] // (scope.group_size or 1)) if shape else ()}[scope.kind]
+
+    def fast_outputs(self) -> tuple:
+        """``(fast_alignment(), scale_shape(), the scales' torch dtype, zero point)`` for a caller that
+        allocates the outputs itself (memoised): the zero point returned is :data:`ZERO_POINT_ARRAY` in
+        asymmetric mode (an int32 array of ``scale_shape()`` is written), else the symmetric constant
+        (None for 0), written to :meth:`zero_point_scratch`."""
+        found = self._fast_outputs
+        if found is None:
+            import torch
+
+            zero_point: Any = ZERO_POINT_ARRAY
+            if self._symmetric:
+                zero_point = self._zp_sym or None
+            scale_dtype = torch.float64 if self._math is np.float64 else torch.float32
+            found = self._fast_outputs = (self.fast_alignment(), self.scale_shape(), scale_dtype, zero_point)
+        return found
+
+    def zero_point_scratch(self, device: Any) -> Any:
+        """An int32 torch tensor of :meth:`scale_count` elements on ``device`` (a ``torch.device``), kept by
+        the plan: where a symmetric launch whose caller wants no zero points writes them. Every such
+        launch writes the same constant and nothing reads it, so launches on any stream may share it."""
+        scratch = self._zero_point_scratch.get(device)
+        if scratch is None:
+            import torch
+
+            scratch = self._zero_point_scratch[device] = torch.empty(max(self._count, 1), dtype=torch.int32,
+                                                                     device=device)
+        return scratch
 
     def zero_point_scratch_bytes(self) -> int:
         return 4 * self._count

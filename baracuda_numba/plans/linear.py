@@ -34,7 +34,7 @@ from ..kernels.linear import (
 from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize, torch_current_stream
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
-from .base import Plan, _torch_tensor_type, checked_operand, checked_scale, fast_pointers
+from .base import Plan, _torch_tensor_type, checked_operand, checked_scale, fast_pointers, trusted_pointers
 from .dynamic import (
     DynamicRangeMode,
     DynamicRangeQuantizeArgs,
@@ -100,6 +100,7 @@ FUSED_MAX_M = 1
 # 32.6 / 40.0 us at 8192^2, but 26.7 / 25.3 us at N x K = 11008 x 4096.
 FUSED_MAX_N = 8192
 FUSED_MAX_SHARED = 160 * 1024
+_STREAM_WORKSPACES = 16  # per plan: the streams whose workspace a QuantizedLinearPlan keeps
 # The parameter slots a fast launch rewrites: the data pointer of each of the 8 array structs, then
 # the float32 tensor_scale (after M, N, K, tiles_m, aligned).
 _POINTER_SLOTS = slice(4, 56, 7)
@@ -332,6 +333,7 @@ class QuantizedLinearPlan(_LinearPlan):
         self._scale_element = ElementKind.F64 if d.input_element is ElementKind.F64 else ElementKind.F32
         self._scale_offset = _align(d.m * d.k)
         self._quantizer_offset = self._scale_offset + _align(self._scale_element.itemsize * d.m)
+        self._workspaces: dict[tuple[int, int], Any] = {}
         super()._prepare()
 
     def _fuses_quantize(self) -> bool:
@@ -364,13 +366,47 @@ class QuantizedLinearPlan(_LinearPlan):
     def _fast_row_vector(self, ptr: int) -> ArrayArg:
         return ArrayArg(ptr, self.desc.m, self._scale_element.itemsize)
 
-    def _run_two_launches_fast(self, pointers: list[int], device: int, ws_ptr: int) -> None:
-        """The quantizer's segment kernel and the GEMM, both on pre-packed parameter blocks."""
-        q = self._quantizer
+    def run_trusted(self, args: Any, device: int) -> bool:
+        pointers = trusted_pointers(self._fast_specs, args)
+        return pointers is not None and self._launch_found(pointers, device, None)
+
+    def _launch_found(self, pointers: list[int], device: int, workspace: Any) -> bool:
+        """The fast launch(es) on checked ``pointers`` (``_fast_specs`` order) on ``device``'s current
+        PyTorch stream; ``workspace`` None: the plan's own for that stream. False (nothing launched)
+        when a given workspace does not qualify (see :meth:`_fast_workspace`)."""
         stream = torch_current_stream(device)
+        if self._fused:
+            if workspace is not None and self._fast_workspace(workspace, device) is None:
+                return False
+            self._launch_fast(pointers, device, _ZERO_F32, stream)
+            return True
+        ws_ptr = self._stream_workspace(device, stream) if workspace is None else self._fast_workspace(workspace,
+                                                                                                        device)
+        if ws_ptr is None:
+            return False
+        q = self._quantizer
         scale_ptr, zp_ptr = ws_ptr + self._scale_offset, ws_ptr + self._quantizer_offset
         q.launch_segments_fast(pointers[0], ws_ptr, scale_ptr, zp_ptr, stream, device)
         self._launch_fast(pointers, device, _ZERO_F32, stream, ws_ptr, scale_ptr)
+        return True
+
+    def _stream_workspace(self, device: int, stream: int) -> int:
+        """The address of the plan's workspace for ``stream`` on ``device``, allocated (as a torch tensor,
+        on that stream) on first use and kept: launches on one stream run in order, so every eager call
+        on it may reuse the bytes. A call being captured into a CUDA graph gets bytes of its own from
+        the graph's pool (a graph may replay on another stream, next to eager calls on this one)."""
+        torch = sys.modules["torch"]
+        if torch.cuda.is_current_stream_capturing():
+            # the caching allocator keeps a captured allocation's block for the graph's replays
+            return torch.empty(self.workspace_size(), dtype=torch.uint8,
+                               device=torch.device("cuda", device)).data_ptr()
+        workspace = self._workspaces.get((device, stream))
+        if workspace is None:
+            workspace = torch.empty(self.workspace_size(), dtype=torch.uint8, device=torch.device("cuda", device))
+            if len(self._workspaces) >= _STREAM_WORKSPACES:
+                self._workspaces.clear()  # freed blocks go back to their own stream's pool: still ordered
+            self._workspaces[(device, stream)] = workspace
+        return workspace.data_ptr()
 
     def workspace_size(self) -> int:
         """Quantized activations ``[m, k]`` int8, their scales ``[m]`` (float32; float64 for f64 input),
@@ -398,21 +434,8 @@ class QuantizedLinearPlan(_LinearPlan):
         """
         if self._fast_specs is not None and stream is None and type(args) is QuantizedLinearArgs:
             found = self._fast_pointers(args)
-            if found is not None:
-                pointers, device = found
-                if self._fused:
-                    if workspace is None or self._fast_workspace(workspace, device) is not None:
-                        self._launch_fast(pointers, device, _ZERO_F32, torch_current_stream(device))
-                        return
-                else:
-                    x = args.input
-                    if workspace is None and type(x) is _torch_tensor_type():  # operands: the checked path
-                        torch = sys.modules["torch"]
-                        workspace = torch.empty(self.workspace_size(), dtype=torch.uint8, device=x.device)
-                    ws_ptr = None if workspace is None else self._fast_workspace(workspace, device)
-                    if ws_ptr is not None:
-                        self._run_two_launches_fast(pointers, device, ws_ptr)
-                        return
+            if found is not None and self._launch_found(*found, workspace):
+                return
         x, weight, weight_scale, bias, output = self._bind(args)
         d = self.desc
         if d.m == 0 or d.n == 0:
@@ -452,6 +475,17 @@ class SmoothQuantLinearPlan(_LinearPlan):
     def _registry_elements(cls, desc: Any) -> tuple[ElementKind, ElementKind]:
         return ElementKind.S8, desc.output_element
 
+    def run_trusted(self, args: Any, device: int) -> bool:
+        pointers = trusted_pointers(self._fast_specs, args)
+        if pointers is None:
+            return False
+        self._launch_found(args, pointers, device)
+        return True
+
+    def _launch_found(self, args: Any, pointers: list[int], device: int) -> None:
+        _, act_scale = checked_scale(self.name, args.act_scale, np.float32, "act_scale")
+        self._launch_fast(pointers, device, act_scale, torch_current_stream(device))
+
     def _bind(self, args: Any) -> tuple:
         if not isinstance(args, self.Args):
             raise InvalidProblem(problem_message(self.name, "args", self.Args.__name__, type(args).__name__))
@@ -469,8 +503,7 @@ class SmoothQuantLinearPlan(_LinearPlan):
         if self._fast_specs is not None and stream is None and type(args) is SmoothQuantLinearArgs:
             found = self._fast_pointers(args)
             if found is not None:
-                _, act_scale = checked_scale(self.name, args.act_scale, np.float32, "act_scale")
-                self._launch_fast(found[0], found[1], act_scale, torch_current_stream(found[1]))
+                self._launch_found(args, *found)
                 return
         act, weight, weight_scale, bias, output, act_scale = self._bind(args)
         d = self.desc
