@@ -12,13 +12,15 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 if [ "${SANITIZE:-0}" = 1 ]; then
   # memcheck over kernels of every family: sizes around chunk boundaries, unaligned views, group sizes,
-  # the dynamic strategies, both GEMM kernels on ragged shapes. Reports go to $OUT/sanitizer.log.
-  BARACUDA_HYPOTHESIS_PROFILE=simulator timeout 300 compute-sanitizer --tool memcheck --error-exitcode 99 \
+  # the dynamic strategies, both GEMM kernels on ragged shapes, the remembered (trusted) launches. Reports go to $OUT/sanitizer.log.
+  BARACUDA_HYPOTHESIS_PROFILE=simulator timeout 420 compute-sanitizer --tool memcheck --error-exitcode 99 \
     python3 -m pytest -q -x -p no:cacheprovider tests/test_per_tensor.py::test_sizes_around_pack_and_block_boundaries \
     tests/test_per_tensor.py::test_unaligned_views_use_the_element_path tests/test_per_axis.py::test_llm_group_sizes \
     "tests/test_dynamic.py::test_identity_with_the_static_plans" tests/test_linear.py::test_gpu_against_torch_int_mm \
     tests/test_dynamic.py::test_gpu_many_rows_deterministic_and_torch_composition tests/test_int4.py::test_gpu_packed_ops_match_reference \
     tests/test_linear.py::test_gpu_plans_sharing_a_kernel_with_different_shared_memory \
+    tests/test_torch_gpu.py::test_remembered_calls_launch_without_rechecking_and_fall_back_when_misaligned \
+    tests/test_linear.py::test_gpu_op_fast_path_repeats_and_falls_back \
     > "$OUT/sanitizer.log" 2>&1
   echo "compute-sanitizer exit: $?"; grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer.log" | tail -3
 fi
