@@ -18,6 +18,8 @@ from numba import cuda
 import baracuda_numba as bn
 from baracuda_numba import launch
 from baracuda_numba.bench import host_us
+from baracuda_numba.ops import common
+from baracuda_numba.plans.base import trusted_pointers
 
 
 @cuda.jit("void(int64)")
@@ -119,6 +121,26 @@ def main() -> None:
     cases += [
         ("quantize_per_token() 16x4096 bf16", lambda: bn.quantize_per_token(x16, token_scales)),
         ("dynamic_range_quantize() 16x4096 bf16", lambda: bn.dynamic_range_quantize(x16)),
+    ]
+    # the pieces of quantize_per_token()'s remembered call, in its order
+    bn.quantize_per_token(x16, token_scales)
+    key = common.fast_key("quantize_per_token", (x16, token_scales), None, None, "int8", None, None)
+    token_plan, dtype, device, index = common.remembered(key)
+    zeros = token_plan.default_zero_points(device)
+    token_q = torch.empty(x16.shape, dtype=dtype, device=device)
+    token_args = bn.QuantizePerTokenArgs(x16, token_scales, zeros, token_q)
+    cases += [
+        ("  fast_key (2 tensors)", lambda: common.fast_key("quantize_per_token", (x16, token_scales), None, None,
+                                                           "int8", None, None)),
+        ("  remembered(key)", lambda: common.remembered(key)),
+        ("  plan.default_zero_points(device)", lambda: token_plan.default_zero_points(device)),
+        ("  torch.empty(x.shape, dtype=, device=)", lambda: torch.empty(x16.shape, dtype=dtype, device=device)),
+        ("  torch.empty(x.shape, dtype=, device=index)", lambda: torch.empty(x16.shape, dtype=dtype, device=index)),
+        ("  torch.empty_like(x, dtype=)", lambda: torch.empty_like(x16, dtype=dtype)),
+        ("  QuantizePerTokenArgs(...)", lambda: bn.QuantizePerTokenArgs(x16, token_scales, zeros, token_q)),
+        ("  plan.run_trusted(args, index)", lambda: token_plan.run_trusted(token_args, index)),
+        ("  trusted_pointers", lambda: trusted_pointers(token_plan._fast, token_args)),
+        ("  plan._scalars(args)", lambda: token_plan._scalars(token_args)),
     ]
     for label, fn in cases:
         print(f"{label}: {host_us(fn):.2f} us", flush=True)

@@ -1,7 +1,8 @@
 """Where the host time of the fast calls goes, by Python function, on a GPU: ``python benchmarks/profile_host.py``.
 
-cProfile of ``plan.run`` (the fast path), ``quantize_per_tensor()``, ``dynamic_range_quantize()`` and
-``quantized_linear()`` on small CUDA torch tensors; ``host_floor.py`` times the layers underneath.
+cProfile of ``plan.run`` (the fast path), ``quantize_per_tensor()``, ``quantize_per_token()`` (with and
+without zero points), ``dynamic_range_quantize()`` and ``quantized_linear()`` on small CUDA torch tensors;
+``host_floor.py`` times the layers underneath.
 """
 
 import cProfile
@@ -18,8 +19,13 @@ args = bn.QuantizePerTensorArgs(x, 0.02, 3, q)
 x16 = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
 weight = torch.randint(-127, 128, (4096, 4096), device="cuda", dtype=torch.int8)
 weight_scale = torch.rand(4096, device="cuda") * 0.01
+token_scales = torch.rand(16, device="cuda") * 0.01 + 0.001
+token_zero_points = torch.zeros(16, device="cuda", dtype=torch.int32)
 for label, fn in (("plan.run", lambda: plan.run(args)),
                   ("quantize_per_tensor()", lambda: bn.quantize_per_tensor(x, 0.02, 3)),
+                  ("quantize_per_token() without zero points", lambda: bn.quantize_per_token(x16, token_scales)),
+                  ("quantize_per_token() with zero points",
+                   lambda: bn.quantize_per_token(x16, token_scales, token_zero_points)),
                   ("dynamic_range_quantize()", lambda: bn.dynamic_range_quantize(x16)),
                   ("quantized_linear()", lambda: bn.quantized_linear(x16, weight, weight_scale))):
     for _ in range(100):

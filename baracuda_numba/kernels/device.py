@@ -67,11 +67,20 @@ unsigned integers (Numba types that mix as float64).
 - ``prefetch_l2(words, c)``: ``prefetch.L2`` of the line holding pair ``c`` of the global uint64 array
   ``words`` (a hint: no register, nothing to wait for; ``c`` must be inside ``words``). The simulator
   does nothing.
-- ``ldmatrix_x4(stage, c, scratch, tid)``: the warp-wide ``ldmatrix.sync.aligned.m8n8.x4.shared.b16``:
-  lanes ``8i .. 8i + 7`` give (as ``c``, a 16-byte pair index into the shared uint64 array ``stage``)
-  the eight 16-byte rows of matrix ``i``; lane ``4g + t`` receives word ``t`` of row ``g`` of each of
-  the four matrices (uint32). For int8 those are exactly the ``m16n8k32`` fragments of
-  :func:`mma_s8`. The simulator exchanges the addresses through ``scratch`` (every thread alike).
+- ``shared_address(stage)`` / ``global_address(words)``: the address of a shared / global uint64 array's
+  first element, as the 32-bit ``.shared`` window offset / the 64-bit global address. The ``*_at``
+  functions below take addresses made from these plus byte offsets, so a kernel computes them once and
+  adds constants in its loop (no 64-bit generic-to-shared conversion per access). The simulator
+  returns 0 for both, and its ``*_at`` functions read the addresses as byte offsets into the arrays.
+- ``cp_async_16_at(stage, dst, words, src, valid)``: ``cp.async.cg.shared.global`` of the 16 bytes at
+  global address ``src`` (inside ``words``) to shared address ``dst`` (inside ``stage``); zeros instead
+  when ``valid`` is false (``src`` must still point into ``words``).
+- ``ldmatrix_x4_at(stage, address, scratch, tid)``: the warp-wide
+  ``ldmatrix.sync.aligned.m8n8.x4.shared.b16``: lanes ``8i .. 8i + 7`` give the shared addresses (inside
+  ``stage``, 16-byte aligned) of the eight 16-byte rows of matrix ``i``; lane ``4g + t`` receives word
+  ``t`` of row ``g`` of each of the four matrices (uint32). For int8 those are exactly the
+  ``m16n8k32`` fragments of :func:`mma_s8`. The simulator exchanges the addresses through ``scratch``
+  (every thread alike).
 """
 
 from __future__ import annotations
@@ -117,7 +126,10 @@ __all__ = [
     "cp_async_commit",
     "cp_async_wait_group",
     "prefetch_l2",
-    "ldmatrix_x4",
+    "shared_address",
+    "global_address",
+    "cp_async_16_at",
+    "ldmatrix_x4_at",
 ]
 
 if SIMULATOR:
@@ -739,9 +751,18 @@ else:
 
 if SIMULATOR:
 
+    def shared_address(stage):
+        return 0
+
+    def global_address(words):
+        return 0
+
+    def cp_async_16_at(stage, dst, words, src, valid):
+        cp_async_16(stage, int(dst) // 16, words, int(src) // 16, valid)
+
     @cuda.jit(device=True)  # simulated: the warp's row addresses meet in shared memory
-    def ldmatrix_x4(stage, c, scratch, tid):
-        scratch[tid, 0] = c
+    def ldmatrix_x4_at(stage, address, scratch, tid):
+        scratch[tid, 0] = int(address) // 16
         cuda.syncthreads()
         warp, lane = tid - tid % 32, tid % 32
         words = []
@@ -753,26 +774,69 @@ if SIMULATOR:
         return words[0], words[1], words[2], words[3]
 
 else:
-    _LDMATRIX = ("{ .reg .u64 src; cvta.to.shared.u64 src, $4; "
-                 "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0, $1, $2, $3}, [src]; }")
+
+    def _is_words(array) -> bool:
+        return isinstance(array, types.Array) and array.dtype == types.uint64
+
+    def _to_i32(builder, value, ty):
+        return builder.trunc(_to_i64(builder, value, ty), _I32)
 
     @intrinsic
-    def ldmatrix_x4(typingctx, stage, c, scratch, tid):
-        if not (isinstance(stage, types.Array) and stage.dtype == types.uint64 and isinstance(c, types.Integer)):
+    def shared_address(typingctx, stage):
+        if not _is_words(stage):
+            return None
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(stage)(context, builder, args[0]).data
+            generic = builder.ptrtoint(data, _I64)
+            asm = ir.InlineAsm(ir.FunctionType(_I32, [_I64]),
+                               "{ .reg .u64 window; cvta.to.shared.u64 window, $1; cvt.u32.u64 $0, window; }",
+                               "=r,l")
+            return builder.call(asm, [generic])
+
+        return types.uint32(stage), codegen
+
+    @intrinsic
+    def global_address(typingctx, words):
+        if not _is_words(words):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.ptrtoint(context.make_array(words)(context, builder, args[0]).data, _I64)
+
+        return types.uint64(words), codegen
+
+    @intrinsic
+    def cp_async_16_at(typingctx, stage, dst, words, src, valid):
+        if not (_is_words(stage) and _is_words(words) and isinstance(dst, types.Integer)
+                and isinstance(src, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            size = builder.select(context.cast(builder, args[4], sig.args[4], types.boolean),
+                                  ir.Constant(_I32, 16), ir.Constant(_I32, 0))
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32, _I64, _I32]),
+                               "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}", side_effect=True)
+            builder.call(asm, [_to_i32(builder, args[1], dst), _to_i64(builder, args[3], src), size])
+            return context.get_dummy_value()
+
+        return types.void(stage, dst, words, src, valid), codegen
+
+    @intrinsic
+    def ldmatrix_x4_at(typingctx, stage, address, scratch, tid):
+        if not (_is_words(stage) and isinstance(address, types.Integer)):
             return None
         result = types.UniTuple(types.uint32, 4)
 
         def codegen(context, builder, sig, args):
-            data = context.make_array(stage)(context, builder, args[0]).data
-            offset = builder.mul(_to_i64(builder, args[1], c), ir.Constant(_I64, 2))
-            address = builder.ptrtoint(builder.gep(data, [offset]), _I64)
             struct = ir.LiteralStructType([_I32] * 4)
-            asm = ir.InlineAsm(ir.FunctionType(struct, [_I64]), _LDMATRIX, "=r,=r,=r,=r,l,~{memory}",
-                               side_effect=True)
-            out = builder.call(asm, [address])
+            asm = ir.InlineAsm(ir.FunctionType(struct, [_I32]),
+                               "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0, $1, $2, $3}, [$4];",
+                               "=r,=r,=r,=r,r,~{memory}", side_effect=True)
+            out = builder.call(asm, [_to_i32(builder, args[1], address)])
             return context.make_tuple(builder, result, [builder.extract_value(out, i) for i in range(4)])
 
-        return result(stage, c, scratch, tid), codegen
+        return result(stage, address, scratch, tid), codegen
 
 
 if not SIMULATOR:

@@ -118,9 +118,10 @@ class PipelineShape:
 
 
 # Measured on an H100 (benchmarks/tune_linear.py, notes/gemm.md): 128 x 128 with 4 stages everywhere;
-# 256 x 128 (64 x 64 per warp, spills a little) is 2-5 % faster where its tiles fill the SMs' waves.
+# 128 x 256 (64 x 64 per warp, 3 stages, spills a little) is 4-13 % faster where its tiles fill the SMs'
+# waves, and 0-4 % faster than 256 x 128 at every shape measured.
 PIPELINE = PipelineShape(stages=4)
-PIPELINE_LARGE: PipelineShape | None = PipelineShape(4, 2, 4, 8, 3)
+PIPELINE_LARGE: PipelineShape | None = PipelineShape(2, 4, 4, 8, 3)
 
 
 def pipeline_shape(m: int, n: int, multiprocessors: int) -> PipelineShape:
@@ -301,34 +302,38 @@ def swizzled(row, piece):
     return 4 * row + (piece ^ ((row >> 1) & 3))
 
 
-@device_function
-def copy_rows(stage, first_pair, pairs_view, row0, rows, k_pairs, chunk, tid, copies, threads):
-    """Start the asynchronous copies of 64-byte chunk ``chunk`` of rows ``row0 ..`` of a ``[rows, K]``
-    int8 matrix (``k_pairs = K / 16``) into ``stage`` from pair ``first_pair`` on (swizzled rows):
-    ``copies`` 16-byte pieces per thread, consecutive threads on consecutive pieces; zeros past the edges."""
-    for i in range(copies):
-        index = tid + i * threads
-        local_row, piece = index // 4, index % 4
-        row = row0 + local_row
-        k_pair = 4 * chunk + piece
-        valid = row < rows and k_pair < k_pairs
-        device.cp_async_16(stage, first_pair + swizzled(local_row, piece), pairs_view,
-                           row * k_pairs + k_pair if valid else 0, valid)
-
-
 def _pipelined(store, shape: PipelineShape):
     tile_m, tile_n, threads, stages = shape.tile_m, shape.tile_n, shape.threads, shape.stages
     mt, nt, warps_m = shape.mt, shape.nt, shape.warps_m
     slots, w_words = 4 * mt * nt, 2 * nt  # local array lengths must be compile-time constants
     assert nt % 2 == 0, "one ldmatrix.x4 brings the weight fragments of two column tiles"
-    stage_pairs, w_offset = shape.stage_pairs, 4 * tile_m  # a stage: [a rows | w rows], 4 pairs a row
+    stage_bytes, w_offset = 16 * shape.stage_pairs, 64 * tile_m  # a stage: [a rows | w rows], 64 bytes a row
+    ring_bytes = stages * stage_bytes
     a_copies, w_copies = 4 * tile_m // threads, 4 * tile_n // threads
     assert a_copies * threads == 4 * tile_m and w_copies * threads == 4 * tile_n
+    rows_per_copy = threads // 4  # a thread's copies are 16-byte piece `tid % 4` of rows `tid / 4 + i * this`
     half_rows = tile_m // warps_m  # the epilogue stages the output tile in warps_m horizontal bands
     band_words = half_rows * tile_n // 2  # int32 accumulators, two per uint64
-    assert band_words <= 2 * stages * stage_pairs, "an output band must fit in the staging buffer"
+    assert band_words <= 2 * stages * shape.stage_pairs, "an output band must fit in the staging buffer"
     wait_previous = device.cp_async_wait_group(stages - 2)
     wait_all = device.cp_async_wait_group(0)
+
+    @device_function
+    def row_sources(sources, pairs_view, origin, row0, rows, k_pairs, piece, tid, copies):
+        """Global addresses of this thread's pieces of chunk 0 (``origin`` for rows past ``rows``)."""
+        for i in range(copies):
+            row = row0 + tid // 4 + i * rows_per_copy
+            sources[i] = origin + _U64(16) * _U64(row * k_pairs + piece) if row < rows else origin
+
+    @device_function
+    def start_copies(stage, at, pairs_view, sources, origin, row0, rows, k_ok, chunk_bytes, tid, copies):
+        """Start this thread's copies of one chunk into the stage rows at shared address ``at`` (the
+        rows' swizzled pieces); zeros for rows past ``rows`` and ``k`` past ``K``."""
+        for i in range(copies):
+            local_row = tid // 4 + i * rows_per_copy
+            valid = k_ok and row0 + local_row < rows
+            source = sources[i] + _U64(chunk_bytes) if valid else origin
+            device.cp_async_16_at(stage, at + 16 * swizzled(local_row, tid % 4), pairs_view, source, valid)
 
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
@@ -337,6 +342,8 @@ def _pipelined(store, shape: PipelineShape):
         stage = cuda.shared.array(0, _DYNAMIC_STAGE_DTYPE, alignment=STAGE_ALIGNMENT)  # dynamic: shape.shared_bytes
         acc = cuda.local.array(slots, np.int32)
         w_frag = cuda.local.array(w_words, np.uint32)
+        a_sources = cuda.local.array(a_copies, np.uint64)
+        w_sources = cuda.local.array(w_copies, np.uint64)
         warp, lane = tid // 32, tid % 32
         group, t = lane // 4, lane % 4
         tile_n_index = cuda.blockIdx.x // tiles_m
@@ -345,48 +352,66 @@ def _pipelined(store, shape: PipelineShape):
         band = warp % warps_m
         m_warp = band * (16 * mt)
         n_warp = (warp // warps_m) * (8 * nt)
+        # Every shared address is the stage's 32-bit window address plus byte offsets: what varies per
+        # lane is computed here once, the loop adds the ring slot and constants (16 rows = 1024 bytes
+        # keep their swizzle, so the mma tiles of a warp differ by constants).
+        base = device.shared_address(stage)
+        a_origin, w_origin = device.global_address(a_pairs), device.global_address(w_pairs)
         # ldmatrix rows this lane addresses: for `a`, matrices (rows 0-7 | 8-15) x (k 0-15 | 16-31) of
-        # a 16-row tile, the mma's a0 .. a3; for `w`, (k 0-15 | 16-31) x (column tile 2p | 2p + 1)
+        # a 16-row tile, the mma's a0 .. a3; for `w`, (k 0-15 | 16-31) x (column tile 2p | 2p + 1);
+        # index [half] is k 0-31 / 32-63 of the chunk
         a_row = m_warp + lane % 8 + 8 * ((lane // 8) % 2)
-        a_piece = lane // 16
         w_row = n_warp + lane % 8 + 8 * (lane // 16)
-        w_piece = (lane // 8) % 2
+        a_lo = 16 * swizzled(a_row, lane // 16)
+        a_hi = 16 * swizzled(a_row, 2 + lane // 16)
+        w_lo = w_offset + 16 * swizzled(w_row, (lane // 8) % 2)
+        w_hi = w_offset + 16 * swizzled(w_row, 2 + (lane // 8) % 2)
         for i in range(slots):
             acc[i] = 0
         k_pairs = K // 16  # this kernel runs only for K % 16 == 0 and 16-byte aligned operands
+        piece = tid % 4
+        row_sources(a_sources, a_pairs, a_origin, m_block, M, k_pairs, piece, tid, a_copies)
+        row_sources(w_sources, w_pairs, w_origin, n_block, N, k_pairs, piece, tid, w_copies)
         steps = (K + CHUNK_K - 1) // CHUNK_K
         # chunks 0 .. stages - 2 in flight before the first mma; one commit group per chunk (empty
         # or zero-filled past K, so that the group count stays in step)
         for chunk in range(stages - 1):
-            first = chunk * stage_pairs
-            copy_rows(stage, first, a_pairs, m_block, M, k_pairs, chunk, tid, a_copies, threads)
-            copy_rows(stage, first + w_offset, w_pairs, n_block, N, k_pairs, chunk, tid, w_copies, threads)
+            at = base + chunk * stage_bytes
+            k_ok = 4 * chunk + piece < k_pairs
+            start_copies(stage, at, a_pairs, a_sources, a_origin, m_block, M, k_ok, 64 * chunk, tid, a_copies)
+            start_copies(stage, at + w_offset, w_pairs, w_sources, w_origin, n_block, N, k_ok, 64 * chunk, tid,
+                         w_copies)
             device.cp_async_commit()
+        read_slot, write_slot = 0, (stages - 1) * stage_bytes
         for step in range(steps):
             # this thread's copies of chunk `step` have landed; after the barrier everyone's have,
             # and every warp is done reading the stage the next copies overwrite (chunk step - 1's)
             wait_previous()
             cuda.syncthreads()
             chunk = step + stages - 1
-            first = (chunk % stages) * stage_pairs
-            copy_rows(stage, first, a_pairs, m_block, M, k_pairs, chunk, tid, a_copies, threads)
-            copy_rows(stage, first + w_offset, w_pairs, n_block, N, k_pairs, chunk, tid, w_copies, threads)
+            at = base + write_slot
+            k_ok = 4 * chunk + piece < k_pairs
+            start_copies(stage, at, a_pairs, a_sources, a_origin, m_block, M, k_ok, 64 * chunk, tid, a_copies)
+            start_copies(stage, at + w_offset, w_pairs, w_sources, w_origin, n_block, N, k_ok, 64 * chunk, tid,
+                         w_copies)
             device.cp_async_commit()
-            current = (step % stages) * stage_pairs
+            current = base + read_slot
             for half in range(2):  # k 0-31, 32-63 of the chunk: one m16n8k32 each
+                a_at = current + (a_lo if half == 0 else a_hi)
+                w_at = current + (w_lo if half == 0 else w_hi)
                 for p in range(nt // 2):
                     (w_frag[4 * p], w_frag[4 * p + 1], w_frag[4 * p + 2],
-                     w_frag[4 * p + 3]) = device.ldmatrix_x4(
-                        stage, current + w_offset + swizzled(w_row + 16 * p, 2 * half + w_piece), scratch, tid)
+                     w_frag[4 * p + 3]) = device.ldmatrix_x4_at(stage, w_at + 1024 * p, scratch, tid)
                 for mi in range(mt):
-                    a0, a1, a2, a3 = device.ldmatrix_x4(
-                        stage, current + swizzled(a_row + 16 * mi, 2 * half + a_piece), scratch, tid)
+                    a0, a1, a2, a3 = device.ldmatrix_x4_at(stage, a_at + 1024 * mi, scratch, tid)
                     for ni in range(nt):
-                        base = 4 * (mi * nt + ni)
+                        slot = 4 * (mi * nt + ni)
                         c0, c1, c2, c3 = device.mma_s8(a0, a1, a2, a3, w_frag[2 * ni], w_frag[2 * ni + 1],
-                                                       acc[base], acc[base + 1], acc[base + 2], acc[base + 3],
+                                                       acc[slot], acc[slot + 1], acc[slot + 2], acc[slot + 3],
                                                        scratch, tid)
-                        acc[base], acc[base + 1], acc[base + 2], acc[base + 3] = c0, c1, c2, c3
+                        acc[slot], acc[slot + 1], acc[slot + 2], acc[slot + 3] = c0, c1, c2, c3
+            read_slot = read_slot + stage_bytes if read_slot + stage_bytes < ring_bytes else 0
+            write_slot = write_slot + stage_bytes if write_slot + stage_bytes < ring_bytes else 0
         # the zero-filled copies past K may still be landing: drain them before reusing the stages
         wait_all()
         cuda.syncthreads()
@@ -394,10 +419,10 @@ def _pipelined(store, shape: PipelineShape):
             if band == current_band:
                 for mi in range(mt):
                     for ni in range(nt):
-                        base = 4 * (mi * nt + ni)
+                        slot = 4 * (mi * nt + ni)
                         word = (16 * mi + group) * (tile_n // 2) + (n_warp + 8 * ni) // 2 + t
-                        stage[word] = (_U64(acc[base]) & _LOW32) | (_U64(acc[base + 1]) << _U64(32))
-                        stage[word + 4 * tile_n] = (_U64(acc[base + 2]) & _LOW32) | (_U64(acc[base + 3]) << _U64(32))
+                        stage[word] = (_U64(acc[slot]) & _LOW32) | (_U64(acc[slot + 1]) << _U64(32))
+                        stage[word + 4 * tile_n] = (_U64(acc[slot + 2]) & _LOW32) | (_U64(acc[slot + 3]) << _U64(32))
             cuda.syncthreads()
             for index in range(tid, 2 * band_words, threads):
                 r, c = index // tile_n, index % tile_n

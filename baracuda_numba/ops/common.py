@@ -74,8 +74,10 @@ def fast_run(key: tuple | None, like: Any, make_args: Any, stream: Any, shape: A
     plan, dtype, device, index = found
     if out is not None:
         result = out
+    elif shape is None:  # `like` is a contiguous tensor (the key says so): empty_like parses fewer arguments
+        result = sys.modules["torch"].empty_like(like, dtype=dtype)
     else:
-        result = sys.modules["torch"].empty(like.shape if shape is None else shape, dtype=dtype, device=device)
+        result = sys.modules["torch"].empty(shape, dtype=dtype, device=device)
     args = make_args(result)
     if stream is not None or not plan.run_trusted(args, index):
         plan.run(args, stream=stream)

@@ -121,7 +121,7 @@ def _run_remembered(plan: DynamicRangeQuantizePlan, q_dtype: Any, device: Any, i
     if alignment is None or x_ptr % alignment:
         return None
     torch = sys.modules["torch"]
-    q = torch.empty(x.shape, dtype=q_dtype, device=device)
+    q = torch.empty_like(x, dtype=q_dtype)  # contiguous, on `device` (the key says so)
     scale = torch.empty(scale_shape, dtype=scale_dtype, device=device)
     if zero_point_value is ZERO_POINT_ARRAY:
         zero_point = torch.empty(scale_shape, dtype=torch.int32, device=device)

@@ -125,7 +125,7 @@ def _run_remembered(key: tuple | None, like: Any, zero_points: Any, make_args: A
     plan, dtype, device, index = found
     if zero_points is None:
         zero_points = plan.default_zero_points(device)
-    result = sys.modules["torch"].empty(like.shape, dtype=dtype, device=device)
+    result = sys.modules["torch"].empty_like(like, dtype=dtype)  # contiguous, on `device` (the key says so)
     args = make_args(zero_points, result)
     if stream is not None or not plan.run_trusted(args, index):
         plan.run(args, stream=stream)
