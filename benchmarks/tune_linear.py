@@ -48,9 +48,9 @@ from baracuda_numba.kernels import linear as gemm
 from baracuda_numba.ops.common import clear_plan_cache
 from baracuda_numba.vocabulary import ElementKind
 
-SHAPES = [gemm.PipelineShape(2, 4, 4, 4, 4), gemm.PipelineShape(4, 2, 4, 8, 3)]
-if os.environ.get("TUNE_LINEAR_MORE_SHAPES"):  # more stages, the 128 x 256 tile
-    SHAPES += [gemm.PipelineShape(2, 4, 4, 4, 5), gemm.PipelineShape(4, 2, 4, 8, 4), gemm.PipelineShape(2, 4, 4, 8, 3)]
+SHAPES = [gemm.PipelineShape(2, 4, 4, 4, 4), gemm.PipelineShape(2, 4, 4, 8, 3), gemm.PipelineShape(4, 2, 4, 8, 3)]
+if os.environ.get("TUNE_LINEAR_MORE_SHAPES"):  # more stages
+    SHAPES += [gemm.PipelineShape(2, 4, 4, 4, 5), gemm.PipelineShape(4, 2, 4, 8, 4)]
 SKINNY = [(2, 1), (2, 2), (2, 4), (4, 1), (4, 2)]  # (chunks in flight, column tiles per block)
 PREFILL = [(4096, 4096, 4096), (2048, 4096, 4096), (2048, 11008, 4096), (2048, 4096, 11008)]
 DECODE = [(m, n, k) for m in (1, 16) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096))]
