@@ -11,9 +11,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   timeout ${TEST_TIMEOUT:-480} python3 -m pytest -q ${PYTEST_X:--x} -p no:cacheprovider -n ${WORKERS:-8} "$@" 2>&1 | tee "$OUT/pytest.log" | tail -25
 fi
 if [ "${SANITIZE:-0}" = 1 ]; then
-  # memcheck over kernels of every family: sizes around chunk boundaries, unaligned views, group sizes,
+  # memcheck over kernels of every family (about 500 s: run it in a device call of its own): sizes around chunk boundaries, unaligned views, group sizes,
   # the dynamic strategies, both GEMM kernels on ragged shapes, the remembered (trusted) launches. Reports go to $OUT/sanitizer.log.
-  BARACUDA_HYPOTHESIS_PROFILE=simulator timeout 420 compute-sanitizer --tool memcheck --error-exitcode 99 \
+  BARACUDA_HYPOTHESIS_PROFILE=simulator timeout 560 compute-sanitizer --tool memcheck --error-exitcode 99 \
     python3 -m pytest -q -x -p no:cacheprovider tests/test_per_tensor.py::test_sizes_around_pack_and_block_boundaries \
     tests/test_per_tensor.py::test_unaligned_views_use_the_element_path tests/test_per_axis.py::test_llm_group_sizes \
     "tests/test_dynamic.py::test_identity_with_the_static_plans" tests/test_linear.py::test_gpu_against_torch_int_mm \
