@@ -1,12 +1,13 @@
 """The memory-bound kernels below their targets, each launched once on bf16 [16384, 4096] (128 MiB, past
 the L2), for Nsight Compute; ``--cases`` picks a subset by name.
 
-    ncu --clock-control none --kernel-name regex:cudapy --section SpeedOfLight --section Occupancy \\
+    ncu --clock-control none --kernel-name regex:<name> --section SpeedOfLight --section Occupancy \\
         --section LaunchStats --section WarpStateStats --section SchedulerStats \\
         python3 benchmarks/profile_ncu.py [--cases dyn_token,int4_deq]
 
-Only numba's kernels match ``cudapy`` (their mangled names), so the torch kernels that build the
-inputs are not profiled. Every op compiles on its first call, which launches nothing else.
+Name the kernels to profile by a regex of their names (``dequantize_s8_s8_f32_channels``, say), so
+the torch kernels that build the inputs are not profiled. Every op compiles on its first call, which
+launches nothing else.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def cases() -> dict:
         "channel_axis1": lambda: bn.quantize_per_channel(x, channel_scales, channel_zps, 1),
         "channel_axis1_deq": lambda: bn.dequantize_per_channel(q8, channel_scales, channel_zps, 1,
                                                                dtype=torch.bfloat16),
+        "channel_axis1_deq_f32": lambda: bn.dequantize_per_channel(q8, channel_scales, channel_zps, 1),
+        "tensor_deq_f32": lambda: bn.dequantize_per_tensor(q8, 0.02, 3),
         "channel_axis1_qbw": lambda: bn.quantize_per_channel_backward(x, x, channel_scales, channel_zps, 1),
         "channel_axis0": lambda: bn.quantize_per_channel(x, row_scales, row_zps, 0),
         "group_quant": lambda: bn.quantize_per_group(x, g_scales.view(ROWS, -1), g_zps.view(ROWS, -1), 128),
