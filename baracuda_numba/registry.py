@@ -68,6 +68,17 @@ STREAM_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(128, 1024)
 # 94.1% -> 96.9% of copy (Tensor.dequantize 96.5% in the same run), bf16 97.2% both ways. Per-tensor
 # quantize is slower so (95.7% against 102.7% for f32): it keeps STREAM_POLICY.
 TENSOR_DEQUANTIZE_POLICY = LaunchPolicy(32, 2, 1) if SIMULATOR else LaunchPolicy(128, 4096, 1)
+# Per-channel dequantize and quantize backward along the last axis, chunks of at most four elements (f32,
+# f64) and a channel count the chunk divides: each chunk's scales and zero points are read as vectors next
+# to it, in short-lived 128-thread blocks with 4 chunks per thread in flight, instead of the thread-stationary
+# kernel on one resident wave (which a write-heavy stream leaves short of the copy: int8 -> f32 88.8% of copy
+# with 2 to 8 chunks in flight and 50 to 100% occupancy). H100, tune_elementwise --variants vectors, 2^28
+# elements, copy 3007 GB/s: dequantize f32 88.8% -> 92.8%, quantize_backward f32 96.3% -> 100.1%. Not for
+# bf16 data (8 channels per chunk: 64 bytes of parameters per 24 of data): dequantize 90.1% -> 77.0%, nor for
+# quantize, whose stationary threads invert their scales once (f32 98.7% -> 71.0-84.7%).
+CHANNEL_VECTOR_POLICY = LaunchPolicy(32, 2, 1) if SIMULATOR else LaunchPolicy(128, 512, 4)
+CHANNEL_VECTOR_OPS: frozenset[ElementwiseOp] = frozenset({ElementwiseOp.DEQUANTIZE, ElementwiseOp.QUANTIZE_BACKWARD})
+CHANNEL_VECTOR_MAX_CHUNK = 4  # elements per chunk
 # Packed 4-bit kernels: UNROLL chunks in flight per thread, and a grid that is resident in one wave (1024 threads
 # per SM fit up to 64 registers per thread; a second, partial wave of a grid-stride kernel costs a whole wave).
 PACKED_POLICY = LaunchPolicy(32, 2, one_wave=True) if SIMULATOR else LaunchPolicy(256, 4, one_wave=True)
@@ -112,16 +123,19 @@ class RegistryEntry(Entry):
         return self.mode.value
 
     def kernel(self, uniform_chunk: bool = True, op: ElementwiseOp | None = None,
-               pow2_segments: bool = False) -> ElementwiseKernel:
+               pow2_segments: bool = False, stationary: bool = False,
+               channel_vectors: bool = False) -> ElementwiseKernel:
         """The kernel specialisation (built once per key; compiled on first launch); ``op`` replaces
         the entry's op by a variant over the same operands (PyTorch's float64 fake quantize);
-        ``pow2_segments``: segments of a power-of-two number of chunks (see
+        ``pow2_segments``: segments of a power-of-two number of chunks; ``stationary`` /
+        ``channel_vectors``: the thread-stationary or channel-vector channel kernel (see
         :func:`~baracuda_numba.kernels.elementwise.elementwise_kernel`)."""
         uniform = uniform_chunk or self.mode is ScaleMode.SCALAR
         return elementwise_kernel(op or self.op, self.a, self.b, self.out, self.sku.precision_guarantee.math_precision,
                                   self.mode, uniform, self.grid,
                                   pow2_segments and uniform and self.mode is not ScaleMode.SCALAR,
-                                  self.policy.unroll or None)
+                                  (CHANNEL_VECTOR_POLICY if channel_vectors else self.policy).unroll or None,
+                                  stationary, channel_vectors)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def main() -> None:
     function = launcher._functions[0]
     record = launcher.params.record
     stream = launch.torch_current_stream(0)
-    blocks, step_q, step_r = plan._geometry(4096 // plan._chunk, 0)
+    blocks, step_q, step_r, _ = plan._geometry(4096 // plan._chunk, 0)
     threads = plan.entry.policy.threads_per_block
     ptr, qptr = small.data_ptr(), small_q.data_ptr()
     scalars = plan._scalars(args)

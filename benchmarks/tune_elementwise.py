@@ -9,6 +9,7 @@ against the first variant (the shipped settings); ``--variants channel`` varies 
 from __future__ import annotations
 
 import argparse
+from typing import NamedTuple
 
 import torch
 
@@ -21,6 +22,7 @@ from baracuda_numba.plans import base
 COLS = 4096
 SHIPPED_POW2_UNROLL = elementwise.POW2_UNROLL
 SHIPPED_POW2_BOUNDS = elementwise.POW2_LAUNCH_BOUNDS
+SHIPPED_STATIONARY_BYTES = elementwise.STATIONARY_INPUT_BYTES
 ORIGINAL_POW2 = base.ElementwisePlan._pow2_segments
 _SHIPPED_POLICIES: dict = {}
 
@@ -77,24 +79,53 @@ def use_policy(policy: tuple[int, int] | None) -> None:
             object.__setattr__(entry, "policy", chosen)
 
 
-def use_variant(unroll: int, stationary: bool, bounds: tuple[int, int] | None = None, blocks_per_sm: int = 4,
-                original=base.stationary_blocks, pow2_unroll: int | None = None,
-                policy: tuple[int, int] | None = None, prefetch: int = 0) -> None:
-    """``bounds``: launch_bounds of the channel kernels; ``blocks_per_sm``: the stationary grid's blocks per SM;
-    ``pow2_unroll``: chunks in flight of the kernels whose segments are a power of two chunks (a shift);
-    ``policy``: (threads per block, blocks per SM cap) of the elementwise entries; ``prefetch``: grid strides
-    ahead of the shift kernels' L2 prefetches."""
-    use_policy(policy)
-    # prefetch < 0: no prefetch, and the shift kernels without their launch_bounds (NVVM's register count)
-    elementwise.POW2_PREFETCH = max(prefetch, 0)
-    elementwise.POW2_LAUNCH_BOUNDS = None if prefetch < 0 else SHIPPED_POW2_BOUNDS
-    elementwise.UNROLL = unroll
-    elementwise.POW2_UNROLL = pow2_unroll or SHIPPED_POW2_UNROLL
-    # pow2_unroll 0: every row segment tracked incrementally, as before the shift kernels
-    base.ElementwisePlan._pow2_segments = (lambda self: False) if pow2_unroll == 0 else ORIGINAL_POW2
-    elementwise.CHANNEL_LAUNCH_BOUNDS = bounds
-    base.STATIONARY_BLOCKS_PER_SM = blocks_per_sm
-    base.stationary_blocks = original if stationary else (lambda blocks, *_: blocks)
+class Variant(NamedTuple):
+    """One setting of every knob (``shipped``: as the package ships them)."""
+
+    unroll: int  # chunks in flight of the general kernels
+    stationary: bool  # the thread-stationary channel grid (False: the entry's own grid)
+    bounds: tuple[int, int] | None  # launch_bounds of the channel kernels whose chunks span channels
+    per_sm: int  # blocks per SM of the stationary kernel (its launch_bounds and one-wave grid)
+    pow2: int | None  # chunks in flight of the shift kernels (0: segments tracked, no shift kernels)
+    policy: tuple[int, int] | None  # (threads, blocks per SM cap) of every elementwise entry (None: shipped)
+    prefetch: int  # L2 prefetch distance of the shift kernels (-1: none, without their launch_bounds)
+    in_flight: int  # input bytes in flight per thread of the stationary loop
+    vector_ops: frozenset  # ops whose last-axis channel kernels read their scales as vectors
+    vector_policy: tuple[int, int, int]  # (threads, blocks per SM cap, unroll) of those
+
+    def label(self) -> str:
+        vectors = "all" if self.vector_ops == ALL_OPS else ",".join(sorted(o.value for o in self.vector_ops)) or "none"
+        return (f"unroll {self.unroll} (pow2 {self.pow2}), bounds {self.bounds}, {self.per_sm}/SM, policy "
+                f"{self.policy or 'shipped'}, prefetch {self.prefetch}, stationary {self.in_flight} B, vectors "
+                f"{vectors} {self.vector_policy}")
+
+
+ALL_OPS = frozenset(elementwise.ElementwiseOp)
+
+
+def shipped_variant() -> Variant:
+    return Variant(elementwise.UNROLL, True, elementwise.CHANNEL_LAUNCH_BOUNDS, elementwise.STATIONARY_LAUNCH_BOUNDS[1],
+                   SHIPPED_POW2_UNROLL, None, elementwise.POW2_PREFETCH, SHIPPED_STATIONARY_BYTES,
+                   registry.CHANNEL_VECTOR_OPS, (registry.CHANNEL_VECTOR_POLICY.threads_per_block,
+                                                                  registry.CHANNEL_VECTOR_POLICY.blocks_per_sm,
+                                                                  registry.CHANNEL_VECTOR_POLICY.unroll))
+
+
+def use_variant(v: Variant, original=base.stationary_blocks) -> None:
+    """Set every knob of ``v`` and drop the kernels and plans built under the previous one."""
+    use_policy(v.policy)
+    elementwise.POW2_PREFETCH = max(v.prefetch, 0)
+    elementwise.POW2_LAUNCH_BOUNDS = None if v.prefetch < 0 else SHIPPED_POW2_BOUNDS
+    elementwise.UNROLL = v.unroll
+    elementwise.STATIONARY_INPUT_BYTES = v.in_flight
+    elementwise.POW2_UNROLL = v.pow2 or SHIPPED_POW2_UNROLL
+    # pow2 0: every row segment tracked incrementally, as before the shift kernels
+    base.ElementwisePlan._pow2_segments = (lambda self: False) if v.pow2 == 0 else ORIGINAL_POW2
+    elementwise.CHANNEL_LAUNCH_BOUNDS = v.bounds
+    elementwise.STATIONARY_LAUNCH_BOUNDS = (512, v.per_sm)
+    base.stationary_blocks = original if v.stationary else (lambda blocks, *_: blocks)
+    registry.CHANNEL_VECTOR_OPS = v.vector_ops
+    registry.CHANNEL_VECTOR_POLICY = registry.LaunchPolicy(*v.vector_policy)
     elementwise.elementwise_kernel.cache_clear()
     bn.clear_plan_cache()
 
@@ -104,9 +135,13 @@ def main() -> None:
     parser.add_argument("--log2n", type=int, default=28)
     parser.add_argument("--ncu", action="store_true")
     parser.add_argument("--only", nargs="+", default=[""], help="run only the cases whose label contains one of these")
-    parser.add_argument("--variants", choices=("channel", "unroll", "pow2", "policy", "prefetch"), default="channel",
+    parser.add_argument("--variants", choices=("channel", "unroll", "pow2", "policy", "prefetch", "stationary",
+                                                   "persistent", "vectors"),
+                        default="channel",
                         help="the channel kernels' launch bounds and grid, the chunks in flight of every kernel, "
-                             "those of the power-of-two segment kernels, or the block size and grid cap (with "
+                             "those of the power-of-two segment kernels, the stationary loop's bytes in flight, "
+                             "the channel-vector kernels' ops and grid, "
+                             "or the block size and grid cap (with "
                              "the chunks in flight) of every elementwise kernel")
     args = parser.parse_args()
     n = 1 << args.log2n
@@ -128,27 +163,40 @@ def main() -> None:
         pct = 100 * 5 * n / device_ms(qt.dequantize, 20) / 1e6 / copy
         print(f"torch Tensor.dequantize (qint8 -> f32): {pct:5.1f}% of copy", flush=True)
         del qt
-    shipped = (elementwise.UNROLL, True, elementwise.CHANNEL_LAUNCH_BOUNDS, base.STATIONARY_BLOCKS_PER_SM,
-               SHIPPED_POW2_UNROLL, None, elementwise.POW2_PREFETCH)
+    shipped = shipped_variant()
     variants = [shipped] + {
-        "channel": [(2, True, None, 4, None, None, 0), (4, True, (512, 2), 2, None, None, 0),
-                    (4, True, None, 4, None, None, 0)],
-        "unroll": [(4, *shipped[1:]), (8, *shipped[1:])],
-        "pow2": [(*shipped[:4], u, None, 0) for u in (0, 1, 2, 4, 8) if u != SHIPPED_POW2_UNROLL],
+        "channel": [shipped._replace(unroll=2, bounds=None, per_sm=4),
+                    shipped._replace(unroll=4, bounds=(512, 2), per_sm=2),
+                    shipped._replace(unroll=4, bounds=None, per_sm=4)],
+        "unroll": [shipped._replace(unroll=u) for u in (4, 8)],
+        "pow2": [shipped._replace(pow2=u, prefetch=0) for u in (0, 1, 2, 4, 8) if u != SHIPPED_POW2_UNROLL],
         # one chunk per thread in blocks that come and go (PyTorch's elementwise launch) to one resident wave
-        "policy": [(u, *shipped[1:5], p, 0) for u, p in ((2, (512, 32)), (1, (128, 4096)), (1, (64, 8192)),
-                                                      (2, (128, 1024)))],
+        "policy": [shipped._replace(unroll=u, policy=p, prefetch=0)
+                   for u, p in ((2, (512, 32)), (1, (128, 4096)), (1, (64, 8192)), (2, (128, 1024)))],
         # L2 prefetches 1 or 2 grid strides ahead in the shift kernels, on the shipped grid and on one
         # resident wave (a stride small enough that what is prefetched stays in L2)
         # (prefetch -1: none, and the shift kernels without their launch_bounds)
-        "prefetch": [(*shipped[:5], p, f) for p, f in ((None, 1), (None, 2), (None, -1), ((512, 4), 0),
-                                                       ((512, 4), 1), ((512, 4), 2), ((512, 4), 4))],
+        "prefetch": [shipped._replace(policy=p, prefetch=f) for p, f in (
+            (None, 1), (None, 2), (None, -1), ((512, 4), 0), ((512, 4), 1), ((512, 4), 2), ((512, 4), 4))],
+        # one resident wave of every kernel (a grid-stride loop, as the stationary kernel's grid)
+        "persistent": [shipped._replace(unroll=2, policy=p, prefetch=0)
+                       for p in ((512, 2), (512, 4), (1024, 2), (256, 8))],
+        # the stationary kernel's launch bounds (512, blocks per SM, its one-wave grid) and input bytes in
+        # flight per thread (chunks: max(2, bytes / chunk bytes)), every op on it
+        "stationary": [shipped._replace(per_sm=p, in_flight=b, vector_ops=frozenset())
+                       for p in (2, 3, 4) for b in (8, 16, 32)],
+        # channel vectors for every op or none, in short blocks or on a resident grid
+        # channel vectors for no op or every op (chunks of at most CHANNEL_VECTOR_MAX_CHUNK elements), in
+        # short blocks or on a resident grid
+        "vectors": [shipped._replace(vector_ops=o, vector_policy=p) for o, p in (
+            (frozenset(), shipped.vector_policy), (ALL_OPS, (128, 4096, 1)), (ALL_OPS, (128, 1024, 2)),
+            (ALL_OPS, (128, 512, 4)), (ALL_OPS, (256, 1024, 2)), (ALL_OPS, (512, 32, 2)))],
     }[args.variants]
     baseline: dict[str, torch.Tensor] = {}
     table: dict[str, list[str]] = {}
     problems = [c for c in cases(n) if any(o in c[0] for o in args.only)]  # the same data for every variant
-    for unroll, stationary, bounds, per_sm, pow2, policy, prefetch in variants:
-        use_variant(unroll, stationary, bounds, per_sm, pow2_unroll=pow2, policy=policy, prefetch=prefetch)
+    for variant in variants:
+        use_variant(variant)
         for label, per_element, fn in problems:
             out = fn()
             torch.cuda.synchronize()
@@ -161,12 +209,9 @@ def main() -> None:
             ms = device_ms(fn, 20)
             pct = 100 * per_element * n / ms / 1e6 / copy
             table.setdefault(label, []).append(f"{pct:5.1f}% {same}")
-            print(f"unroll {unroll} pow2 {pow2} bounds {bounds} {per_sm}/SM policy {policy} prefetch {prefetch} "
-                  f"{label:<34} "
-                  f"{pct:5.1f}% of copy  {same}", flush=True)
-    use_variant(*shipped[:4], pow2_unroll=shipped[4], prefetch=shipped[6])
-    print("\n| case | " + " | ".join(f"unroll {u} (pow2 {w}), bounds {b}, {p}/SM, policy {q or 'shipped'}, prefetch {f}"
-                                    for u, _, b, p, w, q, f in variants) + " |")
+            print(f"{variant.label()} {label:<34} {pct:5.1f}% of copy  {same}", flush=True)
+    use_variant(shipped)
+    print("\n| case | " + " | ".join(v.label() for v in variants) + " |")
     print("|---|" + "---|" * len(variants))
     for label, cells in table.items():
         print(f"| {label} | " + " | ".join(cells) + " |")

@@ -251,12 +251,13 @@ def test_empty_and_degenerate_shapes():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
-@pytest.mark.parametrize("shape", [(5, 2, 8), (9, 16), (7, 24), (4, 3, 5), (40, 16), (3, 65, 8)])
+@pytest.mark.parametrize("shape", [(5, 2, 8), (9, 16), (7, 24), (4, 3, 5), (40, 16), (3, 65, 8), (72, 16)])
 def test_last_axis_channels_thread_stationary_and_not(shape, dtype):
     # channels along the last axes: one grid stride is a whole number of channel periods (each thread
     # loads its chunk's parameters once) for 8 / 16 channels, and not for 24 or 15 elements per period
-    # on the simulator's 2 x 32-thread grid (40 x 16 and 3 x 65 x 8: several chunks per thread, in pairs
-    # and one left over); every op against the reference either way
+    # on the simulator's 2 x 32-thread grid (40 x 16 and 3 x 65 x 8: several chunks per thread; 72 x 16:
+    # enough for the stationary loop's 2, 4 or 8 chunks in flight and some left over); every op against
+    # the reference either way
     rng = np.random.default_rng(len(shape) * 100 + shape[-1])
     f = bn.element_kind(dtype).numpy_dtype
     scale_dtype = np.float64 if dtype == "float64" else np.float32
@@ -278,11 +279,50 @@ def test_last_axis_channels_thread_stationary_and_not(shape, dtype):
                                                                             bn.element_kind(dtype), "s8"))
     if not plan._uniform:
         period = shape[-1]
-        blocks, step_q, step_r = plan._geometry(plan._n // plan._chunk, 0)
+        blocks, step_q, step_r, launcher = plan._geometry(plan._n // plan._chunk, 0)
         stride = blocks * plan.entry.policy.threads_per_block * plan._chunk
         assert (step_q == step_r == 0) == (stride % period == 0)
+        # the thread-stationary kernel (no general loop) exactly where the stride is whole periods
+        assert (launcher is plan._stationary_launcher) == (step_q == step_r == 0)
+        assert launcher in (plan._launcher, plan._stationary_launcher)
         if SIMULATOR:  # a 2-block grid: stationary exactly where 8 or 16 divide the 32-thread stride
             assert (step_q == step_r == 0) == (period in (8, 16))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+@pytest.mark.parametrize("cols", [8, 24, 4096, 6, 5])
+def test_last_axis_channel_vectors_and_their_alignment(cols, dtype):
+    # dequantize and quantize backward of f32 / f64 data along the last axis read each chunk's scales and
+    # zero points as vectors where the chunk (4 / 2 elements) divides the channel count; bf16 data (8 per
+    # chunk), other counts and quantize keep the per-element kernels. Scale and zero-point views off their
+    # vector alignment take the element path. Every result against the float64 reference.
+    rng = np.random.default_rng(cols)
+    f = bn.element_kind(dtype).numpy_dtype
+    scale_dtype = np.float64 if dtype == "float64" else np.float32
+    shape = (9, cols)
+    chunk = 16 // max(np.dtype(f).itemsize, 1)
+    vectors = dtype != "bfloat16" and cols % chunk == 0
+    element = bn.element_kind(dtype)
+    deq = bn.DequantizePerChannelPlan.select(bn.DequantizePerChannelDescriptor(shape, 1, element, bn.ElementKind.S8))
+    back = bn.QuantizePerChannelBackwardPlan.select(
+        bn.QuantizePerChannelBackwardDescriptor(shape, 1, -128, 127, element, bn.ElementKind.S8))
+    quant = bn.QuantizePerChannelPlan.select(bn.QuantizePerChannelDescriptor(shape, 1, -128, 127, element,
+                                                                             bn.ElementKind.S8))
+    assert deq._channel_vectors() == back._channel_vectors() == vectors
+    assert not quant._channel_vectors()
+    if vectors:
+        assert deq._stationary_launcher is None and deq._policy is registry.CHANNEL_VECTOR_POLICY
+    scale_buffer = rng.choice([0.5, 2.0**-6, 0.013, 0.1, 1.7, 0.0], cols + 1).astype(scale_dtype)
+    zp_buffer = rng.integers(-6, 6, cols + 1).astype(np.int32)
+    q = rng.integers(-128, 128, shape).astype(np.int8)
+    x = (rng.standard_normal(shape) * 2).astype(np.float32).astype(f)
+    dy = rng.standard_normal(shape).astype(np.float32).astype(f)
+    for offset in (0, 1):  # 1: the views start 4 (8) bytes into their buffers
+        scales, zps = scale_buffer[offset:offset + cols], zp_buffer[offset:offset + cols]
+        full_s, full_z = ref.expand_channels(scales, shape, 1), ref.expand_channels(zps, shape, 1)
+        assert_same(bn.dequantize_per_channel(q, scales, zps, 1, dtype=dtype), ref.dequantize(q, full_s, full_z, f))
+        assert_same(bn.quantize_per_channel_backward(dy, x, scales, zps, 1),
+                    ref.quantize_backward(dy, x, full_s, full_z, -128, 127))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])

@@ -228,3 +228,24 @@ def test_linear_workspaces_per_stream_keep_concurrent_streams_apart():
     for i in range(2):
         for got in results[i]:
             assert torch.equal(got, alone[i]), i
+
+
+def test_channel_vector_kernels_with_parameter_views_off_their_vector_alignment():
+    """The last-axis dequantize and quantize backward of f32 read each chunk's four scales and zero points
+    as 16-byte vectors; views starting 4 bytes into their buffers take the element path. Torch's bits
+    either way, on the first (checked) and the remembered call."""
+    g = torch.Generator(device="cuda").manual_seed(5)
+    q = torch.randint(-128, 128, (64, 4096), device="cuda", dtype=torch.int8, generator=g)
+    x = torch.randn(64, 4096, device="cuda", generator=g) * 3
+    dy = torch.randn(64, 4096, device="cuda", generator=g)
+    scale_buffer = torch.rand(4097, device="cuda", generator=g) * 0.05 + 0.01
+    zp_buffer = torch.randint(-9, 9, (4097,), device="cuda", dtype=torch.int32, generator=g)
+    for offset in (0, 1):
+        scales, zps = scale_buffer[offset:offset + 4096], zp_buffer[offset:offset + 4096]
+        expected = (q.float() - zps.float()) * scales
+        inv = 1.0 / scales
+        t = torch.round(x * inv) + zps
+        expected_grad = dy * inv * ((t >= -128) & (t <= 127)).float()
+        for _ in range(2):
+            assert torch.equal(bn.dequantize_per_channel(q, scales, zps, 1), expected), offset
+            assert torch.equal(bn.quantize_per_channel_backward(dy, x, scales, zps, 1), expected_grad), offset

@@ -56,6 +56,10 @@ unsigned integers (Numba types that mix as float64).
   (``[threads, 6]`` int32), so every thread of the block must call it alike.
 - ``load_u64x2(words, c)`` / ``store_u64x2(words, c, lo, hi)``: words ``2c`` and ``2c + 1`` of a
   uint64 array as one 16-byte access (``ld/st.global.v2.u64``; numba never emits these itself).
+- ``vector_copy(count)``: the device function ``copy(dst, at, src, i)`` that reads ``src[i .. i + count)``
+  (a global array) as one vector access and writes it into ``dst[at .. at + count)``, a local array (which NVVM keeps
+  in registers where its indices are constant). The address of ``src[i]`` must be a multiple of
+  ``min(count * itemsize, 16)``: ``ld.global.v4.f32`` for four float32, two of them for eight.
 - ``cp_async_16(stage, c, words, s, valid)``: start copying words ``2s, 2s + 1`` of the global uint64
   array ``words`` into words ``2c, 2c + 1`` of the shared array ``stage`` without passing through
   registers (``cp.async.cg.shared.global``, 16 bytes, sm_80+); zeros instead when ``valid`` is false
@@ -84,6 +88,8 @@ unsigned integers (Numba types that mix as float64).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -126,6 +132,7 @@ __all__ = [
     "cp_async_commit",
     "cp_async_wait_group",
     "prefetch_l2",
+    "vector_copy",
     "shared_address",
     "global_address",
     "cp_async_16_at",
@@ -284,6 +291,14 @@ if SIMULATOR:
 
     def load_u64x2(words, c):
         return words[2 * c], words[2 * c + 1]
+
+    @functools.cache
+    def vector_copy(count: int):
+        def copy(dst, at, src, i):
+            for j in range(count):
+                dst[at + j] = src[i + j]
+
+        return copy
 
     def store_u64x2(words, c, lo, hi):
         words[2 * c] = lo
@@ -621,6 +636,32 @@ else:
             return context.make_tuple(builder, sig.return_type, pair)
 
         return types.UniTuple(types.uint64, 2)(words, c), codegen
+
+    @functools.cache
+    def vector_copy(count: int):
+        @intrinsic
+        def copy(typingctx, dst, at, src, i):
+            if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.dtype == src.dtype
+                    and isinstance(i, types.Integer) and isinstance(at, types.Integer)):
+                return None
+
+            def codegen(context, builder, sig, args):
+                dst_value, offset, src_value, index = args
+                element = context.get_value_type(src.dtype)
+                source = context.make_array(src)(context, builder, src_value).data
+                target = context.make_array(dst)(context, builder, dst_value).data
+                vector_type = ir.VectorType(element, count)
+                pointer = builder.bitcast(builder.gep(source, [_to_i64(builder, index, i)]), vector_type.as_pointer())
+                itemsize = context.get_abi_sizeof(element)
+                vector = builder.load(pointer, align=min(count * itemsize, 16))
+                for j in range(count):
+                    slot = builder.add(_to_i64(builder, offset, at), ir.Constant(_I64, j))
+                    builder.store(builder.extract_element(vector, ir.Constant(_I32, j)), builder.gep(target, [slot]))
+                return context.get_dummy_value()
+
+            return types.void(dst, at, src, i), codegen
+
+        return copy
 
     @intrinsic
     def store_u64x2(typingctx, words, c, lo, hi):

@@ -72,6 +72,11 @@ POW2_LAUNCH_BOUNDS: tuple[int, int] | None = (512, 4)
 # capped at 64, two blocks fit. H100, 2^28 elements (tune_elementwise, 2026-11-23): bf16 quantize
 # 79.4% -> 84.8% of copy, dequantize 81.4% -> 90.4%, f32 quantize 80.2% -> 97.5%, the rest within 1%.
 CHANNEL_LAUNCH_BOUNDS: tuple[int, int] | None = (512, 2)
+# Input bytes each thread of the thread-stationary kernel has in flight: its loop keeps
+# ``max(2, STATIONARY_INPUT_BYTES // input bytes per chunk)`` chunks in flight.
+STATIONARY_INPUT_BYTES = 16
+# ``launch_bounds`` of the thread-stationary kernels, whose grid is one wave of this many blocks per SM.
+STATIONARY_LAUNCH_BOUNDS: tuple[int, int] = (512, 2)
 
 
 def chunk_elements(*elements: ElementKind | None) -> int:
@@ -241,6 +246,7 @@ class ElementwiseKernel:
     chunk: int  # elements per chunk (G)
     options: tuple = ()  # extra ``cuda.jit`` options as (name, value) pairs, e.g. launch_bounds
     unroll: int = 1  # chunks a thread has in flight (the grid is sized for it)
+    resident_blocks: int = 0  # blocks per SM of a one-wave grid (thread-stationary kernels; 0: none)
     _compiled: dict = field(default_factory=dict, compare=False, repr=False)
 
     def compiled(self) -> Any:
@@ -299,6 +305,8 @@ def elementwise_kernel(
     grid: ElementKind | None = None,
     pow2_segments: bool = False,
     unroll: int | None = None,
+    stationary: bool = False,
+    channel_vectors: bool = False,
 ) -> ElementwiseKernel:
     """The kernel for ``op`` reading ``a`` (and ``b``), writing ``out`` (built once per key,
     compiled on first use).
@@ -310,6 +318,14 @@ def elementwise_kernel(
     tracking (``step_q`` / ``step_r`` unused); in channel mode the caller guarantees that the channel
     axis is the outermost (``n == channels * seg_len``), so that no modulo applies. ``unroll``: the
     chunks a thread has in flight, for kernels without power-of-two segments (default :data:`UNROLL`).
+    ``stationary`` (channel mode, chunks spanning channels): the thread-stationary kernel, for a grid
+    whose stride is a whole number of channel periods (``step_q == step_r == 0``), so that every chunk
+    of a thread sees the same ``G`` channels and loads their parameters once. It is a kernel of its
+    own, without the general loop: at 32-40 registers against 56-62 with that loop in it, it holds
+    more threads per SM. ``channel_vectors`` (channel mode along the last axis: ``seg_len == 1``,
+    ``channels % G == 0``): each chunk's ``G`` channels are consecutive, so their scales and zero points
+    are read as vectors (aligned to ``G`` elements, up to 16 bytes, which the caller guarantees) next
+    to the chunk, for grids of short-lived blocks.
     """
     M = math_type(precision)
     compute = op_functions(precision, grid)[op]
@@ -325,7 +341,10 @@ def elementwise_kernel(
     scalar = mode is ScaleMode.SCALAR
     channels_mode = mode is ScaleMode.CHANNELS
     per_element_params = not scalar and not uniform_chunk
-    stationary_capable = channels_mode and per_element_params
+    if (stationary or channel_vectors) and not (channels_mode and per_element_params):
+        raise ValueError("thread-stationary and channel-vector kernels are for channel scales with chunks "
+                         "spanning channels")
+    copy_params = device.vector_copy(G)
     shifted = pow2_segments and not scalar and uniform_chunk
     zero = M(0.0)
     word_zero = np.uint64(0)
@@ -333,6 +352,10 @@ def elementwise_kernel(
     unroll = POW2_UNROLL if shifted else (unroll or UNROLL)
     prefetch = POW2_PREFETCH if shifted and G * a.itemsize == 16 else 0  # aw holds uint64 pairs
     prefetch_l2 = device.prefetch_l2
+    depth = max(2, STATIONARY_INPUT_BYTES // (G * (a.itemsize + (b.itemsize if b is not None else 0))))
+    if channel_vectors:
+        depth = unroll
+    vector_slots = depth * G  # the parameters of the chunks in flight (channel vectors)
 
     reads_zero_points = op is not ElementwiseOp.DEQUANTIZE_BACKWARD and grid is None
 
@@ -410,7 +433,7 @@ def elementwise_kernel(
     # a 64-bit mask, shift and or per byte through ``place``). Not in the kernels that track their
     # segment: there NVVM gave the bf16 kernel 48 registers against 40, two 512-thread blocks per SM
     # instead of three, and group-128 quantize fell from 81.6% to 70.0% of copy (H100, 2026-11-23).
-    byte_words = integer_quantize and G >= 4 and (scalar or shifted or stationary_capable)
+    byte_words = integer_quantize and G >= 4 and (scalar or shifted or stationary or channel_vectors)
 
     @device_function
     def quantized(a_lo, a_hi, j, inv, zp, q_min, q_max):
@@ -480,37 +503,56 @@ def elementwise_kernel(
         if shifted:  # log2(seg_len / G), seg_len / G a power of two: no division
             while (G << shift) < seg_len:
                 shift += 1
+        elif channel_vectors:  # seg_len == 1: the channel of element start * G
+            seg = (start * G) % channels
         elif not scalar:
             seg, seg_pos = segment_of(start * G, seg_len, channels)
-        # Thread-stationary channels: when one grid stride spans a whole number of channel periods
-        # (step_q == step_r == 0), every chunk of this thread sees the same G channels, so their
+        # Thread-stationary channels: one grid stride spans a whole number of channel periods
+        # (step_q == step_r == 0): every chunk of this thread sees the same G channels, so their
         # parameters are loaded (and inverted) once per thread, not once per element.
         e_inv = cuda.local.array(G, M)
         e_scale = cuda.local.array(G, M)
         e_zp = cuda.local.array(G, M)
-        stationary = stationary_capable and step_q == 0 and step_r == 0
         if stationary:
             s, pos = seg, seg_pos
             for j in range(G):
                 e_inv[j], e_scale[j], e_zp[j] = segment_params(scales, zero_points, s)
                 s, pos = advance(s, pos, 0, 1, seg_len, channels)
-        # The stationary loop keeps its two chunks in scalars: the general loop's per-chunk arrays
-        # stay in local memory in these kernels (NVVM does not unroll it around the per-element
-        # parameter updates), which ncu showed as 71% L1 hits on quantize_backward.
+        # The stationary and channel-vector loops have ``depth`` chunks in flight (and, with channel
+        # vectors, their scales and zero points), in arrays that NVVM keeps in registers (constant
+        # indices once the loops over ``k`` are unrolled); the general loop's per-chunk arrays stay in
+        # local memory in these kernels (NVVM does not unroll it around the per-element parameter
+        # updates), which ncu showed as 71% L1 hits on quantize_backward.
+        s_lo = cuda.local.array(depth, np.uint64)
+        s_hi = cuda.local.array(depth, np.uint64)
+        s_b_lo = cuda.local.array(depth, np.uint64)
+        s_b_hi = cuda.local.array(depth, np.uint64)
+        v_scale = cuda.local.array(vector_slots, M)
+        v_zp = cuda.local.array(vector_slots, np.int32)
         c = start
-        while stationary and c + stride < nchunks:
-            lo0, hi0, b_lo0, b_hi0 = load_ab(aw, bw, c)
-            lo1, hi1, b_lo1, b_hi1 = load_ab(aw, bw, c + stride)
-            o_lo, o_hi = stationary_chunk(lo0, hi0, b_lo0, b_hi0, e_inv, e_scale, e_zp, q_min, q_max)
-            o_store(ow, c, o_lo, o_hi)
-            o_lo, o_hi = stationary_chunk(lo1, hi1, b_lo1, b_hi1, e_inv, e_scale, e_zp, q_min, q_max)
-            o_store(ow, c + stride, o_lo, o_hi)
-            c += 2 * stride
-        if stationary and c < nchunks:
-            lo0, hi0, b_lo0, b_hi0 = load_ab(aw, bw, c)
-            o_lo, o_hi = stationary_chunk(lo0, hi0, b_lo0, b_hi0, e_inv, e_scale, e_zp, q_min, q_max)
-            o_store(ow, c, o_lo, o_hi)
-        for base in range(start, 0 if stationary else nchunks, stride * unroll):
+        while (stationary or channel_vectors) and c < nchunks:
+            count = depth if c + (depth - 1) * stride < nchunks else 1  # the last chunks one at a time
+            for k in range(depth):
+                if k < count:
+                    s_lo[k], s_hi[k], s_b_lo[k], s_b_hi[k] = load_ab(aw, bw, c + k * stride)
+                    if channel_vectors:  # the chunk's G channels start at seg, a multiple of G
+                        copy_params(v_scale, k * G, scales, seg)
+                        if reads_zero_points:
+                            copy_params(v_zp, k * G, zero_points, seg)
+                        seg, seg_pos = advance(seg, seg_pos, step_q, step_r, seg_len, channels)
+            for k in range(depth):
+                if k < count:
+                    if channel_vectors:
+                        for j in range(G):
+                            sc = v_scale[k * G + j]
+                            e_inv[j] = reciprocal(sc) if sc != zero else zero
+                            e_scale[j] = sc
+                            e_zp[j] = M(v_zp[k * G + j]) if reads_zero_points else zero
+                    o_lo, o_hi = stationary_chunk(s_lo[k], s_hi[k], s_b_lo[k], s_b_hi[k], e_inv, e_scale, e_zp,
+                                                  q_min, q_max)
+                    o_store(ow, c + k * stride, o_lo, o_hi)
+            c += count * stride
+        for base in range(start, 0 if stationary or channel_vectors else nchunks, stride * unroll):
             if prefetch:
                 ahead = base + prefetch * unroll * stride
                 if ahead < nchunks:
@@ -574,12 +616,20 @@ def elementwise_kernel(
         f"int64, int64, int64, int64, int64, int64, {m}, {m}, {m}, {m}, {m})"
     )
     grid_tag = f"_{grid.short}" if grid else ""
+    if stationary:
+        grid_tag += "_stationary" + (f"_d{depth}" if depth != 2 else "")
+    if channel_vectors:
+        grid_tag += "_vectors"
     pow2_tag = (f"_pow2_u{unroll}" + (f"_pf{prefetch}" if prefetch else "") if shifted
                 else ("" if unroll == UNROLL else f"_u{unroll}"))
     kernel.__name__ = f"{op.value}_{a.short}_{b_elem.short}_{out.short}_{mode.value}{grid_tag}{pow2_tag}"
     kernel.__qualname__ = kernel.__name__
-    options = (("launch_bounds", CHANNEL_LAUNCH_BOUNDS),) if stationary_capable and CHANNEL_LAUNCH_BOUNDS else ()
+    spans_channels = channels_mode and per_element_params and not channel_vectors
+    options = (("launch_bounds", CHANNEL_LAUNCH_BOUNDS),) if spans_channels and CHANNEL_LAUNCH_BOUNDS else ()
+    if stationary:
+        options = (("launch_bounds", STATIONARY_LAUNCH_BOUNDS),)
     if shifted and POW2_LAUNCH_BOUNDS and precision is not MathPrecision.F64:
         options = (("launch_bounds", POW2_LAUNCH_BOUNDS),)
         kernel.__name__ = kernel.__qualname__ = f"{kernel.__name__}_lb{POW2_LAUNCH_BOUNDS[1]}"
-    return ElementwiseKernel(kernel, signature, a, b, out, precision, G, options, unroll)
+    resident = STATIONARY_LAUNCH_BOUNDS[1] if stationary else 0
+    return ElementwiseKernel(kernel, signature, a, b, out, precision, G, options, unroll, resident)

@@ -74,11 +74,6 @@ def sm_count(device_id: int) -> int:
     return count
 
 
-# Blocks per SM of the thread-stationary channel grid: the 512-thread blocks an SM holds at the
-# channel kernels' launch bounds (elementwise.CHANNEL_LAUNCH_BOUNDS), so the grid is one wave.
-STATIONARY_BLOCKS_PER_SM = 2
-
-
 class Plan:
     """Base of every plan. Subclasses set ``KIND``, ``Descriptor`` and ``Args``."""
 
@@ -282,7 +277,9 @@ class ElementwisePlan(Plan):
     def _prepare(self) -> None:
         entry = self.entry
         self._uniform = self._uniform_chunk()
-        kernel = entry.kernel(self._uniform, self._kernel_op(), self._pow2_segments())
+        vectors = self._channel_vectors()
+        kernel = entry.kernel(self._uniform, self._kernel_op(), self._pow2_segments(), channel_vectors=vectors)
+        self._policy = registry.CHANNEL_VECTOR_POLICY if vectors else entry.policy
         self._grid_element = entry.grid
         G = self._chunk = kernel.chunk
         self._unroll = kernel.unroll
@@ -290,12 +287,25 @@ class ElementwisePlan(Plan):
         self._n = self._numel()
         self._elements = (entry.a, entry.b or entry.a, entry.out)
         self._alignments = tuple(min(G * e.itemsize, 16) for e in self._elements)
+        # scales and zero points read as vectors of G: their pointers aligned as a vector (else, as the
+        # data off its chunk alignment, every element through the element path)
+        self._param_alignments = (min(G * np.dtype(M).itemsize, 16), min(G * 4, 16)) if vectors else (1, 1)
         self._launcher = KernelLauncher(kernel.compiled, 8, (np.int64,) * 6 + (M,) * 5)
-        self._geometry_cache: dict[tuple[int, int], tuple[int, int, int]] = {}
+        # Channel scales with chunks spanning channels: a grid whose stride is a whole number of channel
+        # periods launches the thread-stationary kernel (same parameters) in place of the general one.
+        self._stationary_launcher: KernelLauncher | None = None
+        self._resident_blocks = 0
+        if entry.mode is ScaleMode.CHANNELS and not self._uniform and not vectors:
+            stationary = entry.kernel(False, self._kernel_op(), stationary=True)
+            self._stationary_launcher = KernelLauncher(stationary.compiled, 8, (np.int64,) * 6 + (M,) * 5)
+            self._resident_blocks = stationary.resident_blocks
+            if not SIMULATOR:
+                stationary.compiled()
+        self._geometry_cache: dict[tuple[int, int], tuple[int, int, int, KernelLauncher]] = {}
         self._empty_scales = ArrayArg(0, 0, np.dtype(M).itemsize, np.zeros(0, M))
         self._empty_zero_points = ArrayArg(0, 0, 4, np.zeros(0, np.int32))
         self._fast: tuple | None = None
-        self._fast_launches: dict[int, tuple[int, int, tuple[int, int, int]]] = {}
+        self._fast_launches: dict[int, tuple[int, int, tuple[int, int, int], KernelLauncher]] = {}
         if not SIMULATOR:
             kernel.compiled()
             self._install_fast()
@@ -334,7 +344,9 @@ class ElementwisePlan(Plan):
         """Pack the parameter block once: every call patches only the operand pointers (slots 4, 11,
         ... of the array structs), the grid steps and the scalars."""
         template = self._values((0, 0, 0, 0, 0), self._n // self._chunk, (0, 0), (0,) * 5)
-        self._launcher.set_template(template, _PATCHED_INT_SLOTS, range(62, 67), self._math)
+        for launcher in (self._launcher, self._stationary_launcher):
+            if launcher is not None:
+                launcher.set_template(template, _PATCHED_INT_SLOTS, range(62, 67), self._math)
 
     def run(self, args: Any, workspace: Any = None, stream: Any = None) -> None:
         """Launch on ``stream`` (see :func:`baracuda_numba.launch.stream_handle`). Asynchronous on
@@ -365,15 +377,17 @@ class ElementwisePlan(Plan):
         launch = self._fast_launches.get(device)
         if launch is None:
             launch = self._fast_launch(device)
-        blocks, threads, tail = launch
+        blocks, threads, tail, launcher = launch
         pointers += tail
-        self._launcher.launch_patched(blocks, threads, torch_current_stream(device), self._fast_ints(pointers),
-                                      self._scalars(args), device)
+        launcher.launch_patched(blocks, threads, torch_current_stream(device), self._fast_ints(pointers),
+                                self._scalars(args), device)
 
-    def _fast_launch(self, device: int) -> tuple[int, int, tuple[int, int, int]]:
-        """``(blocks, threads, (0, step_q, step_r))`` of a chunk-path launch on ``device`` (memoised)."""
-        blocks, step_q, step_r = self._geometry(self._n // self._chunk, device)
-        launch = self._fast_launches[device] = (blocks, self.entry.policy.threads_per_block, (0, step_q, step_r))
+    def _fast_launch(self, device: int) -> tuple[int, int, tuple[int, int, int], KernelLauncher]:
+        """``(blocks, threads, (0, step_q, step_r), launcher)`` of a chunk-path launch on ``device``
+        (memoised)."""
+        blocks, step_q, step_r, launcher = self._geometry(self._n // self._chunk, device)
+        launch = self._fast_launches[device] = (blocks, self._policy.threads_per_block, (0, step_q, step_r),
+                                                launcher)
         return launch
 
     def _fast_pointers(self, args: Any) -> tuple[list[int], int] | None:
@@ -391,6 +405,17 @@ class ElementwisePlan(Plan):
             return False
         chunks, rest = divmod(seg_len, chunk_elements(self.entry.a, self.entry.b, self.entry.out))
         return rest == 0 and chunks > 0 and chunks & (chunks - 1) == 0
+
+    def _channel_vectors(self) -> bool:
+        """Whether the kernel reads each chunk's channel parameters as vectors: channels along the last
+        axis, an op in ``registry.CHANNEL_VECTOR_OPS``, chunks of at most
+        ``registry.CHANNEL_VECTOR_MAX_CHUNK`` elements that divide the channel count."""
+        entry = self.entry
+        if entry.mode is not ScaleMode.CHANNELS or self._uniform or entry.op not in registry.CHANNEL_VECTOR_OPS:
+            return False
+        seg_len, channels = self._segments()
+        chunk = chunk_elements(entry.a, entry.b, entry.out)
+        return seg_len == 1 and chunk <= registry.CHANNEL_VECTOR_MAX_CHUNK and channels % chunk == 0
 
     def _kernel_op(self) -> ElementwiseOp | None:
         """A variant of the entry's op to compile instead (None: the entry's own)."""
@@ -442,24 +467,29 @@ class ElementwisePlan(Plan):
     def _segment_count(self) -> int:
         return 0
 
-    def _geometry(self, nchunks: int, device_id: int) -> tuple[int, int, int]:
-        """``(blocks, step_q, step_r)``: the grid, and how far one grid stride moves in segments."""
+    def _geometry(self, nchunks: int, device_id: int) -> tuple[int, int, int, KernelLauncher]:
+        """``(blocks, step_q, step_r, launcher)``: the grid, how far one grid stride moves in segments,
+        and the kernel to launch (the thread-stationary one where the stride is a whole number of
+        channel periods)."""
         geometry = self._geometry_cache.get((device_id, nchunks))
         if geometry is None:
-            policy = self.entry.policy
+            policy = self._policy
             work = max(-(-nchunks // self._unroll), self._n - nchunks * self._chunk)
             blocks = policy.blocks(work, sm_count(device_id))
             seg_len, channels = self._segments()
-            if nchunks and self.entry.mode is ScaleMode.CHANNELS and not self._uniform:
+            if nchunks and self._stationary_launcher is not None:
                 # One wave of resident threads, each looping over many chunks: a stationary thread
                 # loads G parameter triples once, which a 16-wave grid would repeat for ~4 chunks.
-                resident = STATIONARY_BLOCKS_PER_SM * sm_count(device_id)
+                resident = self._resident_blocks * sm_count(device_id)
                 blocks = stationary_blocks(min(blocks, resident), policy.threads_per_block * self._chunk,
                                            seg_len * channels, policy.blocks_per_sm * sm_count(device_id))
             step_q, step_r = divmod(blocks * policy.threads_per_block * self._chunk, seg_len)
             if self.entry.mode is ScaleMode.CHANNELS:
                 step_q %= channels
-            geometry = self._geometry_cache[(device_id, nchunks)] = (blocks, step_q, step_r)
+            launcher = self._launcher
+            if nchunks and self._stationary_launcher is not None and step_q == 0 and step_r == 0:
+                launcher = self._stationary_launcher
+            geometry = self._geometry_cache[(device_id, nchunks)] = (blocks, step_q, step_r, launcher)
         return geometry
 
     def _launch(self, bound: _Bound, stream: Any) -> None:
@@ -468,7 +498,7 @@ class ElementwisePlan(Plan):
         a, out = bound.a, bound.out
         b = bound.b if bound.b is not None else a
         handle = stream_handle(stream, (a, out), self.name)
-        threads = self.entry.policy.threads_per_block
+        threads = self._policy.threads_per_block
         if SIMULATOR:
             self._launch_simulated(a, b, out, bound, threads)
         else:
@@ -476,14 +506,16 @@ class ElementwisePlan(Plan):
             s_ptr = 0 if scale is None else scale.ptr
             z_ptr = 0 if zero_point is None else zero_point.ptr
             al_a, al_b, al_o = self._alignments
-            if a.ptr % al_a == 0 and b.ptr % al_b == 0 and out.ptr % al_o == 0:
+            al_s, al_z = self._param_alignments
+            if (a.ptr % al_a == 0 and b.ptr % al_b == 0 and out.ptr % al_o == 0 and s_ptr % al_s == 0
+                    and z_ptr % al_z == 0):
                 nchunks = self._n // self._chunk
-                blocks, step_q, step_r = self._geometry(nchunks, a.device_id)
+                blocks, step_q, step_r, launcher = self._geometry(nchunks, a.device_id)
                 pointers = (a.ptr, a.ptr, b.ptr, b.ptr, out.ptr, out.ptr, s_ptr, z_ptr)
-                self._launcher.launch_patched(blocks, threads, handle, (*pointers, step_q, step_r), bound.scalars,
-                                              a.device_id)
+                launcher.launch_patched(blocks, threads, handle, (*pointers, step_q, step_r), bound.scalars,
+                                        a.device_id)
             else:  # an operand off its chunk alignment: every element through the element path
-                blocks, step_q, step_r = self._geometry(0, a.device_id)
+                blocks, step_q, step_r, _ = self._geometry(0, a.device_id)
                 values = self._values((a.ptr, b.ptr, out.ptr, s_ptr, z_ptr), 0, (step_q, step_r), bound.scalars)
                 self._launcher.launch_values(blocks, threads, handle, values, a.device_id)
         if a.on_host or b.on_host or out.on_host:
@@ -492,16 +524,18 @@ class ElementwisePlan(Plan):
 
     def _launch_simulated(self, a: Operand, b: Operand, out: Operand, bound: _Bound, threads: int) -> None:
         G, n = self._chunk, self._n
-        aligned = all(op.host.ctypes.data % al == 0 for op, al in zip((a, b, out), self._alignments, strict=True))
-        nchunks = n // G if aligned else 0
         scale, zero_point = bound.scale_operands or (None, None)
+        params = [(op, al) for op, al in zip((scale, zero_point), self._param_alignments, strict=True)
+                  if op is not None]
+        aligned = all(op.host.ctypes.data % al == 0
+                      for op, al in [*zip((a, b, out), self._alignments, strict=True), *params])
+        nchunks = n // G if aligned else 0
         scales = (self._empty_scales if scale is None else ArrayArg(0, scale.size, scale.element.itemsize, scale.host),
                   self._empty_zero_points if zero_point is None else ArrayArg(0, zero_point.size, 4, zero_point.host))
         arrays = (*chunk_views(a, n, nchunks, G), *chunk_views(b, n, nchunks, G), *chunk_views(out, n, nchunks, G),
                   *scales)
-        blocks, step_q, step_r = self._geometry(nchunks, 0)
-        self._launcher.launch(blocks, threads, 0, arrays, (n, nchunks, *self._segments(), step_q, step_r,
-                                                           *bound.scalars))
+        blocks, step_q, step_r, launcher = self._geometry(nchunks, 0)
+        launcher.launch(blocks, threads, 0, arrays, (n, nchunks, *self._segments(), step_q, step_r, *bound.scalars))
 
 
 class ArrayScalePlan(ElementwisePlan):
@@ -531,10 +565,11 @@ class ArrayScalePlan(ElementwisePlan):
 
     def _fast_fields(self) -> tuple:
         count = self._segment_count()
+        al_s, al_z = self._param_alignments
         specs = (("scale", ElementKind.F64 if self._math is np.float64 else ElementKind.F32, count,
-                  np.dtype(self._math).itemsize),)
+                  max(np.dtype(self._math).itemsize, al_s)),)
         if self._reads_zero_points():
-            specs += (("zero_point", ElementKind.I32, count, 4),)
+            specs += (("zero_point", ElementKind.I32, count, max(4, al_z)),)
         return super()._fast_fields() + specs
 
     def default_zero_points(self, device: Any) -> Any:
