@@ -176,9 +176,12 @@ def _gpu_plan(monkeypatch, plan):
     monkeypatch.setattr(launch, "SIMULATOR", False)
     monkeypatch.setattr(base, "SIMULATOR", False)
     monkeypatch.setitem(base._SM_COUNT, 0, 132)
-    old = plan._launcher
-    plan._launcher = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types)
-    plan._launcher._functions[0] = 0xF00  # compiled and loaded: the hot path
+    for name, function in (("_launcher", 0xF00), ("_stationary_launcher", 0xF01)):
+        old = getattr(plan, name, None)
+        if old is not None:
+            rebuilt = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types)
+            rebuilt._functions[0] = function  # compiled and loaded: the hot path
+            setattr(plan, name, rebuilt)
     plan._geometry_cache.clear()
     plan._install_fast()
     driver = recording_driver()
