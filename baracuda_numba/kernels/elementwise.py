@@ -25,8 +25,12 @@ access of a warp is coalesced, loads and stores alike. The ``n % G`` tail, or ev
 operand is not aligned to its chunk, goes through the element path. Scales are a scalar (per tensor)
 or arrays indexed by a segment: ``i // seg_len`` (per token / per group) or ``(i // seg_len) %
 channels`` (per channel); when ``seg_len / G`` is a power of two the segment of chunk ``c`` is a shift
-of ``c`` (``pow2_segments``), otherwise each thread tracks it without dividing. Integer outputs of
-the scalar, shift and thread-stationary kernels are packed four bytes per word (``pack_bytes4``).
+of ``c`` (``pow2_segments``), otherwise each thread tracks it without dividing. Chunks that span
+channels (channels along the last axes) run a thread-stationary kernel where one grid stride is a whole
+number of channel periods (each thread loads its G channels' parameters once), or, along the last axis
+with a channel count that G divides, read each chunk's G scales and zero points as one vector
+(``channel_vectors``). Integer outputs of the scalar, shift, thread-stationary and channel-vector
+kernels are packed four bytes per word (``pack_bytes4``).
 """
 
 from __future__ import annotations
