@@ -25,7 +25,7 @@ from .errors import BaracudaError, InvalidOperand, problem_message
 from .platform import SIMULATOR
 
 __all__ = ["ArrayArg", "KernelLauncher", "ParameterBlock", "array_values", "make_record_launch", "record_bytes",
-           "stream_handle", "synchronize", "torch_current_stream"]
+           "stream_handle", "synchronize", "torch_current_stream", "zero_words"]
 
 # Each kernel parameter's struct code and size; parameters sit at their natural alignment, as in the
 # kernel's .param space (what cuLaunchKernel's CU_LAUNCH_PARAM_BUFFER_POINTER takes).
@@ -308,6 +308,9 @@ class _Driver:
         self._kernel_set_attribute = libcuda.cuKernelSetAttribute
         self._kernel_set_attribute.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
         self._kernel_set_attribute.restype = ctypes.c_int
+        self.memset_d32_async = libcuda.cuMemsetD32Async
+        self.memset_d32_async.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
+        self.memset_d32_async.restype = ctypes.c_int
 
     def set_max_dynamic_shared(self, function: int, nbytes: int, device_id: int) -> int:
         """Let ``function`` launch with up to ``nbytes`` of dynamic shared memory (a CUresult). numba
@@ -363,6 +366,13 @@ def synchronize(stream: int) -> None:
     error = _driver().stream_synchronize(stream)
     if error:
         raise BaracudaError(f"cuStreamSynchronize failed with CUresult {error}")
+
+
+def zero_words(ptr: int, count: int, stream: int) -> None:
+    """Zero ``count`` 32-bit words of device memory at ``ptr``, in order on ``stream`` (a raw handle)."""
+    error = _driver().memset_d32_async(ptr, 0, count, stream)
+    if error:
+        raise BaracudaError(f"cuMemsetD32Async failed with CUresult {error}")
 
 
 @functools.cache

@@ -276,17 +276,19 @@ def decode(copy: float) -> list[dict]:
     return rows
 
 
-FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096)) for m in (1, 4, 16)]
+FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096)) for m in (1, 2, 4, 8, 16)]
 
 
 def fused_decode(copy: float) -> list[dict]:
-    """``quantized_linear`` at decode, GPU time: the fused kernel (x quantized inside the skinny GEMM,
-    one launch) against the two-launch path (dynamic quantizer, then the skinny GEMM) and the GEMM
-    alone on pre-quantized activations, at every M (whatever ``FUSED_MAX_M`` ships). Weights rotate
-    past L2 as in :func:`decode`; the fused output is checked bit for bit against the two-launch one."""
+    """``quantized_linear`` at decode, GPU time: the fused kernel (x quantized inside the skinny GEMM by
+    every block, one launch), the cooperative one (x quantized by M blocks for all, one launch) and the
+    two-launch path (dynamic quantizer, then the skinny GEMM), against the GEMM alone on pre-quantized
+    activations and a device-to-device copy of the weight's bytes, at every M (whatever ``FUSED_MAX_M``
+    / ``COOPERATIVE_MAX_M`` ship). Weights rotate past L2 as in :func:`decode`; every output is checked
+    bit for bit against the two-launch one."""
     from baracuda_numba.plans import linear as plans
 
-    shipped_max_m = plans.FUSED_MAX_M
+    shipped_limits = plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M
     rows = []
     for m, n, k in FUSED_DECODE:
         x, w, ws, bias = problem(m, n, k, seed=m + n)
@@ -299,20 +301,27 @@ def fused_decode(copy: float) -> list[dict]:
         runners = itertools.cycle([gemm_runner(xq, sx, wi, ws, None, out) for wi in weights])
         ms = graph_ms(lambda runners=runners: next(runners)(), calls=10 * len(weights))
         row["gemm_only_pct"] = 100 * n * k / ms / 1e6 / copy
-        variants = [("two_launch", 0, None), ("fused", 16, None)]
+        if m == 1:  # the weight's bytes copied (read and written), rotated the same way
+            copies = itertools.cycle(weights)
+            target = torch.empty_like(w)
+            ms = graph_ms(lambda copies=copies, target=target: target.copy_(next(copies)), calls=10 * len(weights))
+            row["copy_of_weight_pct"] = 100 * 2 * n * k / ms / 1e6 / copy
+        variants = [("two_launch", 0, 0), ("fused", 16, 0), ("cooperative", 0, 16)]
         outputs = {}
-        for label, max_m, tiles in variants:
-            plans.FUSED_MAX_M = max_m
-            use(skinny=(gemm.SKINNY_CHUNKS, tiles))
+        for label, fused_max_m, cooperative_max_m in variants:
+            plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M = fused_max_m, 1 << 30, cooperative_max_m
+            clear_plan_cache()
             outputs[label] = bn.quantized_linear(x, w, ws, bias=bias)
             calls = itertools.cycle(weights)
             ms = graph_ms(lambda calls=calls, x=x, ws=ws: bn.quantized_linear(x, next(calls), ws),
                           calls=10 * len(weights))
             row[f"{label}_us"] = 1e3 * ms
             row[f"{label}_pct"] = 100 * n * k / ms / 1e6 / copy
-        plans.FUSED_MAX_M = shipped_max_m
+        plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M = shipped_limits
         shipped()
-        row["fused == two_launch"] = all(bit_equal(outputs["two_launch"], v) for v in outputs.values())
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
+        row["shipped"] = plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, out))
+        row["all == two_launch"] = all(bit_equal(outputs["two_launch"], v) for v in outputs.values())
         say(json.dumps(row, default=lambda v: round(v, 1)))
         rows.append(row)
     return rows
@@ -476,8 +485,8 @@ def host_calls(out_dir: Path) -> dict:
               "torch.empty(4096, int8) us": host_us(lambda: torch.empty(4096, dtype=torch.int8, device="cuda"))}
     from baracuda_numba.plans import linear as plans
 
-    shipped_max_m = plans.FUSED_MAX_M
-    plans.FUSED_MAX_M = 0
+    shipped_max_m, shipped_cooperative = plans.FUSED_MAX_M, plans.COOPERATIVE_MAX_M
+    plans.FUSED_MAX_M = plans.COOPERATIVE_MAX_M = 0
     clear_plan_cache()
     two = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
     result["two-launch QuantizedLinearPlan.run (workspace given) us"] = host_us(lambda: two.run(args, workspace))
@@ -486,7 +495,7 @@ def host_calls(out_dir: Path) -> dict:
     clear_plan_cache()
     fused16 = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
     result["fused M=16 QuantizedLinearPlan.run us"] = host_us(lambda: fused16.run(args))
-    plans.FUSED_MAX_M = shipped_max_m
+    plans.FUSED_MAX_M, plans.COOPERATIVE_MAX_M = shipped_max_m, shipped_cooperative
     clear_plan_cache()
     write_profile(lambda: bn.quantized_linear(x, w, ws), 2000, 15, out_dir / "host_profile.txt")
     say(json.dumps(result, default=lambda v: round(v, 2) if isinstance(v, float) else v))

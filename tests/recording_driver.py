@@ -21,6 +21,7 @@ class RecordingDriver:
 
     def __init__(self) -> None:
         self.calls: list[tuple[tuple[int, ...], bytes]] = []
+        self.memsets: list[tuple[int, int, int, int]] = []  # (pointer, value, 32-bit words, stream)
         self.device = 0
         self.status = 0
 
@@ -38,8 +39,13 @@ class RecordingDriver:
         self._callbacks = (_LAUNCH(launch_kernel), _GET_DEVICE(ctx_get_device))
         self.launch_record = make_record_launch(*self._callbacks)
 
+    def memset_d32_async(self, ptr: int, value: int, count: int, stream: int) -> int:
+        self.memsets.append((ptr, value, count, stream))
+        return self.status
+
     def reset(self) -> RecordingDriver:
         self.calls.clear()
+        self.memsets.clear()
         self.device = 0
         self.status = 0
         return self

@@ -260,9 +260,11 @@ def test_gpu_bit_identical_to_torch_ops(m, n, k, dtype):
 
 
 @requires_gpu
-@pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (16, 4096, 4096), (300, 1000, 512), (2048, 4096, 512)])
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (16, 4096, 4096), (5, 11008, 4096), (300, 1000, 512),
+                                           (2048, 4096, 512)])
 def test_gpu_cuda_graph_replay_equals_eager(m, n, k):
-    """The whole call (quantize, GEMM, output allocated outside) is capturable in a CUDA graph."""
+    """The whole call (quantize, GEMM, output allocated outside) is capturable in a CUDA graph, and
+    replays again (the cooperative kernel leaves its counters zero)."""
     torch = pytest.importorskip("torch")
     g = torch.Generator(device="cuda").manual_seed(m)
     x = torch.randn(m, k, device="cuda", generator=g, dtype=torch.bfloat16)
@@ -285,6 +287,11 @@ def test_gpu_cuda_graph_replay_equals_eager(m, n, k):
     torch.cuda.synchronize()
     assert torch.equal(out, bn.quantized_linear(x, w, ws, bias=bias))
     assert not torch.equal(out, eager)
+    x.mul_(0.5)
+    graph.replay()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, bn.quantized_linear(x, w, ws, bias=bias))
 
 
 def test_pipeline_shape_fills_waves():
@@ -316,29 +323,34 @@ def _special_rows(x):
     return x
 
 
-@settings(max_examples=4 if SIMULATOR else 25)
+@settings(max_examples=6 if SIMULATOR else 25)
 @given(st.integers(1, 16), st.integers(1, 24), st.sampled_from([16, 64, 144, 208]),
-       st.sampled_from(sorted(FLOAT_DTYPES)), st.booleans(), st.integers(0, 2**32 - 1))
-def test_fused_decode_equals_two_launches_and_reference(m, n, k, dtype, with_bias, seed):
-    """The one-launch kernel gives the bits of the quantizer + unfused GEMM, and the reference's."""
-    _check_fused_decode(m, n, k, dtype, with_bias, seed)
+       st.sampled_from(sorted(FLOAT_DTYPES)), st.booleans(), st.integers(0, 2**32 - 1),
+       st.sampled_from(["fused", "cooperative"]))
+def test_fused_decode_equals_two_launches_and_reference(m, n, k, dtype, with_bias, seed, variant):
+    """The one-launch kernels give the bits of the quantizer + unfused GEMM, and the reference's."""
+    _check_fused_decode(m, n, k, dtype, with_bias, seed, variant=variant)
 
 
-@pytest.mark.parametrize(("m", "n", "k", "dtype"), [
-    (1, 9, 4096, "bfloat16"),  # 2 pieces of x per thread: one batch, kept in registers for the quantize
-    (2, 8, 4096, "float16"),  # two rows in one batch
-    (1, 8, 2064, "float32"),  # 3 pieces, the last past K for most threads
-    (3, 8, 1040, "float64"),  # 3 pieces per row, 9 per thread: batches end inside rows, x read again
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "variant"), [
+    (1, 9, 4096, "bfloat16", "fused"),  # 2 pieces of x per thread: one batch, kept in registers for the quantize
+    (2, 8, 4096, "float16", "fused"),  # two rows in one batch
+    (1, 8, 2064, "float32", "fused"),  # 3 pieces, the last past K for most threads
+    (3, 8, 1040, "float64", "fused"),  # 3 pieces per row, 9 per thread: batches end inside rows, x read again
+    (2, 8, 2064, "float32", "cooperative"),  # (one block quantizes every row on the simulator: its batches)
+    (3, 8, 1040, "float64", "cooperative"),
 ])
-def test_fused_decode_rows_of_several_pieces_per_thread(m, n, k, dtype):
+def test_fused_decode_rows_of_several_pieces_per_thread(m, n, k, dtype, variant):
     """K past one 16-byte piece per thread: the prologue's row / slot stepping, its per-row warp
     reductions at a row's last slot, and the resident and re-read quantize passes."""
-    _check_fused_decode(m, n, k, dtype, m % 2 == 1, m * k, last_max=True)
+    _check_fused_decode(m, n, k, dtype, m % 2 == 1, m * k, last_max=True, variant=variant)
 
 
-def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False):
-    """The fused plan (any m <= 16) against the two-launch plan and the reference, bit for bit;
-    ``last_max``: row 0's largest finite ``|x|`` in its last element (the last slot's piece)."""
+def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant="fused"):
+    """The one-launch plan (``fused``: any m <= 16; ``cooperative``) against the two-launch plan and the
+    reference, bit for bit; ``last_max``: row 0's largest finite ``|x|`` in its last element (the last
+    slot's piece). The cooperative plan runs on a given workspace whose counters hold garbage: the
+    plan zeroes them, and the launch leaves them zero."""
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
@@ -352,14 +364,21 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False):
     desc = bn.QuantizedLinearDescriptor(m, n, k, element, element, with_bias)
     fused_out = np.zeros((m, n), x.dtype)
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(plans, "FUSED_MAX_M", 16)  # the kernel takes any m <= 16 and any n
+        monkeypatch.setattr(plans, "FUSED_MAX_M", 16 if variant == "fused" else 0)  # fused: any m <= 16, any n
         monkeypatch.setattr(plans, "FUSED_MAX_N", 1 << 30)
         plan = bn.QuantizedLinearPlan.select(desc)
     args = bn.QuantizedLinearArgs(x, w, ws, fused_out, bias)
-    assert plan.kernel_variant(args) == "fused"
-    plan.run(args)
+    assert plan.kernel_variant(args) == variant
+    if variant == "cooperative":
+        workspace = np.full(plan.workspace_size(), 0xFF, np.uint8)
+        plan.run(args, workspace=workspace)
+        counters = workspace[plan._counter_offset:]
+        assert counters.size == 12 and not counters.any()
+    else:
+        plan.run(args)
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setattr(plans, "FUSED_MAX_M", 0)
+        monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 0)
         clear_plan_cache()
         unfused = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, element, element, with_bias))
         two_launch_out = np.zeros((m, n), x.dtype)
@@ -373,16 +392,22 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False):
 
 
 def test_fused_decode_only_up_to_the_widest_weight_it_wins_on():
-    """One token against a weight of more than FUSED_MAX_N rows takes the two launches."""
+    """One token against a weight of more than FUSED_MAX_N rows takes the cooperative kernel, and so
+    do 2 .. 16 tokens; 17 take the two launches."""
     from baracuda_numba.plans import linear as plans
 
     rng = np.random.default_rng(6)
-    for n, variant in ((plans.FUSED_MAX_N, "fused"), (plans.FUSED_MAX_N + 16, "skinny")):
+    for n, variant in ((plans.FUSED_MAX_N, "fused"), (plans.FUSED_MAX_N + 16, "cooperative")):
         w, ws = weights(rng, n, 16)
         x = rng.standard_normal((1, 16)).astype(np.float32)
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(1, n, 16, "f32", "f32"))
         args = bn.QuantizedLinearArgs(x, w, ws, np.zeros((1, n), np.float32))
         assert plan.kernel_variant(args) == variant
+    w, ws = weights(rng, 8, 16)
+    for m, variant in ((2, "cooperative"), (plans.COOPERATIVE_MAX_M, "cooperative"), (17, "skinny")):
+        x = rng.standard_normal((m, 16)).astype(np.float32)
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, 8, 16, "f32", "f32"))
+        assert plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, 8), np.float32))) == variant
 
 
 def test_fused_decode_falls_back_for_unaligned_x_and_ragged_k():
@@ -437,21 +462,24 @@ def _torch_operand(element, shape, ptr, contiguous=True):
     return bn.arrays.Operand(None, "torch", element, shape, ptr, contiguous)
 
 
-@pytest.mark.parametrize("case", ["fused_bf16_bias", "fused_f64", "two_launch_skinny", "two_launch_pipelined_f16",
-                                  "smoothquant_skinny", "smoothquant_pipelined"])
+@pytest.mark.parametrize("case", ["fused_bf16_bias", "fused_f64", "cooperative_bf16_bias", "cooperative_f32",
+                                  "two_launch_skinny", "two_launch_pipelined_f16", "smoothquant_skinny",
+                                  "smoothquant_pipelined"])
 def test_fast_path_launches_what_the_checked_path_launches(case):
     """The fast path (pointers patched into pre-packed blocks) hands the driver the bytes and grid of
     the checked path, launch by launch; it declines misaligned, strided and wrongly typed operands."""
     E = bn.ElementKind
-    m, n, k = {"smoothquant_pipelined": (300, 264, 512), "two_launch_skinny": (16, 4096, 4096),
-               "two_launch_pipelined_f16": (300, 264, 512), "smoothquant_skinny": (16, 4096, 4096)}.get(case,
-                                                                                                    (1, 4096, 4096))
-    bias = case in ("fused_bf16_bias", "smoothquant_pipelined", "two_launch_skinny")
+    m, n, k = {"smoothquant_pipelined": (300, 264, 512), "two_launch_skinny": (32, 4096, 4096),
+               "two_launch_pipelined_f16": (300, 264, 512), "smoothquant_skinny": (16, 4096, 4096),
+               "cooperative_bf16_bias": (16, 4096, 4096), "cooperative_f32": (5, 11008, 4096)}.get(case,
+                                                                                                   (1, 4096, 4096))
+    bias = case in ("fused_bf16_bias", "smoothquant_pipelined", "two_launch_skinny", "cooperative_bf16_bias")
     launches = 2 if case.startswith("two_launch") else 1
     if not case.startswith("smoothquant"):
-        element = {"fused_f64": E.F64, "two_launch_pipelined_f16": E.F16}.get(case, E.BF16)
+        element = {"fused_f64": E.F64, "two_launch_pipelined_f16": E.F16, "cooperative_f32": E.F32}.get(case, E.BF16)
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, element, element, bias))
         assert plan._fused is case.startswith("fused")
+        assert plan._cooperative is case.startswith("cooperative")
         fields = {"input": (element, (m, k), 0x100000), "output": (element, (m, n), 0x600000)}
         workspace = _torch_operand(E.U8, (plan.workspace_size(),), 0x7000000)
         make = lambda ops: bn.QuantizedLinearArgs(**ops)  # noqa: E731
@@ -482,14 +510,17 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
                     _torch_operand(E.F16 if element is not E.F16 else E.F32, shape, ptr)):  # wrong dtype
             assert plan._fast_pointers(make(ops | {"input": bad})) is None
         assert plan._fast_pointers(make(ops | {"weight_scale": _torch_operand(E.F64, (n,), 0x300000)})) is None
-        if case.startswith("two_launch"):  # no workspace: the plan's own for the current stream
+        if case.startswith(("two_launch", "cooperative")):  # no workspace: the plan's own for the current stream
             asked = []
             monkeypatch.setattr(plan, "_stream_workspace", lambda device, stream: asked.append((device, stream))
                                 or 0x7000000)
-            before = len(driver.calls)
+            before, zeroed = len(driver.calls), len(driver.memsets)
             plan.run(args)
             assert asked == [(0, 0x77)] and driver.calls[before:] == driver.calls[:launches]
+            assert len(driver.memsets) == zeroed  # the plan's own workspace keeps its counters zero
             del driver.calls[before:]
+    if case.startswith("cooperative"):  # a given workspace: its counters zeroed before each launch
+        assert driver.memsets == [(0x7000000 + plan._counter_offset, 0, 3, 0x77)] * 4
     calls = driver.calls
     assert len(calls) == 4 * launches
     fast, checked_calls, fast_again, checked_again = (calls[i: i + launches] for i in range(0, 4 * launches, launches))
@@ -500,7 +531,8 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
 @requires_gpu
 @pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (7, 264, 8192), (16, 11008, 4096), (16, 40, 144)])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
-def test_gpu_fused_decode_equals_two_launches_and_torch(m, n, k, dtype):
+@pytest.mark.parametrize("variant", ["fused", "cooperative"])
+def test_gpu_fused_decode_equals_two_launches_and_torch(m, n, k, dtype, variant):
     """One launch (x quantized inside the GEMM) gives the two-launch path's bits and torch's."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import clear_plan_cache
@@ -516,17 +548,24 @@ def test_gpu_fused_decode_equals_two_launches_and_torch(m, n, k, dtype):
     ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
     bias = torch.randn(n, device="cuda", generator=g) if m % 2 else None
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(plans, "FUSED_MAX_M", 16)  # the kernel takes any m <= 16 and any n
+        monkeypatch.setattr(plans, "FUSED_MAX_M", 16 if variant == "fused" else 0)  # fused: any m <= 16, any n
         monkeypatch.setattr(plans, "FUSED_MAX_N", 1 << 30)
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, bias is not None))
     fused = torch.empty(m, n, device="cuda", dtype=tdtype)
     args = bn.QuantizedLinearArgs(x, w, ws, fused, bias)
-    assert plan.kernel_variant(args) == "fused" and plan._fast_pointers(args) is not None
+    assert plan.kernel_variant(args) == variant and plan._fast_pointers(args) is not None
     plan.run(args)  # the fast path
     checked = torch.empty_like(fused)
     plan.run(bn.QuantizedLinearArgs(x, w, ws, checked, bias), stream=torch.cuda.current_stream())
+    if variant == "cooperative":  # a given workspace of garbage: its counters zeroed first, both paths
+        given = torch.full((plan.workspace_size(),), 0xFF, device="cuda", dtype=torch.uint8)
+        for stream in (None, torch.cuda.current_stream()):
+            again = torch.empty_like(fused)
+            plan.run(bn.QuantizedLinearArgs(x, w, ws, again, bias), workspace=given, stream=stream)
+            assert torch.equal(again, fused) and not given[plan._counter_offset:].any()
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setattr(plans, "FUSED_MAX_M", 0)
+        monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 0)
         clear_plan_cache()
         two_launch = bn.quantized_linear(x, w, ws, bias=bias)
     clear_plan_cache()

@@ -484,33 +484,45 @@ def _fused_quantizer(x_element: ElementKind):
 
 
 def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_element: ElementKind | None = None,
-            prefetch_l2: int = 0):
-    """The decode kernel; with ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
-    place of ``a``'s bytes and pairs) and quantizes its live rows per token into shared memory
-    (``fused_shared_bytes``) before streaming the weight against them (``row_scale`` is not used):
-    one launch, the same bits as the quantizer followed by the unfused kernel.
+            prefetch_l2: int = 0, cooperative: bool = False):
+    """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
+    place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
+    followed by the unfused kernel, in one launch):
 
-    The fused prologue (each row's absmax over the block, then the quantize) waits on ``x`` and two
-    barriers while the weight stream has not started, and with one wave of blocks every block runs
-    it at the same time. So each thread first issues its loads of the main loop's first iteration
-    (kept in registers for it) and, with ``prefetch_l2``, L2 prefetches of the next ``prefetch_l2``
-    iterations; the prologue then runs under their DRAM latency. The prologue itself: every thread
-    takes ``ABSMAX_LOADS`` 16-byte pieces of the rows at a time (row, then slot within the row,
-    stepped without divisions), reduces each row with warp shuffles when its last slot is reached
-    (the same step for all threads) and once across warps through shared memory; when all of a
-    thread's pieces fit in one batch they stay in registers for the quantize, else they are read
-    again from L2. Each piece's quantized bytes go to shared memory as one store."""
+    - ``fused``: every block quantizes its live rows into shared memory (``fused_shared_bytes``)
+      before streaming the weight against them; the per-token scales stay in shared memory
+      (``row_scale`` is not read).
+    - ``cooperative`` (``M <= 16``): the first ``M`` blocks to start (a ticket from ``counters[0]``)
+      quantize one row each into global ``xq_words`` / ``row_scale`` (the plan's workspace) and count
+      themselves done in ``counters[1]``; every block streams the weight once they all are. The
+      quantizing blocks wait on nothing before they count, and a ticket is only drawn by a running
+      block, so the wait cannot deadlock whatever order the hardware starts blocks in. The last
+      block out (``counters[2]``) zeroes the three counters for the next launch on the workspace.
+      The simulator runs blocks one after another: there the first block quantizes every row.
+
+    The prologue (each row's absmax over the block, then the quantize) waits on ``x`` and two
+    barriers while the weight stream has not started. So each thread first issues its loads of the
+    main loop's first iteration (kept in registers for it) and, with ``prefetch_l2``, L2 prefetches
+    of the next ``prefetch_l2`` iterations; the prologue then runs under their DRAM latency. The
+    prologue itself: every thread takes ``ABSMAX_LOADS`` 16-byte pieces of the rows at a time (row,
+    then slot within the row, stepped without divisions), reduces each row with warp shuffles when its
+    last slot is reached (the same step for all threads) and once across warps through shared memory;
+    when all of a thread's pieces fit in one batch they stay in registers for the quantize, else they
+    are read again from L2. Each piece's quantized bytes go out as one store."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
-    fused = x_element is not None
-    if fused:
+    quantizes = x_element is not None
+    fused = quantizes and not cooperative  # the quantized rows live in shared memory
+    if quantizes:
         S, per_pair, piece_absmax, row_params, quantized_byte = _fused_quantizer(x_element)
     else:
         S, per_pair = np.float32, 1
         piece_absmax = row_params = quantized_byte = None
-    # fused: the quantized bytes of one 16-byte piece of x (one per element) as one shared store
+    # the quantized bytes of one 16-byte piece of x (one per element) as one store
     word_type = {2: np.uint16, 4: np.uint32, 8: np.uint64}.get(per_pair, np.uint64)
     word_dtype = np.dtype(word_type) if SIMULATOR else word_type
     step = chunks_in_flight * SKINNY_WARPS  # chunks of K the block takes per main-loop iteration
+    # cooperative: rows quantized per block (the simulator's one block at a time takes them all)
+    quantizer_rows = SKINNY_M if SIMULATOR else 1
 
     @device_function
     def load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, k, K, aligned):
@@ -541,13 +553,14 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
         return r, s
 
     @device_function
-    def load_pieces(a_pairs, piece_lo, piece_hi, r, s, m_block, live, per_row, pieces, tid):
-        """Fused: this thread's ABSMAX_LOADS pieces from slot ``s`` of row ``r`` on (slot ``s`` of a row
-        is its piece ``tid + s * SKINNY_THREADS``), all loads issued together."""
+    def load_pieces(x_pairs, piece_lo, piece_hi, r, s, row0, row_step, live, per_row, pieces, tid):
+        """This thread's ABSMAX_LOADS pieces from slot ``s`` of local row ``r`` on (local row ``r`` is
+        row ``row0 + r * row_step`` of ``x``; slot ``s`` of a row is its piece ``tid + s * SKINNY_THREADS``),
+        all loads issued together."""
         for u in range(ABSMAX_LOADS):
             p = tid + SKINNY_THREADS * s
             if r < live and p < pieces:
-                piece_lo[u], piece_hi[u] = device.load_u64x2(a_pairs, (m_block + r) * pieces + p)
+                piece_lo[u], piece_hi[u] = device.load_u64x2(x_pairs, (row0 + r * row_step) * pieces + p)
             r, s = next_piece(r, s, per_row)
 
     @device_function
@@ -558,12 +571,125 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
             hi = other if other > hi else hi
         return hi
 
+    @device_function
+    def quantize_rows(x_pairs, row0, row_step, live, K, xq_words, out_row0, row_words, scales_out,
+                      piece_lo, piece_hi, warp_max, shuffle_scratch, tid):
+        """Quantize ``live`` rows of ``x`` (``row0 + r * row_step``) per token with the whole block:
+        row ``r``'s bytes to ``xq_words`` from word ``(out_row0 + r * row_step) * row_words`` on and
+        its scale to ``scales_out[out_row0 + r * row_step]``. Ends before the stores are fenced."""
+        warp, lane = tid // 32, tid % 32
+        pieces = K // per_pair
+        per_row = (pieces + SKINNY_THREADS - 1) // SKINNY_THREADS
+        batch = live * per_row  # pieces per thread, taken ABSMAX_LOADS at a time
+        # the absmax pass: a row's last slot is the same step of the same batch for every thread,
+        # so the warp reduction there is uniform
+        hi = S(0)
+        r0, s0 = 0, 0
+        for _ in range(0, batch, ABSMAX_LOADS):
+            load_pieces(x_pairs, piece_lo, piece_hi, r0, s0, row0, row_step, live, per_row, pieces, tid)
+            for u in range(ABSMAX_LOADS):
+                if r0 < live:
+                    if tid + SKINNY_THREADS * s0 < pieces:
+                        hi = piece_absmax(piece_lo[u], piece_hi[u], hi)
+                    if s0 == per_row - 1:
+                        hi = warp_reduce_max(hi, shuffle_scratch, tid)
+                        if lane == 0:
+                            warp_max[warp, r0] = hi
+                        hi = S(0)
+                r0, s0 = next_piece(r0, s0, per_row)
+        cuda.syncthreads()
+        # the quantize pass: every thread derives the scales of the rows it meets from the warp
+        # maxima (no second barrier); the pieces are still in registers when one batch held them
+        current = -1
+        scale = inv = S(1)
+        r0, s0 = 0, 0
+        for _ in range(0, batch, ABSMAX_LOADS):
+            if batch > ABSMAX_LOADS:
+                load_pieces(x_pairs, piece_lo, piece_hi, r0, s0, row0, row_step, live, per_row, pieces, tid)
+            for u in range(ABSMAX_LOADS):
+                p = tid + SKINNY_THREADS * s0
+                if r0 < live:
+                    out_row = out_row0 + r0 * row_step
+                    if r0 != current:
+                        top = S(0)
+                        for other_warp in range(SKINNY_WARPS):
+                            top = max(top, warp_max[other_warp, r0])
+                        scale, inv = row_params(top)
+                        current = r0
+                        if tid == 0:
+                            scales_out[out_row] = scale
+                    if p < pieces:
+                        word = _U64(0)
+                        for j in range(per_pair):
+                            word |= _U64(quantized_byte(piece_lo[u], piece_hi[u], j, inv, scale)) << _U64(8 * j)
+                        xq_words[out_row * row_words + p] = word_type(word)
+                r0, s0 = next_piece(r0, s0, per_row)
+
+    @device_function
+    def stream_weights(acc, w_frag, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
+                       aligned, preloaded, tid):
+        """``acc`` = this lane's share of the block's 16 x ``8 n_tiles`` tile over its warp's chunks of
+        ``K``; the activations from ``a_bytes`` / ``a_pairs`` (quantized rows ``(K + 16) // 16`` pairs
+        apart in shared memory when fused, ``K / 16`` apart in global memory when cooperative);
+        ``preloaded``: ``w_frag`` already holds the first iteration's weight."""
+        warp, lane = tid // 32, tid % 32
+        group, t = lane // 4, lane % 4
+        row_pairs = (K + 16) // 16 if fused else K // 16
+        for i in range(slots):
+            acc[i] = 0
+        chunks = (K + CHUNK_K - 1) // CHUNK_K
+        # warps take chunks round robin, `chunks_in_flight` per iteration, all weight loads first
+        # (each activation fragment then feeds the block's `n_tiles` column tiles); every warp runs
+        # the same number of iterations (chunks past K read as zeros) because the simulated mma
+        # synchronises the block
+        for first in range(0, chunks, step):
+            k = CHUNK_K * (first + warp) + 16 * t
+            if not preloaded or first > 0:
+                load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, k, K, aligned)
+            for c in range(chunks_in_flight):
+                kc = k + c * CHUNK_K * SKINNY_WARPS
+                if quantizes:  # rows past M and k past K read as zeros, as load_chunk's do
+                    x0 = x1 = y0 = y1 = _U64(0)
+                    if kc < K:
+                        if m_block + group < M:
+                            x0, x1 = device.load_u64x2(a_pairs, group * row_pairs + kc // 16)
+                        if m_block + group + 8 < M:
+                            y0, y1 = device.load_u64x2(a_pairs, (group + 8) * row_pairs + kc // 16)
+                else:
+                    x0, x1 = load_chunk(a_bytes, a_pairs, m_block + group, M, kc, K, aligned)
+                    y0, y1 = load_chunk(a_bytes, a_pairs, m_block + group + 8, M, kc, K, aligned)
+                for j in range(n_tiles):
+                    w = 2 * (c * n_tiles + j)
+                    mma_chunk(acc, 4 * j, x0, x1, y0, y1, w_frag[w], w_frag[w + 1], scratch, tid)
+
+    @device_function
+    def reduce_and_store(acc, partial, scales, row_scale, col_scale, bias, out_elems, M, N, m_block, n_block,
+                         tensor_scale, tid):
+        """Sum the warps' accumulators through shared memory and store the block's outputs through the
+        epilogue (fused: with the per-token scales in shared ``scales``)."""
+        warp, lane = tid // 32, tid % 32
+        for i in range(slots):
+            partial[warp, i, lane] = acc[i]
+        cuda.syncthreads()
+        # one thread per output: fragment slot `slot` of lane `source` in column tile `j`, summed over warps
+        for index in range(tid, 32 * slots, SKINNY_THREADS):
+            slot, source = index // 32, index % 32
+            total = 0
+            for other in range(SKINNY_WARPS):
+                total += partial[other, slot, source]
+            local = source // 4 + (8 if slot % 4 >= 2 else 0)
+            n = n_block + SKINNY_N * (slot // 4) + 2 * (source % 4) + slot % 2
+            if fused:
+                store_scaled(total, np.float32(scales[local]), m_block + local, n, M, N, col_scale, bias, out_elems)
+            else:
+                store(total, m_block + local, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale)
+
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
         tid = cuda.threadIdx.x
         scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
         partial = cuda.shared.array((SKINNY_WARPS, slots, 32), np.int32)
-        scales = cuda.shared.array((2, SKINNY_M), S)  # fused: row 0 the block's per-token scales (epilogue)
+        scales = cuda.shared.array(SKINNY_M, S)  # fused: the block's per-token scales (epilogue)
         warp_max = cuda.shared.array((SKINNY_WARPS, SKINNY_M), S)  # fused: each warp's row maxima
         shuffle_scratch = cuda.shared.array(SKINNY_THREADS, S)  # used only by the simulator's shuffles
         # fused: the block's quantized rows, `K + 16` bytes apart (the pad skews rows across banks);
@@ -586,106 +712,70 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
             load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * warp + 16 * t, K, aligned)
             for ahead in range(1, prefetch_l2 + 1):
                 prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
-            pieces = K // per_pair
-            per_row = (pieces + SKINNY_THREADS - 1) // SKINNY_THREADS
-            live = min(SKINNY_M, M - m_block)
-            batch = live * per_row  # pieces per thread, taken ABSMAX_LOADS at a time
             if tid < SKINNY_M:
-                scales[0, tid] = S(1)  # rows past M: never stored, but read by the epilogue
-            # the absmax pass: a row's last slot is the same step of the same batch for every thread,
-            # so the warp reduction there is uniform
-            hi = S(0)
-            r0, s0 = 0, 0
-            for _ in range(0, batch, ABSMAX_LOADS):
-                load_pieces(a_pairs, piece_lo, piece_hi, r0, s0, m_block, live, per_row, pieces, tid)
-                for u in range(ABSMAX_LOADS):
-                    if r0 < live:
-                        if tid + SKINNY_THREADS * s0 < pieces:
-                            hi = piece_absmax(piece_lo[u], piece_hi[u], hi)
-                        if s0 == per_row - 1:
-                            hi = warp_reduce_max(hi, shuffle_scratch, tid)
-                            if lane == 0:
-                                warp_max[warp, r0] = hi
-                            hi = S(0)
-                    r0, s0 = next_piece(r0, s0, per_row)
+                scales[tid] = S(1)  # rows past M: never stored, but read by the epilogue
+            quantize_rows(a_pairs, m_block, 1, min(SKINNY_M, M - m_block), K, xq_words, 0, (K + 16) // per_pair,
+                          scales, piece_lo, piece_hi, warp_max, shuffle_scratch, tid)
             cuda.syncthreads()
-            # the quantize pass: every thread derives the scales of the rows it meets from the warp
-            # maxima (no second barrier); the pieces are still in registers when one batch held them
-            row_words = (K + 16) // per_pair  # quantized rows are K + 16 bytes apart
-            current = -1
-            scale = inv = S(1)
-            r0, s0 = 0, 0
-            for _ in range(0, batch, ABSMAX_LOADS):
-                if batch > ABSMAX_LOADS:
-                    load_pieces(a_pairs, piece_lo, piece_hi, r0, s0, m_block, live, per_row, pieces, tid)
-                for u in range(ABSMAX_LOADS):
-                    p = tid + SKINNY_THREADS * s0
-                    if r0 < live:
-                        if r0 != current:
-                            top = S(0)
-                            for other_warp in range(SKINNY_WARPS):
-                                top = max(top, warp_max[other_warp, r0])
-                            scale, inv = row_params(top)
-                            current = r0
-                            if tid == 0:
-                                scales[0, r0] = scale
-                        if p < pieces:
-                            word = _U64(0)
-                            for j in range(per_pair):
-                                word |= _U64(quantized_byte(piece_lo[u], piece_hi[u], j, inv, scale)) << _U64(8 * j)
-                            xq_words[r0 * row_words + p] = word_type(word)
-                    r0, s0 = next_piece(r0, s0, per_row)
-            cuda.syncthreads()
-        for i in range(slots):
-            acc[i] = 0
-        chunks = (K + CHUNK_K - 1) // CHUNK_K
-        # warps take chunks round robin, `chunks_in_flight` per iteration, all weight loads first
-        # (each activation fragment then feeds the block's `n_tiles` column tiles); every warp runs
-        # the same number of iterations (chunks past K read as zeros) because the simulated mma
-        # synchronises the block
-        for first in range(0, chunks, step):
-            k = CHUNK_K * (first + warp) + 16 * t
-            if not fused or first > 0:  # the fused kernel loaded its first iteration before the prologue
-                load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, k, K, aligned)
-            for c in range(chunks_in_flight):
-                kc = k + c * CHUNK_K * SKINNY_WARPS
-                if fused:  # rows past M and k past K read as zeros, as load_chunk's do
-                    x0 = x1 = y0 = y1 = _U64(0)
-                    if kc < K:
-                        if m_block + group < M:
-                            x0, x1 = device.load_u64x2(xq_pairs, group * ((K + 16) // 16) + kc // 16)
-                        if m_block + group + 8 < M:
-                            y0, y1 = device.load_u64x2(xq_pairs, (group + 8) * ((K + 16) // 16) + kc // 16)
-                else:
-                    x0, x1 = load_chunk(a_bytes, a_pairs, m_block + group, M, kc, K, aligned)
-                    y0, y1 = load_chunk(a_bytes, a_pairs, m_block + group + 8, M, kc, K, aligned)
-                for j in range(n_tiles):
-                    w = 2 * (c * n_tiles + j)
-                    mma_chunk(acc, 4 * j, x0, x1, y0, y1, w_frag[w], w_frag[w + 1], scratch, tid)
-        for i in range(slots):
-            partial[warp, i, lane] = acc[i]
-        cuda.syncthreads()
-        # one thread per output: fragment slot `slot` of lane `source` in column tile `j`, summed over warps
-        for index in range(tid, 32 * slots, SKINNY_THREADS):
-            slot, source = index // 32, index % 32
-            total = 0
-            for other in range(SKINNY_WARPS):
-                total += partial[other, slot, source]
-            local = source // 4 + (8 if slot % 4 >= 2 else 0)
-            n = n_block + SKINNY_N * (slot // 4) + 2 * (source % 4) + slot % 2
-            if fused:
-                store_scaled(total, np.float32(scales[0, local]), m_block + local, n, M, N, col_scale, bias, out_elems)
-            else:
-                store(total, m_block + local, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale)
+            stream_weights(acc, w_frag, scratch, a_bytes, xq_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
+                           aligned, True, tid)
+        else:
+            stream_weights(acc, w_frag, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
+                           aligned, False, tid)
+        reduce_and_store(acc, partial, scales, row_scale, col_scale, bias, out_elems, M, N, m_block, n_block,
+                         tensor_scale, tid)
 
-    return kernel
+    def cooperative_kernel(x_elems, x_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
+                           xq_words, xq_pairs, counters, M, N, K, tiles_m, aligned, tensor_scale):
+        tid = cuda.threadIdx.x
+        scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
+        partial = cuda.shared.array((SKINNY_WARPS, slots, 32), np.int32)
+        warp_max = cuda.shared.array((SKINNY_WARPS, SKINNY_M), S)
+        shuffle_scratch = cuda.shared.array(SKINNY_THREADS, S)  # used only by the simulator's shuffles
+        ticket = cuda.shared.array(1, np.uint32)
+        piece_lo = cuda.local.array(ABSMAX_LOADS, np.uint64)
+        piece_hi = cuda.local.array(ABSMAX_LOADS, np.uint64)
+        acc = cuda.local.array(slots, np.int32)
+        w_frag = cuda.local.array(w_words, np.uint64)
+        warp, lane = tid // 32, tid % 32
+        group, t = lane // 4, lane % 4
+        n_block = cuda.blockIdx.x * (SKINNY_N * n_tiles)  # M <= 16: one row tile
+        # the first iteration's weight is in flight while the rows are quantized and awaited
+        load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * warp + 16 * t, K, aligned)
+        if tid == 0:
+            ticket[0] = cuda.atomic.add(counters, 0, 1)
+        cuda.syncthreads()
+        quantizers = (M + quantizer_rows - 1) // quantizer_rows
+        mine = ticket[0]
+        if mine < quantizers:
+            quantize_rows(x_pairs, mine, quantizers, (M - mine + quantizers - 1) // quantizers, K, xq_words,
+                          mine, K // per_pair, row_scale, piece_lo, piece_hi, warp_max, shuffle_scratch, tid)
+            cuda.threadfence()  # every thread's stores, before the block counts itself done
+            cuda.syncthreads()
+            if tid == 0:
+                cuda.atomic.add(counters, 1, 1)
+        if tid == 0:
+            while cuda.atomic.add(counters, 1, 0) < quantizers:
+                pass
+            cuda.threadfence()
+        cuda.syncthreads()
+        stream_weights(acc, w_frag, scratch, x_elems, xq_pairs, w_bytes, w_pairs, M, N, K, 0, n_block,
+                       aligned, True, tid)
+        reduce_and_store(acc, partial, row_scale, row_scale, col_scale, bias, out_elems, M, N, 0, n_block,
+                         tensor_scale, tid)
+        if tid == 0 and cuda.atomic.add(counters, 2, 1) == cuda.gridDim.x - 1:
+            counters[0] = 0
+            counters[1] = 0
+            counters[2] = 0
+
+    return cooperative_kernel if cooperative else kernel
 
 
 @functools.cache
 def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinny: bool = False,
                   pipeline: PipelineShape | None = None, skinny_chunks: int = SKINNY_CHUNKS,
                   skinny_tiles: int = 2, fused_input: ElementKind | None = None,
-                  fused_prefetch: int = 0, fused_min_blocks: int = 0) -> ElementwiseKernel:
+                  fused_prefetch: int = 0, fused_min_blocks: int = 0, cooperative: bool = False) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -695,16 +785,22 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     keeps the per-token scales in shared memory (``row_scale`` is not read); ``fused_prefetch``: main-loop
     iterations of weight it asks L2 for before quantizing ``x`` (after the first, loaded into registers);
     ``fused_min_blocks`` > 0: compiled with ``launch_bounds=(SKINNY_THREADS, fused_min_blocks)`` (registers
-    capped so that many blocks fit on a multiprocessor)."""
+    capped so that many blocks fit on a multiprocessor). ``cooperative`` (with ``fused_input``, ``M <= 16``):
+    the blocks quantize ``x`` into the workspace for each other (see :func:`_skinny`); three more arrays
+    follow the eight: the quantized rows as one word per 16-byte piece of ``x``, the same bytes as
+    uint64 pairs, and three zeroed uint32 counters; ``row_scale`` receives the per-token scales."""
     store, store_scaled = _epilogue(out, has_bias, per_tensor_rows)
     options: tuple = ()
+    extra = ""
     if fused_input is not None:
-        kernel = _skinny(store, skinny_chunks, skinny_tiles, store_scaled, fused_input, fused_prefetch)
-        shape = f"skinny{skinny_chunks}x{skinny_tiles}_fused_{fused_input.short}"
+        kernel = _skinny(store, skinny_chunks, skinny_tiles, store_scaled, fused_input, fused_prefetch, cooperative)
+        shape = f"skinny{skinny_chunks}x{skinny_tiles}_{'cooperative' if cooperative else 'fused'}_{fused_input.short}"
         shape += f"_l2p{fused_prefetch}" if fused_prefetch else ""
         shape += f"_b{fused_min_blocks}" if fused_min_blocks else ""
         if fused_min_blocks:
             options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)
+        if cooperative:
+            extra = f"{uint_name(min(16 // fused_input.itemsize, 8))}[::1], uint64[::1], uint32[::1], "
     elif skinny:
         kernel, shape = _skinny(store, skinny_chunks, skinny_tiles), f"skinny{skinny_chunks}x{skinny_tiles}"
     elif pipeline is not None:
@@ -715,7 +811,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     row = "float64" if out is ElementKind.F64 and not per_tensor_rows else "float32"
     a_view = "uint8" if fused_input is None else uint_name(fused_input.itemsize)
     signature = (f"void({a_view}[::1], uint64[::1], uint8[::1], uint64[::1], {row}[::1], float32[::1], float32[::1], "
-                 f"{uint_name(out.itemsize)}[::1], int64, int64, int64, int64, boolean, float32)")
+                 f"{uint_name(out.itemsize)}[::1], {extra}int64, int64, int64, int64, boolean, float32)")
     kernel.__name__ = kernel.__qualname__ = (f"w8a8_gemm_{shape}_{out.short}{'_bias' if has_bias else ''}"
                                              f"{'_tensor' if per_tensor_rows else '_token'}")
     return ElementwiseKernel(kernel, signature, ElementKind.S8, ElementKind.S8, out, MathPrecision.F32, CHUNK_K,

@@ -31,7 +31,7 @@ from ..kernels.linear import (
     TILE_THREADS,
     linear_kernel,
 )
-from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize, torch_current_stream
+from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize, torch_current_stream, zero_words
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
 from .base import Plan, _torch_tensor_type, checked_operand, checked_scale, fast_pointers, trusted_pointers
@@ -100,11 +100,20 @@ FUSED_MAX_M = 1
 # 32.6 / 40.0 us at 8192^2, but 26.7 / 25.3 us at N x K = 11008 x 4096.
 FUSED_MAX_N = 8192
 FUSED_MAX_SHARED = 160 * 1024
+# Decode shapes the fused kernel does not take, up to this many tokens (one row tile), quantize their
+# activations cooperatively inside one launch: M blocks quantize a row each into the workspace while
+# every block's first weight loads are in flight (kernels/linear.py, `_skinny`).
+COOPERATIVE_MAX_M = SKINNY_M
 _STREAM_WORKSPACES = 16  # per plan: the streams whose workspace a QuantizedLinearPlan keeps
-# The parameter slots a fast launch rewrites: the data pointer of each of the 8 array structs, then
-# the float32 tensor_scale (after M, N, K, tiles_m, aligned).
-_POINTER_SLOTS = slice(4, 56, 7)
-_TENSOR_SCALE_SLOT = range(61, 62)
+
+def _pointer_slots(arrays: int) -> slice:
+    """The parameter slots a fast launch rewrites: the data pointer of each of ``arrays`` array structs."""
+    return slice(4, 7 * arrays, 7)
+
+
+def _tensor_scale_slot(arrays: int) -> range:
+    """... and the float32 tensor_scale (after M, N, K, tiles_m, aligned)."""
+    return range(7 * arrays + 5, 7 * arrays + 6)
 
 
 def _align(n: int) -> int:
@@ -133,13 +142,14 @@ class _LinearPlan(Plan):
         self._variants: dict[str, tuple[KernelLauncher, int, int, int]] = {}
         compiles: dict[str, Any] = {}
 
-        def variant(name: str, kernel: Any, rows: int, cols: int, threads: int, shared_bytes: int = 0) -> None:
+        def variant(name: str, kernel: Any, rows: int, cols: int, threads: int, shared_bytes: int = 0,
+                    arrays: int = 8) -> None:
             tiles_m = -(-desc.m // rows)
-            launcher = KernelLauncher(kernel.compiled, 8, _SCALARS, shared_bytes)
+            launcher = KernelLauncher(kernel.compiled, arrays, _SCALARS, shared_bytes)
             self._variants[name] = (launcher, tiles_m, tiles_m * -(-desc.n // cols), threads)
             compiles[name] = kernel.compiled
 
-        self._fused = False
+        self._fused = self._cooperative = False
         if desc.m <= SKINNY_MAX_M:
             # decode-like shapes stream the weight once through the skinny kernel (any alignment)
             tiles = gemm.skinny_tiles(desc.k)
@@ -153,6 +163,11 @@ class _LinearPlan(Plan):
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                         gemm.fused_shared_bytes(desc.m, desc.k))
                 self._aligned_variant, self._fused = "fused", True
+            elif self._cooperates():
+                kernel = linear_kernel(out, desc.has_bias, False, True, None, gemm.SKINNY_CHUNKS, tiles,
+                                       fused_input=self.entry.input_element, cooperative=True)
+                variant("cooperative", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS, arrays=11)
+                self._aligned_variant, self._cooperative = "cooperative", True
         else:
             # 16-byte aligned operands with K % 16 == 0 go through the cp.async pipeline; others
             # through the register-staged tiled kernel, which assembles unaligned chunks from bytes
@@ -171,23 +186,34 @@ class _LinearPlan(Plan):
         """Whether aligned operands take the skinny kernel that quantizes ``x`` itself."""
         return False
 
+    def _cooperates(self) -> bool:
+        """Whether aligned operands the fused kernel does not take go through the cooperative one."""
+        return False
+
     # -- fast path: plain CUDA torch tensors, pointers patched into a pre-packed parameter block --
 
     def _fast_arrays(self, pointers: tuple[int, ...]) -> tuple[ArrayArg, ...]:
-        """The 8 kernel arrays of the aligned variant for operands at ``pointers`` (GEMM input, weight,
-        weight_scale, bias or weight_scale, output, row scales), as :meth:`_gemm` builds them."""
+        """The kernel arrays of the aligned variant for operands at ``pointers`` (GEMM input, weight,
+        weight_scale, bias or weight_scale, output, row scales, workspace), as :meth:`_gemm` builds them."""
         d = self.desc
-        a_ptr, w_ptr, s_ptr, b_ptr, o_ptr, row_ptr = pointers
-        if self._fused:
+        a_ptr, w_ptr, s_ptr, b_ptr, o_ptr, row_ptr, ws_ptr = pointers
+        if self._fused or self._cooperative:
             itemsize = self.entry.input_element.itemsize
             a_views = (ArrayArg(a_ptr, d.m * d.k, itemsize), ArrayArg(a_ptr, d.m * d.k * itemsize // 8, 8))
-            row = ArrayArg(0, 0, 8 if self.entry.input_element is ElementKind.F64 else 4)
         else:
             a_views = (ArrayArg(a_ptr, d.m * d.k, 1), ArrayArg(a_ptr, d.m * d.k // 8, 8))
+        if self._fused:
+            row = ArrayArg(0, 0, 8 if self.entry.input_element is ElementKind.F64 else 4)
+        else:
             row = self._fast_row_vector(row_ptr)
-        return (*a_views, ArrayArg(w_ptr, d.n * d.k, 1), ArrayArg(w_ptr, d.n * d.k // 8, 8), row,
-                ArrayArg(s_ptr, d.n, 4), ArrayArg(b_ptr, d.n, 4),
-                ArrayArg(o_ptr, d.m * d.n, d.output_element.itemsize))
+        arrays = (*a_views, ArrayArg(w_ptr, d.n * d.k, 1), ArrayArg(w_ptr, d.n * d.k // 8, 8), row,
+                  ArrayArg(s_ptr, d.n, 4), ArrayArg(b_ptr, d.n, 4),
+                  ArrayArg(o_ptr, d.m * d.n, d.output_element.itemsize))
+        return arrays + self._cooperative_arrays(ws_ptr) if self._cooperative else arrays
+
+    def _cooperative_arrays(self, ws_ptr: int) -> tuple[ArrayArg, ...]:
+        """The cooperative kernel's three workspace arrays (see :meth:`QuantizedLinearPlan._cooperative_arrays`)."""
+        return ()
 
     def _fast_row_vector(self, ptr: int) -> ArrayArg:
         """The row-scale array of the unfused GEMM (SmoothQuant: the weight scales, unread)."""
@@ -201,10 +227,11 @@ class _LinearPlan(Plan):
         if d.m == 0 or d.n == 0 or d.k == 0 or d.k % 16:
             return
         values: list = []
-        for ptr, nitems, itemsize, _ in self._fast_arrays((0,) * 6):
+        arrays = self._fast_arrays((0,) * 7)
+        for ptr, nitems, itemsize, _ in arrays:
             values += (0, 0, nitems, itemsize, ptr, nitems, itemsize)
         values += (d.m, d.n, d.k, tiles_m, True, 0.0)
-        launcher.set_template(values, (_POINTER_SLOTS,), _TENSOR_SCALE_SLOT, np.float32)
+        launcher.set_template(values, (_pointer_slots(len(arrays)),), _tensor_scale_slot(len(arrays)), np.float32)
         specs = [("input", self._fast_input_element(), d.m * d.k, 16), ("weight", ElementKind.S8, d.n * d.k, 16),
                  ("weight_scale", ElementKind.F32, d.n, 4)]
         if d.has_bias:
@@ -220,17 +247,20 @@ class _LinearPlan(Plan):
         return fast_pointers(self._fast_specs, args)
 
     def _launch_fast(self, pointers: list[int], device: int, tensor_scale: Any, stream: int,
-                     a_ptr: int | None = None, row_ptr: int = 0) -> None:
+                     a_ptr: int | None = None, row_ptr: int = 0, ws_ptr: int = 0) -> None:
         """The aligned GEMM variant on ``pointers`` (input, weight, weight_scale, [bias,] output);
-        ``a_ptr`` / ``row_ptr``: quantized activations and their scales in place of the input."""
+        ``a_ptr`` / ``row_ptr``: quantized activations and their scales in place of the input;
+        ``ws_ptr``: the cooperative kernel's workspace (``row_ptr`` its scales)."""
         if not self.desc.has_bias:
             pointers.insert(3, pointers[2])  # the unused bias slot points at weight_scale
         in_ptr, w_ptr, s_ptr, b_ptr, o_ptr = pointers
         if a_ptr is None:
-            a_ptr, row_ptr = in_ptr, (0 if self._fused else s_ptr)
+            a_ptr, row_ptr = in_ptr, (row_ptr if self._cooperative else 0 if self._fused else s_ptr)
         launcher, _, blocks, threads = self._variants[self._aligned_variant]
-        launcher.launch_patched(blocks, threads, stream, (a_ptr, a_ptr, w_ptr, w_ptr, row_ptr, s_ptr, b_ptr, o_ptr),
-                                (tensor_scale,), device)
+        ints = (a_ptr, a_ptr, w_ptr, w_ptr, row_ptr, s_ptr, b_ptr, o_ptr)
+        if self._cooperative:
+            ints += (ws_ptr, ws_ptr, ws_ptr + self._counter_offset)
+        launcher.launch_patched(blocks, threads, stream, ints, (tensor_scale,), device)
 
     def _common(self, args: Any) -> tuple[Operand, Operand, Operand | None, Operand]:
         d, name = self.desc, self.name
@@ -248,24 +278,35 @@ class _LinearPlan(Plan):
         return weight, weight_scale, bias, output
 
     def _gemm(self, a: Operand, weight: Operand, row_scale: Operand | None, weight_scale: Operand,
-              bias: Operand | None, output: Operand, tensor_scale: float, handle: int, unfused: bool = False) -> None:
+              bias: Operand | None, output: Operand, tensor_scale: float, handle: int, unfused: bool = False,
+              workspace: Operand | None = None) -> None:
+        """Launch the GEMM variant ``a``'s and the weight's alignment select (``unfused``: ``a`` is
+        already quantized); the cooperative variant takes ``x`` as ``a``, quantizes it into
+        ``workspace`` (its counters zeroed) and its scales into ``row_scale``."""
         d = self.desc
         aligned = d.k % 16 == 0 and _address(a) % 16 == 0 and _address(weight) % 16 == 0
         name = self._aligned_variant if aligned else self._other_variant
-        if unfused and name == "fused":
+        if unfused and name in ("fused", "cooperative"):
             name = "skinny"  # `a` is already quantized
         launcher, tiles_m, blocks, threads = self._variants[name]
-        if name == "fused":  # `a` is x itself; the scales stay in the kernel's shared memory
+        extra: tuple[ArrayArg, ...] = ()
+        if name in ("fused", "cooperative"):  # `a` is x itself
             a_views = (_element_view(a, d.m * d.k), _pair_view(a, d.m * d.k * a.element.itemsize))
+        else:
+            a_views = _byte_views(a, d.m * d.k)
+        if name == "fused":  # the scales stay in the kernel's shared memory
             row_vector = ArrayArg(0, 0, a.element.itemsize if a.element is ElementKind.F64 else 4,
                                   None if not SIMULATOR else np.zeros(0, np.float64 if a.element is ElementKind.F64
                                                                       else np.float32))
         else:
-            a_views = _byte_views(a, d.m * d.k)
             row_vector = _vector(row_scale if row_scale is not None else weight_scale)
+        if name == "cooperative":
+            word = 16 // a.element.itemsize  # bytes of one 16-byte piece of x, quantized
+            extra = (_word_view(workspace, 0, d.m * d.k, word), _pair_view(workspace, d.m * d.k),
+                     _word_view(workspace, self._counter_offset, 12, 4))
         arrays = (*a_views, *_byte_views(weight, d.n * d.k), row_vector,
-                  _vector(weight_scale), _vector(bias if bias is not None else weight_scale), _element_view(output,
-                                                                                                          d.m * d.n))
+                  _vector(weight_scale), _vector(bias if bias is not None else weight_scale),
+                  _element_view(output, d.m * d.n), *extra)
         launcher.launch(blocks, threads, handle, arrays, (d.m, d.n, d.k, tiles_m, aligned, tensor_scale),
                         a.device_id)
 
@@ -274,12 +315,13 @@ class _LinearPlan(Plan):
         itself), ``skinny``, ``pipelined`` or ``tiled``."""
         operands = self._bind(args)
         aligned = self.desc.k % 16 == 0 and _address(operands[1]) % 16 == 0
-        if isinstance(self, QuantizedLinearPlan) and not self._fused:
+        if isinstance(self, QuantizedLinearPlan) and not (self._fused or self._cooperative):
             return self._aligned_variant if aligned else self._other_variant  # xq lives in the workspace
         return self._aligned_variant if aligned and _address(operands[0]) % 16 == 0 else self._other_variant
 
 
 _SCALARS = (np.int64,) * 4 + (np.bool_, np.float32)
+_COUNTERS = 3  # the cooperative kernel's uint32 counters: tickets, rows quantized, blocks done
 _ZERO_F32 = np.float32(0.0)
 
 
@@ -311,6 +353,14 @@ def _element_view(op: Operand, count: int) -> ArrayArg:
     return ArrayArg(op.ptr, count, itemsize, None if op.host is None else op.host.view(f"u{itemsize}"))
 
 
+def _word_view(op: Operand, offset: int, nbytes: int, itemsize: int) -> ArrayArg:
+    """``nbytes`` of ``op`` from byte ``offset`` as unsigned integers of ``itemsize`` bytes."""
+    if SIMULATOR:
+        return ArrayArg(0, nbytes // itemsize, itemsize,
+                        op.host.view(np.uint8)[offset: offset + nbytes].view(f"u{itemsize}"))
+    return ArrayArg(op.ptr + offset, nbytes // itemsize, itemsize)
+
+
 def _pair_view(op: Operand, nbytes: int) -> ArrayArg:
     """``nbytes`` of ``op`` as uint64 (16-byte aligned: read as pairs)."""
     if SIMULATOR:
@@ -333,6 +383,7 @@ class QuantizedLinearPlan(_LinearPlan):
         self._scale_element = ElementKind.F64 if d.input_element is ElementKind.F64 else ElementKind.F32
         self._scale_offset = _align(d.m * d.k)
         self._quantizer_offset = self._scale_offset + _align(self._scale_element.itemsize * d.m)
+        self._counter_offset = self._quantizer_offset + _align(self._quantizer.workspace_size())
         self._workspaces: dict[tuple[int, int], Any] = {}
         super()._prepare()
 
@@ -340,6 +391,17 @@ class QuantizedLinearPlan(_LinearPlan):
         d = self.desc
         return (d.m <= FUSED_MAX_M and d.n <= FUSED_MAX_N and d.k % 16 == 0
                 and gemm.fused_shared_bytes(d.m, d.k) <= FUSED_MAX_SHARED)
+
+    def _cooperates(self) -> bool:
+        d = self.desc
+        return d.m <= COOPERATIVE_MAX_M and d.k % 16 == 0
+
+    def _cooperative_arrays(self, ws_ptr: int) -> tuple[ArrayArg, ...]:
+        """The quantized rows as one word per 16-byte piece of ``x`` and as 16-byte pairs, then the
+        three uint32 counters."""
+        d, word = self.desc, 16 // self.entry.input_element.itemsize
+        return (ArrayArg(ws_ptr, d.m * d.k // word, word), ArrayArg(ws_ptr, d.m * d.k // 8, 8),
+                ArrayArg(ws_ptr + self._counter_offset, 3, 4))
 
     def _fast_input_element(self) -> ElementKind:
         return self.desc.input_element
@@ -384,8 +446,14 @@ class QuantizedLinearPlan(_LinearPlan):
                                                                                                         device)
         if ws_ptr is None:
             return False
+        scale_ptr = ws_ptr + self._scale_offset
+        if self._cooperative:
+            if workspace is not None:  # the plan's own workspaces stay zeroed between launches
+                zero_words(ws_ptr + self._counter_offset, _COUNTERS, stream)
+            self._launch_fast(pointers, device, _ZERO_F32, stream, None, scale_ptr, ws_ptr)
+            return True
         q = self._quantizer
-        scale_ptr, zp_ptr = ws_ptr + self._scale_offset, ws_ptr + self._quantizer_offset
+        zp_ptr = ws_ptr + self._quantizer_offset
         q.launch_segments_fast(pointers[0], ws_ptr, scale_ptr, zp_ptr, stream, device)
         self._launch_fast(pointers, device, _ZERO_F32, stream, ws_ptr, scale_ptr)
         return True
@@ -396,13 +464,14 @@ class QuantizedLinearPlan(_LinearPlan):
         on it may reuse the bytes. A call being captured into a CUDA graph gets bytes of its own from
         the graph's pool (a graph may replay on another stream, next to eager calls on this one)."""
         torch = sys.modules["torch"]
+        # zeroed: the cooperative kernel's counters start at zero and every launch leaves them so
         if torch.cuda.is_current_stream_capturing():
             # the caching allocator keeps a captured allocation's block for the graph's replays
-            return torch.empty(self.workspace_size(), dtype=torch.uint8,
+            return torch.zeros(self.workspace_size(), dtype=torch.uint8,
                                device=torch.device("cuda", device)).data_ptr()
         workspace = self._workspaces.get((device, stream))
         if workspace is None:
-            workspace = torch.empty(self.workspace_size(), dtype=torch.uint8, device=torch.device("cuda", device))
+            workspace = torch.zeros(self.workspace_size(), dtype=torch.uint8, device=torch.device("cuda", device))
             if len(self._workspaces) >= _STREAM_WORKSPACES:
                 self._workspaces.clear()  # freed blocks go back to their own stream's pool: still ordered
             self._workspaces[(device, stream)] = workspace
@@ -410,9 +479,10 @@ class QuantizedLinearPlan(_LinearPlan):
 
     def workspace_size(self) -> int:
         """Quantized activations ``[m, k]`` int8, their scales ``[m]`` (float32; float64 for f64 input),
-        the quantizer's scratch. (The fused decode kernel, ``m <= 16``, uses none of it when ``x``
-        is 16-byte aligned.)"""
-        return self._quantizer_offset + self._quantizer.workspace_size()
+        the quantizer's scratch, the cooperative kernel's three uint32 counters (zeroed by the plan
+        before each launch on a workspace it was given). (The fused decode kernel, ``m = 1``, uses none
+        of it when ``x`` is 16-byte aligned.)"""
+        return self._counter_offset + 4 * _COUNTERS
 
     def _bind(self, args: Any) -> tuple:
         if not isinstance(args, self.Args):
@@ -425,12 +495,13 @@ class QuantizedLinearPlan(_LinearPlan):
         """Quantize ``args.input`` per token into the workspace, then the int8 GEMM and epilogue.
 
         ``workspace``: at least ``workspace_size()`` bytes, or None to let the plan allocate it
-        (only when the two-launch path runs).
+        (the fused kernel needs none; the fast path below keeps one per stream).
 
         At ``m <= 16`` with ``K % 16 == 0`` and 16-byte aligned ``x`` and weight, one kernel does
-        both. When, in addition, every array is a contiguous CUDA ``torch.Tensor`` of the expected
-        dtype on one device and ``stream`` is None, the plan patches their pointers into its
-        pre-packed parameter block and launches (no operand adaptation, no workspace).
+        both (``fused`` at ``m = 1`` up to ``n = 8192``, else ``cooperative``). When, in addition,
+        every array is a contiguous CUDA ``torch.Tensor`` of the expected dtype on one device and
+        ``stream`` is None, the plan patches their pointers into its pre-packed parameter block and
+        launches (no operand adaptation).
         """
         if self._fast_specs is not None and stream is None and type(args) is QuantizedLinearArgs:
             found = self._fast_pointers(args)
@@ -441,7 +512,8 @@ class QuantizedLinearPlan(_LinearPlan):
         if d.m == 0 or d.n == 0:
             return
         handle = stream_handle(stream, (x, output), self.name)
-        if self._fused and d.k and _address(x) % 16 == 0 and _address(weight) % 16 == 0:
+        one_launch = d.k and _address(x) % 16 == 0 and _address(weight) % 16 == 0
+        if self._fused and one_launch:
             if workspace is not None:
                 self._check_workspace(workspace)
             self._gemm(x, weight, None, weight_scale, bias, output, 0.0, handle)
@@ -454,12 +526,19 @@ class QuantizedLinearPlan(_LinearPlan):
         else:
             self._check_workspace(workspace)
         ws = adapt(workspace, self.name, "workspace")
-        xq = sub_operand(ws, 0, ElementKind.S8, (d.m, d.k))
         scale_x = sub_operand(ws, self._scale_offset, self._scale_element, (d.m,))
-        scratch = sub_operand(ws, self._quantizer_offset, ElementKind.U8, (self._quantizer.workspace_size(),))
-        if d.k:
-            self._quantizer.run(DynamicRangeQuantizeArgs(x, xq, scale_x, None), workspace=scratch, stream=handle)
-        self._gemm(xq, weight, scale_x, weight_scale, bias, output, 0.0, handle, unfused=True)
+        if self._cooperative and one_launch:
+            if SIMULATOR:
+                ws.host.view(np.uint8)[self._counter_offset: self._counter_offset + 4 * _COUNTERS] = 0
+            else:
+                zero_words(ws.ptr + self._counter_offset, _COUNTERS, handle)
+            self._gemm(x, weight, scale_x, weight_scale, bias, output, 0.0, handle, workspace=ws)
+        else:
+            xq = sub_operand(ws, 0, ElementKind.S8, (d.m, d.k))
+            scratch = sub_operand(ws, self._quantizer_offset, ElementKind.U8, (self._quantizer.workspace_size(),))
+            if d.k:
+                self._quantizer.run(DynamicRangeQuantizeArgs(x, xq, scale_x, None), workspace=scratch, stream=handle)
+            self._gemm(xq, weight, scale_x, weight_scale, bias, output, 0.0, handle, unfused=True)
         if output.on_host or x.on_host:
             synchronize(handle)
             finish(output)
