@@ -341,7 +341,7 @@ def linear(bench: Bench, host: dict[str, float]) -> None:
     w = torch.randint(-128, 128, (4096, 4096), device="cuda", dtype=torch.int8)
     ws = torch.rand(4096, device="cuda") * 0.01
     host["quantized_linear() (16x4096 @ 4096x4096)"] = host_us(lambda: bn.quantized_linear(x, w, ws), 200)
-    for m in (16, 1):  # two launches (per-token quantize, GEMM) at M = 16; one fused launch at M = 1
+    for m in (16, 1):  # the cooperative kernel at M = 16, the fused one at M = 1: one launch each
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, 4096, 4096, "bf16", "bf16", False))
         args = bn.QuantizedLinearArgs(x[:m], w, ws, torch.empty(m, 4096, device="cuda", dtype=torch.bfloat16))
         workspace = torch.empty(plan.workspace_size(), device="cuda", dtype=torch.uint8)

@@ -276,6 +276,7 @@ def decode(copy: float) -> list[dict]:
     return rows
 
 
+COOPERATIVE_PREFETCH = (0,)  # L2 prefetch depths timed (session 12: 1, 3 and 7 were slower than 0)
 FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096)) for m in (1, 2, 4, 8, 16)]
 
 
@@ -289,6 +290,7 @@ def fused_decode(copy: float) -> list[dict]:
     from baracuda_numba.plans import linear as plans
 
     shipped_limits = plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M
+    shipped_prefetch = gemm.COOPERATIVE_PREFETCH_L2
     rows = []
     for m, n, k in FUSED_DECODE:
         x, w, ws, bias = problem(m, n, k, seed=m + n)
@@ -301,15 +303,16 @@ def fused_decode(copy: float) -> list[dict]:
         runners = itertools.cycle([gemm_runner(xq, sx, wi, ws, None, out) for wi in weights])
         ms = graph_ms(lambda runners=runners: next(runners)(), calls=10 * len(weights))
         row["gemm_only_pct"] = 100 * n * k / ms / 1e6 / copy
-        if m == 1:  # the weight's bytes copied (read and written), rotated the same way
-            copies = itertools.cycle(weights)
-            target = torch.empty_like(w)
-            ms = graph_ms(lambda copies=copies, target=target: target.copy_(next(copies)), calls=10 * len(weights))
+        if m == 1:  # the weight's bytes copied (read and written), sources and targets rotated past L2
+            pairs = itertools.cycle([(wi, torch.empty_like(wi)) for wi in weights])
+            ms = graph_ms(lambda pairs=pairs: (lambda src, dst: dst.copy_(src))(*next(pairs)), calls=10 * len(weights))
             row["copy_of_weight_pct"] = 100 * 2 * n * k / ms / 1e6 / copy
-        variants = [("two_launch", 0, 0), ("fused", 16, 0), ("cooperative", 0, 16)]
+        variants = [("two_launch", 0, 0, 0), ("fused", 16, 0, 0)]
+        variants += [(f"cooperative_l2p{p}", 0, 16, p) for p in COOPERATIVE_PREFETCH]
         outputs = {}
-        for label, fused_max_m, cooperative_max_m in variants:
+        for label, fused_max_m, cooperative_max_m, prefetch in variants:
             plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M = fused_max_m, 1 << 30, cooperative_max_m
+            gemm.COOPERATIVE_PREFETCH_L2 = prefetch
             clear_plan_cache()
             outputs[label] = bn.quantized_linear(x, w, ws, bias=bias)
             calls = itertools.cycle(weights)
@@ -318,6 +321,7 @@ def fused_decode(copy: float) -> list[dict]:
             row[f"{label}_us"] = 1e3 * ms
             row[f"{label}_pct"] = 100 * n * k / ms / 1e6 / copy
         plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M = shipped_limits
+        gemm.COOPERATIVE_PREFETCH_L2 = shipped_prefetch
         shipped()
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
         row["shipped"] = plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, out))

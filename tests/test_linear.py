@@ -392,19 +392,22 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant
 
 
 def test_fused_decode_only_up_to_the_widest_weight_it_wins_on():
-    """One token against a weight of more than FUSED_MAX_N rows takes the cooperative kernel, and so
-    do 2 .. 16 tokens; 17 take the two launches."""
+    """Up to FUSED_MAX_M tokens against a weight of more than FUSED_MAX_N rows take the cooperative
+    kernel, and so do FUSED_MAX_M + 1 .. 16 tokens against any weight; 17 take the two launches."""
     from baracuda_numba.plans import linear as plans
 
     rng = np.random.default_rng(6)
-    for n, variant in ((plans.FUSED_MAX_N, "fused"), (plans.FUSED_MAX_N + 16, "cooperative")):
-        w, ws = weights(rng, n, 16)
-        x = rng.standard_normal((1, 16)).astype(np.float32)
-        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(1, n, 16, "f32", "f32"))
-        args = bn.QuantizedLinearArgs(x, w, ws, np.zeros((1, n), np.float32))
-        assert plan.kernel_variant(args) == variant
+    for m in sorted({1, plans.FUSED_MAX_M}):
+        for n, variant in ((plans.FUSED_MAX_N, "fused"), (plans.FUSED_MAX_N + 16, "cooperative")):
+            w, ws = weights(rng, n, 16)
+            x = rng.standard_normal((m, 16)).astype(np.float32)
+            plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, 16, "f32", "f32"))
+            args = bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, n), np.float32))
+            assert plan.kernel_variant(args) == variant, (m, n)
     w, ws = weights(rng, 8, 16)
-    for m, variant in ((2, "cooperative"), (plans.COOPERATIVE_MAX_M, "cooperative"), (17, "skinny")):
+    tokens = ((plans.FUSED_MAX_M, "fused"), (plans.FUSED_MAX_M + 1, "cooperative"),
+              (plans.COOPERATIVE_MAX_M, "cooperative"), (17, "skinny"))
+    for m, variant in tokens:
         x = rng.standard_normal((m, 16)).astype(np.float32)
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, 8, 16, "f32", "f32"))
         assert plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, 8), np.float32))) == variant

@@ -67,6 +67,10 @@ FUSED_PREFETCH_L2 = 0
 # fused skinny with 2 column tiles: launch bounds of 3 blocks per multiprocessor (80 registers, as many
 # blocks as the unfused kernel's 70; ptxas reports no spill for 16- and 32-bit x, a little for float64)
 FUSED_MIN_BLOCKS = 3
+# cooperative skinny: main-loop iterations of weight prefetched into L2 while the rows are quantized
+# (after the first, loaded into registers), and the pause between polls of the quantizers' counter
+COOPERATIVE_PREFETCH_L2 = 0
+SPIN_NANOSECONDS = 128
 # |acc| <= K * 127 * 128 (activations in [-127, 127], weights in [-128, 127]) must stay below 2**31.
 MAX_EXACT_K = (2**31 - 1) // (127 * 128)
 
@@ -492,13 +496,14 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
     - ``fused``: every block quantizes its live rows into shared memory (``fused_shared_bytes``)
       before streaming the weight against them; the per-token scales stay in shared memory
       (``row_scale`` is not read).
-    - ``cooperative`` (``M <= 16``): the first ``M`` blocks to start (a ticket from ``counters[0]``)
-      quantize one row each into global ``xq_words`` / ``row_scale`` (the plan's workspace) and count
-      themselves done in ``counters[1]``; every block streams the weight once they all are. The
-      quantizing blocks wait on nothing before they count, and a ticket is only drawn by a running
-      block, so the wait cannot deadlock whatever order the hardware starts blocks in. The last
-      block out (``counters[2]``) zeroes the three counters for the next launch on the workspace.
-      The simulator runs blocks one after another: there the first block quantizes every row.
+    - ``cooperative`` (``M <= 16``): the first ``Q = min(M, blocks)`` blocks to start (a ticket from
+      ``counters[0]``) quantize rows ``ticket, ticket + Q, ...`` into global ``xq_words`` /
+      ``row_scale`` (the plan's workspace) and count themselves done in ``counters[1]``; every block
+      streams the weight once they all are. The quantizing blocks wait on nothing before they count,
+      and a ticket is only drawn by a running block, so the wait cannot deadlock whatever order the
+      hardware starts blocks in. The last block out (``counters[2]``) zeroes the three counters for
+      the next launch on the workspace. The simulator runs blocks one after another: there the first
+      block quantizes every row.
 
     The prologue (each row's absmax over the block, then the quantize) waits on ``x`` and two
     barriers while the weight stream has not started. So each thread first issues its loads of the
@@ -740,12 +745,16 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
         warp, lane = tid // 32, tid % 32
         group, t = lane // 4, lane % 4
         n_block = cuda.blockIdx.x * (SKINNY_N * n_tiles)  # M <= 16: one row tile
-        # the first iteration's weight is in flight while the rows are quantized and awaited
+        # the first iteration's weight is in flight while the rows are quantized and awaited, and with
+        # `prefetch_l2` the next iterations' are on their way into L2
         load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * warp + 16 * t, K, aligned)
+        for ahead in range(1, prefetch_l2 + 1):
+            prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
         if tid == 0:
             ticket[0] = cuda.atomic.add(counters, 0, 1)
         cuda.syncthreads()
-        quantizers = (M + quantizer_rows - 1) // quantizer_rows
+        # no more quantizers than blocks: a grid narrower than M has each quantize several rows
+        quantizers = min((M + quantizer_rows - 1) // quantizer_rows, cuda.gridDim.x)
         mine = ticket[0]
         if mine < quantizers:
             quantize_rows(x_pairs, mine, quantizers, (M - mine + quantizers - 1) // quantizers, K, xq_words,
@@ -756,7 +765,8 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
                 cuda.atomic.add(counters, 1, 1)
         if tid == 0:
             while cuda.atomic.add(counters, 1, 0) < quantizers:
-                pass
+                if not SIMULATOR:
+                    cuda.nanosleep(SPIN_NANOSECONDS)  # fewer polls of the counter the quantizers add to
             cuda.threadfence()
         cuda.syncthreads()
         stream_weights(acc, w_frag, scratch, x_elems, xq_pairs, w_bytes, w_pairs, M, N, K, 0, n_block,

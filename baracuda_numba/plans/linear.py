@@ -91,13 +91,16 @@ class SmoothQuantLinearArgs:
 
 # Decode shapes up to this many tokens quantize the activations inside the skinny GEMM (one launch),
 # when their quantized rows fit in FUSED_MAX_SHARED bytes of shared memory. Every block quantizes the
-# rows itself (N / 16 times over), a prologue that grows with M: on an H100 one launch won at M = 1
-# and lost at M = 16 (notes/gemm.md; M = 2 .. 4 not measured yet).
-FUSED_MAX_M = 1
+# rows itself (N / 16 times over), a prologue that grows with M. H100, CUDA-graph replay, % of the copy
+# bandwidth on the weight's bytes (notes/gemm.md, session 12), fused / cooperative: 56.5 / 44.2 at
+# M = 1 and 50.8 / 44.2 at M = 2 (N = K = 4096), 81.3 / 69.3 at M = 2 (8192^2); a tie at M = 4 and
+# 19.5 / 41.2 at M = 16.
+FUSED_MAX_M = 2
 # ... and when the weight has at most this many rows: every block's prologue runs once per wave of blocks, so
 # wide weights pay it more often than the quantizer's launch costs. H100, M = 1, CUDA-graph replay
 # (notes/tune-linear-2026-11-23-s7-fused-host.log): one launch / two launches 12.2 / 13.7 us at 4096^2,
-# 32.6 / 40.0 us at 8192^2, but 26.7 / 25.3 us at N x K = 11008 x 4096.
+# 32.6 / 40.0 us at 8192^2, but 26.7 / 25.3 us at N x K = 11008 x 4096 (session 12: fused 69.7%, the
+# cooperative kernel 67.5% of the copy there, within run-to-run noise; left at 8192).
 FUSED_MAX_N = 8192
 FUSED_MAX_SHARED = 160 * 1024
 # Decode shapes the fused kernel does not take, up to this many tokens (one row tile), quantize their
@@ -165,7 +168,8 @@ class _LinearPlan(Plan):
                 self._aligned_variant, self._fused = "fused", True
             elif self._cooperates():
                 kernel = linear_kernel(out, desc.has_bias, False, True, None, gemm.SKINNY_CHUNKS, tiles,
-                                       fused_input=self.entry.input_element, cooperative=True)
+                                       fused_input=self.entry.input_element,
+                                       fused_prefetch=gemm.COOPERATIVE_PREFETCH_L2, cooperative=True)
                 variant("cooperative", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS, arrays=11)
                 self._aligned_variant, self._cooperative = "cooperative", True
         else:
@@ -480,7 +484,7 @@ class QuantizedLinearPlan(_LinearPlan):
     def workspace_size(self) -> int:
         """Quantized activations ``[m, k]`` int8, their scales ``[m]`` (float32; float64 for f64 input),
         the quantizer's scratch, the cooperative kernel's three uint32 counters (zeroed by the plan
-        before each launch on a workspace it was given). (The fused decode kernel, ``m = 1``, uses none
+        before each launch on a workspace it was given). (The fused decode kernel, ``m <= FUSED_MAX_M``, uses none
         of it when ``x`` is 16-byte aligned.)"""
         return self._counter_offset + 4 * _COUNTERS
 
@@ -498,7 +502,7 @@ class QuantizedLinearPlan(_LinearPlan):
         (the fused kernel needs none; the fast path below keeps one per stream).
 
         At ``m <= 16`` with ``K % 16 == 0`` and 16-byte aligned ``x`` and weight, one kernel does
-        both (``fused`` at ``m = 1`` up to ``n = 8192``, else ``cooperative``). When, in addition,
+        both (``fused`` at ``m <= FUSED_MAX_M`` up to ``n = FUSED_MAX_N``, else ``cooperative``). When, in addition,
         every array is a contiguous CUDA ``torch.Tensor`` of the expected dtype on one device and
         ``stream`` is None, the plan patches their pointers into its pre-packed parameter block and
         launches (no operand adaptation).
