@@ -323,8 +323,8 @@ def _special_rows(x):
     return x
 
 
-@settings(max_examples=6 if SIMULATOR else 25)
-@given(st.integers(1, 16), st.integers(1, 24), st.sampled_from([16, 64, 144, 208]),
+@settings(max_examples=6 if SIMULATOR else 12)  # on a GPU most examples compile a kernel of their own
+@given(st.integers(1, 16), st.integers(1, 40), st.sampled_from([16, 64, 144, 208]),
        st.sampled_from(sorted(FLOAT_DTYPES)), st.booleans(), st.integers(0, 2**32 - 1),
        st.sampled_from(["fused", "cooperative"]))
 def test_fused_decode_equals_two_launches_and_reference(m, n, k, dtype, with_bias, seed, variant):
@@ -350,7 +350,8 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant
     """The one-launch plan (``fused``: any m <= 16; ``cooperative``) against the two-launch plan and the
     reference, bit for bit; ``last_max``: row 0's largest finite ``|x|`` in its last element (the last
     slot's piece). The cooperative plan runs on a given workspace whose counters hold garbage: the
-    plan zeroes them, and the launch leaves them zero."""
+    plan zeroes them, and the launch leaves them zero (n up to 40: up to 3 blocks, fewer than m, so
+    some quantize several rows)."""
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
@@ -372,8 +373,9 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant
     if variant == "cooperative":
         workspace = np.full(plan.workspace_size(), 0xFF, np.uint8)
         plan.run(args, workspace=workspace)
-        counters = workspace[plan._counter_offset:]
-        assert counters.size == 12 and not counters.any()
+        if SIMULATOR:  # on a GPU the plan runs on a device copy of a host workspace (the GPU test checks)
+            counters = workspace[plan._counter_offset:]
+            assert counters.size == 12 and not counters.any()
     else:
         plan.run(args)
     with pytest.MonkeyPatch.context() as monkeypatch:
