@@ -22,6 +22,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     tests/test_torch_gpu.py::test_remembered_calls_launch_without_rechecking_and_fall_back_when_misaligned \
     tests/test_torch_gpu.py::test_channel_vector_kernels_with_parameter_views_off_their_vector_alignment \
     tests/test_linear.py::test_gpu_op_fast_path_repeats_and_falls_back \
+    tests/test_linear.py::test_gpu_fused_decode_equals_two_launches_and_torch \
     > "$OUT/sanitizer.log" 2>&1
   echo "compute-sanitizer exit: $?"; grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer.log" | tail -3
 fi

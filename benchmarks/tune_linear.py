@@ -276,7 +276,9 @@ def decode(copy: float) -> list[dict]:
     return rows
 
 
-COOPERATIVE_PREFETCH = (0,)  # L2 prefetch depths timed (session 12: 1, 3 and 7 were slower than 0)
+# the cooperative kernel's launch bounds timed (blocks per multiprocessor; session 12: L2 prefetch
+# depths 1, 3 and 7 were slower than none)
+COOPERATIVE_BLOCKS = (0, 3)
 FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096)) for m in (1, 2, 4, 8, 16)]
 
 
@@ -290,7 +292,7 @@ def fused_decode(copy: float) -> list[dict]:
     from baracuda_numba.plans import linear as plans
 
     shipped_limits = plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M
-    shipped_prefetch = gemm.COOPERATIVE_PREFETCH_L2
+    shipped_blocks = gemm.COOPERATIVE_MIN_BLOCKS
     rows = []
     for m, n, k in FUSED_DECODE:
         x, w, ws, bias = problem(m, n, k, seed=m + n)
@@ -308,11 +310,11 @@ def fused_decode(copy: float) -> list[dict]:
             ms = graph_ms(lambda pairs=pairs: (lambda src, dst: dst.copy_(src))(*next(pairs)), calls=10 * len(weights))
             row["copy_of_weight_pct"] = 100 * 2 * n * k / ms / 1e6 / copy
         variants = [("two_launch", 0, 0, 0), ("fused", 16, 0, 0)]
-        variants += [(f"cooperative_l2p{p}", 0, 16, p) for p in COOPERATIVE_PREFETCH]
+        variants += [(f"cooperative_b{b}", 0, 16, b) for b in COOPERATIVE_BLOCKS]
         outputs = {}
-        for label, fused_max_m, cooperative_max_m, prefetch in variants:
+        for label, fused_max_m, cooperative_max_m, blocks in variants:
             plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M = fused_max_m, 1 << 30, cooperative_max_m
-            gemm.COOPERATIVE_PREFETCH_L2 = prefetch
+            gemm.COOPERATIVE_MIN_BLOCKS = blocks
             clear_plan_cache()
             outputs[label] = bn.quantized_linear(x, w, ws, bias=bias)
             calls = itertools.cycle(weights)
@@ -321,7 +323,7 @@ def fused_decode(copy: float) -> list[dict]:
             row[f"{label}_us"] = 1e3 * ms
             row[f"{label}_pct"] = 100 * n * k / ms / 1e6 / copy
         plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M = shipped_limits
-        gemm.COOPERATIVE_PREFETCH_L2 = shipped_prefetch
+        gemm.COOPERATIVE_MIN_BLOCKS = shipped_blocks
         shipped()
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
         row["shipped"] = plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, out))

@@ -71,6 +71,9 @@ FUSED_MIN_BLOCKS = 3
 # (after the first, loaded into registers), and the pause between polls of the quantizers' counter
 COOPERATIVE_PREFETCH_L2 = 0
 SPIN_NANOSECONDS = 128
+# cooperative skinny with 2 column tiles: 91 registers (2 blocks per multiprocessor, where the unfused
+# kernel's 70 fit 3): launch bounds of this many blocks (80 registers, 20 bytes spilled)
+COOPERATIVE_MIN_BLOCKS = 3
 # |acc| <= K * 127 * 128 (activations in [-127, 127], weights in [-128, 127]) must stay below 2**31.
 MAX_EXACT_K = (2**31 - 1) // (127 * 128)
 
@@ -145,10 +148,12 @@ def fused_shared_bytes(m: int, k: int) -> int:
     return min(m, SKINNY_M) * (k + 16)
 
 
-def fused_min_blocks(tiles: int, x_element: ElementKind) -> int:
-    """The fused skinny kernel's ``fused_min_blocks`` (see :func:`linear_kernel`): ``FUSED_MIN_BLOCKS``
-    with at most 2 column tiles and 16- or 32-bit ``x`` (no spills there under its register cap), else 0."""
-    return FUSED_MIN_BLOCKS if tiles <= 2 and x_element.itemsize <= 4 else 0
+def fused_min_blocks(tiles: int, x_element: ElementKind, cooperative: bool = False) -> int:
+    """The fused (or ``cooperative``) skinny kernel's ``fused_min_blocks`` (see :func:`linear_kernel`):
+    ``FUSED_MIN_BLOCKS`` (``COOPERATIVE_MIN_BLOCKS``) with at most 2 column tiles and 16- or 32-bit
+    ``x`` (no spills, or a few bytes, there under its register cap), else 0."""
+    blocks = COOPERATIVE_MIN_BLOCKS if cooperative else FUSED_MIN_BLOCKS
+    return blocks if tiles <= 2 and x_element.itemsize <= 4 else 0
 
 
 def skinny_tiles(k: int) -> int:

@@ -169,7 +169,8 @@ class _LinearPlan(Plan):
             elif self._cooperates():
                 kernel = linear_kernel(out, desc.has_bias, False, True, None, gemm.SKINNY_CHUNKS, tiles,
                                        fused_input=self.entry.input_element,
-                                       fused_prefetch=gemm.COOPERATIVE_PREFETCH_L2, cooperative=True)
+                                       fused_prefetch=gemm.COOPERATIVE_PREFETCH_L2, cooperative=True,
+                                       fused_min_blocks=gemm.fused_min_blocks(tiles, self.entry.input_element, True))
                 variant("cooperative", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS, arrays=11)
                 self._aligned_variant, self._cooperative = "cooperative", True
         else:
