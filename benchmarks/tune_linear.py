@@ -544,6 +544,14 @@ def sass(out_dir: Path) -> list[dict]:
     kernels = [(s.name, gemm.linear_kernel(ElementKind.BF16, False, False, False, s)) for s in SHAPES]
     kernels += [(skinny_name(c), gemm.linear_kernel(ElementKind.BF16, False, False, True, None, *c)) for c in SKINNY]
     kernels.append(("tiled", gemm.linear_kernel(ElementKind.BF16, False, False)))
+    for cooperative in (False, True):  # the one-launch decode kernels as shipped (bf16 x, 2 column tiles)
+        kernel = gemm.linear_kernel(ElementKind.BF16, False, False, True, None, gemm.SKINNY_CHUNKS, 2,
+                                    fused_input=ElementKind.BF16,
+                                    fused_prefetch=(gemm.COOPERATIVE_PREFETCH_L2 if cooperative
+                                                    else gemm.FUSED_PREFETCH_L2),
+                                    fused_min_blocks=gemm.fused_min_blocks(2, ElementKind.BF16, cooperative),
+                                    cooperative=cooperative)
+        kernels.append(("cooperative" if cooperative else "fused", kernel))
     for name, kernel in kernels:
         dispatcher = kernel.compiled()
         overload = next(iter(dispatcher.overloads.values()))
@@ -551,7 +559,8 @@ def sass(out_dir: Path) -> list[dict]:
         path = Path("/tmp") / f"{name}.cubin"
         path.write_bytes(bytes(getattr(cubin, "code", cubin)))
         text = subprocess.run(["cuobjdump", "-sass", str(path)], capture_output=True, text=True).stdout
-        if name in (SHIPPED[0].name, SHIPPED[1].name, "skinny2x2"):  # the shipped kernels' listings come back
+        # the shipped kernels' listings come back
+        if name in (SHIPPED[0].name, SHIPPED[1].name, "skinny2x2", "fused", "cooperative"):
             (out_dir / f"{name}.sass").write_text(text)
         ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*(?:\.[A-Z0-9_]+)*)", text)
         mix = Counter(op.split(".")[0] for op in ops)
