@@ -333,6 +333,74 @@ def fused_decode(copy: float) -> list[dict]:
     return rows
 
 
+# skinny-kernel knobs of kernels.linear timed against the shipped ones (double-buffered weight
+# fragments, launch bounds, column tiles, chunks in flight). Session 14 also timed bulk L2 prefetches
+# of each block's weight rows (cp.async.bulk.prefetch.L2, 1 KiB to whole rows ahead): 3-24 points
+# slower at 8192^2 and 11008 x 4096, +1-4 at 4096^2 only (notes/gemm.md); removed.
+KNOBS = [("shipped", {}), ("single", {"DOUBLE_BUFFER_MIN_M": 1 << 30, "ONE_LAUNCH_DOUBLE_BUFFER": False}),
+         ("db_all", {"DOUBLE_BUFFER_MIN_M": 1}), ("db_c2", {"DOUBLE_BUFFER_CHUNKS": 2})]
+KNOB_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096)) for m in (1, 2, 4, 16)]
+
+
+def knob_decode(copy: float) -> list[dict]:
+    """Decode GPU time under each of ``KNOBS``: the GEMM alone on pre-quantized activations and
+    ``quantized_linear`` as shipped (fused / cooperative), weights rotating past L2 as in :func:`decode`;
+    every output bit-compared with the shipped knobs' one."""
+    names = {name for _, knobs in KNOBS for name in knobs}
+    shipped_knobs = {name: getattr(gemm, name) for name in names}
+    rows = []
+    for m, n, k in KNOB_DECODE:
+        x, w, ws, _ = problem(m, n, k, seed=m + n)
+        weights = [w] + [torch.randint_like(w, -128, 128) for _ in range(-(-200_000_000 // (n * k)))]
+        r = bn.dynamic_range_quantize(x)
+        xq, sx = r.q, r.scale.float()
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        row = {"shape": f"M={m} {n}x{k}", "copy_GBs": copy}
+        first: dict = {}
+        for label, knobs in KNOBS:
+            for name, value in {**shipped_knobs, **knobs}.items():
+                setattr(gemm, name, value)
+            clear_plan_cache()
+            gemm_runner(xq, sx, w, ws, None, out)()
+            outputs = {"gemm": out.clone(), "full": bn.quantized_linear(x, w, ws)}
+            first = first or outputs
+            row[f"{label} equal"] = all(bit_equal(first[key], v) for key, v in outputs.items())
+            runners = itertools.cycle([gemm_runner(xq, sx, wi, ws, None, out) for wi in weights])
+            ms = graph_ms(lambda runners=runners: next(runners)(), calls=10 * len(weights))
+            row[f"gemm {label}_pct"] = 100 * n * k / ms / 1e6 / copy
+            calls = itertools.cycle(weights)
+            ms = graph_ms(lambda calls=calls, x=x, ws=ws: bn.quantized_linear(x, next(calls), ws),
+                          calls=10 * len(weights))
+            row[f"linear {label}_pct"] = 100 * n * k / ms / 1e6 / copy
+        for name, value in shipped_knobs.items():
+            setattr(gemm, name, value)
+        clear_plan_cache()
+        say(json.dumps(row, default=lambda v: round(v, 1)))
+        rows.append(row)
+    return rows
+
+
+def profile_decode() -> None:
+    """One launch each of the decode kernels at N = K = 4096 (GEMM alone, quantized_linear as shipped)
+    under every ``KNOBS`` variant, for Nsight Compute (``ncu -k regex:w8a8``)."""
+    names = {name for _, knobs in KNOBS for name in knobs}
+    shipped_knobs = {name: getattr(gemm, name) for name in names}
+    for m in (1, 16):
+        x, w, ws, _ = problem(m, 4096, 4096)
+        r = bn.dynamic_range_quantize(x)
+        out = torch.empty(m, 4096, device="cuda", dtype=torch.bfloat16)
+        for _, knobs in KNOBS:
+            for name, value in {**shipped_knobs, **knobs}.items():
+                setattr(gemm, name, value)
+            clear_plan_cache()
+            gemm_runner(r.q, r.scale.float(), w, ws, None, out)()
+            bn.quantized_linear(x, w, ws)
+            torch.cuda.synchronize()
+    for name, value in shipped_knobs.items():
+        setattr(gemm, name, value)
+    clear_plan_cache()
+
+
 AB_DECODE = [(1, 4096, 4096), (1, 8192, 8192), (1, 11008, 4096)]
 
 
@@ -594,6 +662,9 @@ def main() -> None:
     parser.add_argument("--copy", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--save", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.only == ["profile_decode"]:  # under ncu: no copy, no log
+        profile_decode()
+        return
     if args.side:
         fused_side(args.side, args.copy, Path(args.save) if args.save else None)
         return
@@ -607,7 +678,7 @@ def main() -> None:
                         ("prefill", lambda: prefill(copy)), ("decode", lambda: decode(copy)),
                         ("host", lambda: host_and_graph(out_dir)), ("fused", lambda: fused_decode(copy)),
                         ("fused_ab", lambda: fused_ab(copy, out_dir, args.old_root, args.variants)),
-                        ("host_calls", lambda: host_calls(out_dir))):
+                        ("host_calls", lambda: host_calls(out_dir)), ("knobs", lambda: knob_decode(copy))):
         if section not in args.only:
             continue
         try:

@@ -203,7 +203,7 @@ def test_empty_problems():
 @pytest.mark.parametrize(("m", "n", "k", "skinny_chunks", "skinny_tiles", "variant"), [
     (70, 9, 272, 2, 1, "pipelined"),
     (70, 9, 200, 2, 1, "tiled"),
-    (17, 20, 208, 2, 2, "skinny"),
+    (17, 20, 208, 2, 2, "skinny_vector"),
     (3, 37, 200, 4, 4, "skinny"),
 ])
 def test_gemm_variants_match_reference(monkeypatch, m, n, k, skinny_chunks, skinny_tiles, variant):
@@ -385,7 +385,7 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant
         unfused = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, element, element, with_bias))
         two_launch_out = np.zeros((m, n), x.dtype)
         unfused_args = bn.QuantizedLinearArgs(x, w, ws, two_launch_out, bias)
-        assert unfused.kernel_variant(unfused_args) == "skinny"
+        assert unfused.kernel_variant(unfused_args) == "skinny_vector"
         unfused.run(unfused_args)
     clear_plan_cache()
     np.testing.assert_array_equal(fused_out.view(f"u{x.itemsize}"), two_launch_out.view(f"u{x.itemsize}"))
@@ -408,7 +408,7 @@ def test_fused_decode_only_up_to_the_widest_weight_it_wins_on():
             assert plan.kernel_variant(args) == variant, (m, n)
     w, ws = weights(rng, 8, 16)
     tokens = ((plans.FUSED_MAX_M, "fused"), (plans.FUSED_MAX_M + 1, "cooperative"),
-              (plans.COOPERATIVE_MAX_M, "cooperative"), (17, "skinny"))
+              (plans.COOPERATIVE_MAX_M, "cooperative"), (17, "skinny_vector"))
     for m, variant in tokens:
         x = rng.standard_normal((m, 16)).astype(np.float32)
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, 8, 16, "f32", "f32"))
@@ -423,7 +423,7 @@ def test_fused_decode_falls_back_for_unaligned_x_and_ragged_k():
     plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(2, 9, 64, "f32", "f32"))
     args = bn.QuantizedLinearArgs(x, w, ws, np.zeros((2, 9), np.float32))
     if SIMULATOR:  # on a GPU a host array is first copied into an (aligned) device buffer
-        assert plan.kernel_variant(args) == "skinny"
+        assert plan.kernel_variant(args) == "skinny_vector"  # x quantized into the aligned workspace first
     plan.run(args)
     np.testing.assert_array_equal(args.output, ref.linear.quantized_linear(x, w, ws))
     ragged = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(2, 9, 56, "f32", "f32"))

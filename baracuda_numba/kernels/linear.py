@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import cuda
@@ -43,7 +44,7 @@ from .elementwise import ElementwiseKernel, ElementwiseOp, op_functions, uint_na
 
 __all__ = ["TILE_M", "TILE_N", "TILE_THREADS", "SKINNY_MAX_M", "SKINNY_M", "SKINNY_N", "SKINNY_THREADS", "MAX_EXACT_K",
            "CHUNK_K", "PipelineShape", "PIPELINE", "PIPELINE_LARGE", "SKINNY_CHUNKS", "SKINNY_TILES", "linear_kernel",
-           "pipeline_shape", "skinny_tiles"]
+           "pipeline_shape", "skinny_pipelining", "skinny_tiles"]
 
 CHUNK_K = 64  # k per step: 16 bytes per lane, 4 lanes per row
 # tiled: warps arranged WARPS_M x WARPS_N, each MT x NT mma tiles (16 rows x 8 columns each)
@@ -71,6 +72,16 @@ FUSED_MIN_BLOCKS = 3
 # (after the first, loaded into registers), and the pause between polls of the quantizers' counter
 COOPERATIVE_PREFETCH_L2 = 0
 SPIN_NANOSECONDS = 128
+# skinny kernels on aligned operands (session 14, H100, GPU time with weights rotating past L2, % of copy,
+# notes/gemm.md): double-buffered weight fragments of 1 chunk (the next iteration's loads issued before
+# the current mmas) against 2 chunks single-buffered. The one-launch kernels gain at M = 1 and 16
+# (fused M = 1: 58.7 / 93.1 / 70.7 against 56.2 / 84.6 / 68.8 at 4096^2 / 8192^2 / 11008 x 4096;
+# cooperative M = 16: 42.5 / 75.7 / 62.3 against 40.7 / 67.6 / 58.3); the GEMM alone gains at M = 16
+# (64.0 / 90.9 / 76.9 against 59.8 / 84.3 / 72.7) and loses at M = 1 (64.4 / 96.8 / 82.2 against
+# 67.3 / 98.1 / 85.9).
+DOUBLE_BUFFER_CHUNKS = 1
+DOUBLE_BUFFER_MIN_M = 2  # the GEMM alone double-buffers from this many rows up to SKINNY_M
+ONE_LAUNCH_DOUBLE_BUFFER = True
 # cooperative skinny with 2 column tiles: 91 registers (2 blocks per multiprocessor, where the unfused
 # kernel's 70 fit 3): launch bounds of this many blocks (80 registers, 20 bytes spilled)
 COOPERATIVE_MIN_BLOCKS = 3
@@ -156,6 +167,15 @@ def fused_min_blocks(tiles: int, x_element: ElementKind, cooperative: bool = Fal
     return blocks if tiles <= 2 and x_element.itemsize <= 4 else 0
 
 
+def skinny_pipelining(m: int, one_launch: bool = False) -> tuple[int, bool]:
+    """``(chunks in flight per buffer, double-buffered)`` of the skinny kernel on aligned operands for
+    ``m`` rows (``one_launch``: the fused and cooperative kernels), as measured (see
+    ``DOUBLE_BUFFER_CHUNKS``)."""
+    if ONE_LAUNCH_DOUBLE_BUFFER if one_launch else DOUBLE_BUFFER_MIN_M <= m <= SKINNY_M:
+        return DOUBLE_BUFFER_CHUNKS, True
+    return SKINNY_CHUNKS, False
+
+
 def skinny_tiles(k: int) -> int:
     """Column tiles per skinny block: measured best with 4 for K >= 8192, 2 below (rotating weights
     past L2, M = 1 and 16)."""
@@ -186,6 +206,17 @@ def load_chunk(bytes_view, pairs_view, row, rows, k, K, aligned):
 
 
 @device_function
+def load_vector_chunk(pairs_view, row, rows, k, K):
+    """:func:`load_chunk` of a matrix known to be 16-byte aligned with ``K % 16 == 0`` (``k`` a multiple
+    of 16): one vector load or zeros, no byte path."""
+    lo = _U64(0)
+    hi = _U64(0)
+    if row < rows and k < K:
+        lo, hi = device.load_u64x2(pairs_view, (row * K + k) >> 4)  # a shift: row * K + k >= 0
+    return lo, hi
+
+
+@device_function
 def mma_chunk(acc, base, x0, x1, y0, y1, w0, w1, scratch, tid):
     """``acc[base .. base + 3] +=`` one 16 x 8 tile over a 64-k chunk: rows ``g`` / ``g + 8`` of ``a`` as
     ``(x0, x1)`` / ``(y0, y1)``, column ``g`` of ``w`` as ``(w0, w1)`` (two mmas, see the module doc)."""
@@ -200,27 +231,51 @@ def mma_chunk(acc, base, x0, x1, y0, y1, w0, w1, scratch, tid):
     acc[base + 3] = c3
 
 
-def _epilogue(out: ElementKind, has_bias: bool, per_tensor_rows: bool):
+class Epilogue(NamedTuple):
+    """The device functions of one output's epilogue (see :func:`_epilogue`)."""
+
+    store: Any
+    row_param: Any
+    column_params: Any
+    store_with: Any
+
+
+def _epilogue(out: ElementKind, has_bias: bool, per_tensor_rows: bool) -> Epilogue:
     encode = codec(out, MathPrecision.F32).encode
     f32 = np.float32
 
     @device_function
-    def store_scaled(acc_value, rs, m, n, M, N, col_scale, bias, out_elems):
-        """``out[m, n] = (f32(acc) * rs) * col_scale[n] (+ bias[n])`` inside the matrix."""
-        if m < M and n < N:
-            value = f32(acc_value) * rs * col_scale[n]
+    def column_params(n, N, col_scale, bias):
+        """``(col_scale[n], bias[n])`` (zeros past ``N``, bias 0 without one)."""
+        cs = b = f32(0)
+        if n < N:
+            cs = col_scale[n]
             if has_bias:
-                value = device.add_rn(value, bias[n])
+                b = bias[n]
+        return cs, b
+
+    @device_function
+    def store_with(acc_value, rs, cs, b, m, n, M, N, out_elems):
+        """``out[m, n] = (f32(acc) * rs) * cs (+ b)`` inside the matrix."""
+        if m < M and n < N:
+            value = f32(acc_value) * rs * cs
+            if has_bias:
+                value = device.add_rn(value, b)
             out_elems[m * N + n] = encode(value)
+
+    @device_function
+    def row_param(m, row_scale, tensor_scale):
+        """Row ``m``'s activation scale (``m < M``)."""
+        return tensor_scale if per_tensor_rows else f32(row_scale[m])
 
     @device_function
     def store(acc_value, m, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale):
         """``out[m, n] = (f32(acc) * row scale) * col_scale[n] (+ bias[n])`` inside the matrix."""
         if m < M and n < N:
-            rs = tensor_scale if per_tensor_rows else f32(row_scale[m])
-            store_scaled(acc_value, rs, m, n, M, N, col_scale, bias, out_elems)
+            cs, b = column_params(n, N, col_scale, bias)
+            store_with(acc_value, row_param(m, row_scale, tensor_scale), cs, b, m, n, M, N, out_elems)
 
-    return store, store_scaled
+    return Epilogue(store, row_param, column_params, store_with)
 
 
 def _tiled(store):
@@ -492,8 +547,8 @@ def _fused_quantizer(x_element: ElementKind):
     return M, per_pair, piece_absmax, row_params, quantized_byte
 
 
-def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_element: ElementKind | None = None,
-            prefetch_l2: int = 0, cooperative: bool = False):
+def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: ElementKind | None = None,
+            prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -520,6 +575,16 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
     when all of a thread's pieces fit in one batch they stay in registers for the quantize, else they
     are read again from L2. Each piece's quantized bytes go out as one store."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
+    outputs = -(-32 * slots // SKINNY_THREADS)  # outputs per thread (1 tile: half the threads store none)
+    _, row_param, column_params, store_with = epilogue
+    vector_only = vector_only or x_element is not None  # the one-launch kernels take aligned operands only
+
+    @device_function
+    def load_operand_chunk(bytes_view, pairs_view, row, rows, k, K, aligned):
+        """An operand's 16 bytes (see :func:`load_chunk`); ``vector_only``: no byte path (``aligned`` holds)."""
+        if vector_only:
+            return load_vector_chunk(pairs_view, row, rows, k, K)
+        return load_chunk(bytes_view, pairs_view, row, rows, k, K, aligned)
     quantizes = x_element is not None
     fused = quantizes and not cooperative  # the quantized rows live in shared memory
     if quantizes:
@@ -541,7 +606,7 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
         for c in range(chunks_in_flight):
             for j in range(n_tiles):
                 w = 2 * (c * n_tiles + j)
-                w_frag[w], w_frag[w + 1] = load_chunk(w_bytes, w_pairs, n_block + SKINNY_N * j + group, N,
+                w_frag[w], w_frag[w + 1] = load_operand_chunk(w_bytes, w_pairs, n_block + SKINNY_N * j + group, N,
                                                       k + c * CHUNK_K * SKINNY_WARPS, K, aligned)
 
     @device_function
@@ -636,15 +701,38 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
                 r0, s0 = next_piece(r0, s0, per_row)
 
     @device_function
-    def stream_weights(acc, w_frag, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
+    def mma_weights(acc, w_frag, scratch, a_bytes, a_pairs, M, K, m_block, k, aligned, tid):
+        """``acc +=`` one main-loop iteration: the activation chunks matching ``w_frag``'s weight pieces
+        (from ``k`` on, see :func:`load_weights`) against them, every column tile."""
+        group = tid % 32 // 4
+        row_pairs = (K + 16) // 16 if fused else K // 16
+        for c in range(chunks_in_flight):
+            kc = k + c * CHUNK_K * SKINNY_WARPS
+            if quantizes:  # rows past M and k past K read as zeros, as load_chunk's do
+                x0 = x1 = y0 = y1 = _U64(0)
+                if kc < K:
+                    if m_block + group < M:
+                        x0, x1 = device.load_u64x2(a_pairs, group * row_pairs + kc // 16)
+                    if m_block + group + 8 < M:
+                        y0, y1 = device.load_u64x2(a_pairs, (group + 8) * row_pairs + kc // 16)
+            else:
+                x0, x1 = load_operand_chunk(a_bytes, a_pairs, m_block + group, M, kc, K, aligned)
+                y0, y1 = load_operand_chunk(a_bytes, a_pairs, m_block + group + 8, M, kc, K, aligned)
+            for j in range(n_tiles):
+                w = 2 * (c * n_tiles + j)
+                mma_chunk(acc, 4 * j, x0, x1, y0, y1, w_frag[w], w_frag[w + 1], scratch, tid)
+
+    @device_function
+    def stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
                        aligned, preloaded, tid):
         """``acc`` = this lane's share of the block's 16 x ``8 n_tiles`` tile over its warp's chunks of
         ``K``; the activations from ``a_bytes`` / ``a_pairs`` (quantized rows ``(K + 16) // 16`` pairs
         apart in shared memory when fused, ``K / 16`` apart in global memory when cooperative);
-        ``preloaded``: ``w_frag`` already holds the first iteration's weight."""
+        ``preloaded``: ``w_frag`` already holds the first iteration's weight. With ``double_buffer`` the
+        next iteration's weight loads (into ``w_next``, then back into ``w_frag``) are issued before the
+        current iteration's mmas, so a warp's loads are in flight while it computes."""
         warp, lane = tid // 32, tid % 32
         group, t = lane // 4, lane % 4
-        row_pairs = (K + 16) // 16 if fused else K // 16
         for i in range(slots):
             acc[i] = 0
         chunks = (K + CHUNK_K - 1) // CHUNK_K
@@ -652,47 +740,71 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
         # (each activation fragment then feeds the block's `n_tiles` column tiles); every warp runs
         # the same number of iterations (chunks past K read as zeros) because the simulated mma
         # synchronises the block
+        if double_buffer:
+            if not preloaded:
+                load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * warp + 16 * t, K, aligned)
+            for first in range(0, chunks, 2 * step):
+                k = CHUNK_K * (first + warp) + 16 * t
+                load_weights(w_next, w_bytes, w_pairs, n_block, group, N, k + CHUNK_K * step, K, aligned)
+                mma_weights(acc, w_frag, scratch, a_bytes, a_pairs, M, K, m_block, k, aligned, tid)
+                if first + step < chunks:  # the same for every warp
+                    load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, k + 2 * CHUNK_K * step, K, aligned)
+                    mma_weights(acc, w_next, scratch, a_bytes, a_pairs, M, K, m_block, k + CHUNK_K * step,
+                                aligned, tid)
+            return
         for first in range(0, chunks, step):
             k = CHUNK_K * (first + warp) + 16 * t
             if not preloaded or first > 0:
                 load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, k, K, aligned)
-            for c in range(chunks_in_flight):
-                kc = k + c * CHUNK_K * SKINNY_WARPS
-                if quantizes:  # rows past M and k past K read as zeros, as load_chunk's do
-                    x0 = x1 = y0 = y1 = _U64(0)
-                    if kc < K:
-                        if m_block + group < M:
-                            x0, x1 = device.load_u64x2(a_pairs, group * row_pairs + kc // 16)
-                        if m_block + group + 8 < M:
-                            y0, y1 = device.load_u64x2(a_pairs, (group + 8) * row_pairs + kc // 16)
-                else:
-                    x0, x1 = load_chunk(a_bytes, a_pairs, m_block + group, M, kc, K, aligned)
-                    y0, y1 = load_chunk(a_bytes, a_pairs, m_block + group + 8, M, kc, K, aligned)
-                for j in range(n_tiles):
-                    w = 2 * (c * n_tiles + j)
-                    mma_chunk(acc, 4 * j, x0, x1, y0, y1, w_frag[w], w_frag[w + 1], scratch, tid)
+            mma_weights(acc, w_frag, scratch, a_bytes, a_pairs, M, K, m_block, k, aligned, tid)
 
     @device_function
-    def reduce_and_store(acc, partial, scales, row_scale, col_scale, bias, out_elems, M, N, m_block, n_block,
-                         tensor_scale, tid):
+    def output_of(index, n_block):
+        """The output that thread slot ``index`` (below ``32 * slots``) stores: fragment slot ``slot`` of
+        lane ``source`` (summed over warps), at local row ``local`` and column ``n``."""
+        slot, source = index // 32, index % 32
+        local = source // 4 + (8 if slot % 4 >= 2 else 0)
+        return slot, source, local, n_block + SKINNY_N * (slot // 4) + 2 * (source % 4) + slot % 2
+
+    @device_function
+    def load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
+                      tensor_scale, rows_ready, tid):
+        """This thread's outputs' column scales and biases (and, with ``rows_ready``, row scales), loaded
+        when the block starts so that their latency hides under the weight stream."""
+        for o in range(outputs):
+            index = tid + o * SKINNY_THREADS
+            if index < 32 * slots:
+                _, _, local, n = output_of(index, n_block)
+                col_pre[o], bias_pre[o] = column_params(n, N, col_scale, bias)
+                if rows_ready and m_block + local < M:
+                    row_pre[o] = row_param(m_block + local, row_scale, tensor_scale)
+
+    @device_function
+    def reduce_and_store(acc, partial, scales, row_scale, col_pre, bias_pre, row_pre, out_elems, M, N, m_block,
+                         n_block, tensor_scale, rows_ready, tid):
         """Sum the warps' accumulators through shared memory and store the block's outputs through the
-        epilogue (fused: with the per-token scales in shared ``scales``)."""
+        epilogue, with the column parameters of :func:`load_epilogue` and the row scales it loaded
+        (``rows_ready``), else the fused kernel's in shared ``scales``, else ``row_scale``'s."""
         warp, lane = tid // 32, tid % 32
         for i in range(slots):
             partial[warp, i, lane] = acc[i]
         cuda.syncthreads()
-        # one thread per output: fragment slot `slot` of lane `source` in column tile `j`, summed over warps
-        for index in range(tid, 32 * slots, SKINNY_THREADS):
-            slot, source = index // 32, index % 32
-            total = 0
-            for other in range(SKINNY_WARPS):
-                total += partial[other, slot, source]
-            local = source // 4 + (8 if slot % 4 >= 2 else 0)
-            n = n_block + SKINNY_N * (slot // 4) + 2 * (source % 4) + slot % 2
-            if fused:
-                store_scaled(total, np.float32(scales[local]), m_block + local, n, M, N, col_scale, bias, out_elems)
-            else:
-                store(total, m_block + local, n, M, N, row_scale, col_scale, bias, out_elems, tensor_scale)
+        for o in range(outputs):
+            index = tid + o * SKINNY_THREADS
+            if index < 32 * slots:
+                slot, source, local, n = output_of(index, n_block)
+                total = 0
+                for other in range(SKINNY_WARPS):
+                    total += partial[other, slot, source]
+                m = m_block + local
+                if m < M and n < N:
+                    if rows_ready:
+                        rs = row_pre[o]
+                    elif fused:
+                        rs = np.float32(scales[local])
+                    else:
+                        rs = row_param(m, row_scale, tensor_scale)
+                    store_with(total, rs, col_pre[o], bias_pre[o], m, n, M, N, out_elems)
 
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
@@ -710,12 +822,18 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
         piece_hi = cuda.local.array(ABSMAX_LOADS, np.uint64)
         acc = cuda.local.array(slots, np.int32)
         w_frag = cuda.local.array(w_words, np.uint64)
+        w_next = cuda.local.array(w_words, np.uint64)
+        col_pre = cuda.local.array(outputs, np.float32)
+        bias_pre = cuda.local.array(outputs, np.float32)
+        row_pre = cuda.local.array(outputs, np.float32)
         warp, lane = tid // 32, tid % 32
         group, t = lane // 4, lane % 4
         # row tiles fastest: the blocks sharing a weight slice run together and share it through L2
         n_tile = cuda.blockIdx.x // tiles_m
         m_block = (cuda.blockIdx.x - n_tile * tiles_m) * SKINNY_M
         n_block = n_tile * (SKINNY_N * n_tiles)
+        load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block, tensor_scale,
+                      not fused, tid)
         if fused:
             # the first iteration's weight (and L2 prefetches of the next ones) before the prologue,
             # so that HBM works while x is reduced and quantized
@@ -727,13 +845,13 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
             quantize_rows(a_pairs, m_block, 1, min(SKINNY_M, M - m_block), K, xq_words, 0, (K + 16) // per_pair,
                           scales, piece_lo, piece_hi, warp_max, shuffle_scratch, tid)
             cuda.syncthreads()
-            stream_weights(acc, w_frag, scratch, a_bytes, xq_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
+            stream_weights(acc, w_frag, w_next, scratch, a_bytes, xq_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
                            aligned, True, tid)
         else:
-            stream_weights(acc, w_frag, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
+            stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
                            aligned, False, tid)
-        reduce_and_store(acc, partial, scales, row_scale, col_scale, bias, out_elems, M, N, m_block, n_block,
-                         tensor_scale, tid)
+        reduce_and_store(acc, partial, scales, row_scale, col_pre, bias_pre, row_pre, out_elems, M, N, m_block,
+                         n_block, tensor_scale, not fused, tid)
 
     def cooperative_kernel(x_elems, x_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                            xq_words, xq_pairs, counters, M, N, K, tiles_m, aligned, tensor_scale):
@@ -747,6 +865,9 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
         piece_hi = cuda.local.array(ABSMAX_LOADS, np.uint64)
         acc = cuda.local.array(slots, np.int32)
         w_frag = cuda.local.array(w_words, np.uint64)
+        w_next = cuda.local.array(w_words, np.uint64)
+        col_pre = cuda.local.array(outputs, np.float32)
+        bias_pre = cuda.local.array(outputs, np.float32)
         warp, lane = tid // 32, tid % 32
         group, t = lane // 4, lane % 4
         n_block = cuda.blockIdx.x * (SKINNY_N * n_tiles)  # M <= 16: one row tile
@@ -755,6 +876,9 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
         load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * warp + 16 * t, K, aligned)
         for ahead in range(1, prefetch_l2 + 1):
             prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
+        # the row scales are the quantizers' results: read after the wait
+        load_epilogue(col_pre, bias_pre, col_pre, row_scale, col_scale, bias, M, N, 0, n_block, tensor_scale,
+                      False, tid)
         if tid == 0:
             ticket[0] = cuda.atomic.add(counters, 0, 1)
         cuda.syncthreads()
@@ -774,10 +898,10 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
                     cuda.nanosleep(SPIN_NANOSECONDS)  # fewer polls of the counter the quantizers add to
             cuda.threadfence()
         cuda.syncthreads()
-        stream_weights(acc, w_frag, scratch, x_elems, xq_pairs, w_bytes, w_pairs, M, N, K, 0, n_block,
+        stream_weights(acc, w_frag, w_next, scratch, x_elems, xq_pairs, w_bytes, w_pairs, M, N, K, 0, n_block,
                        aligned, True, tid)
-        reduce_and_store(acc, partial, row_scale, row_scale, col_scale, bias, out_elems, M, N, 0, n_block,
-                         tensor_scale, tid)
+        reduce_and_store(acc, partial, row_scale, row_scale, col_pre, bias_pre, col_pre, out_elems, M, N, 0,
+                         n_block, tensor_scale, False, tid)
         if tid == 0 and cuda.atomic.add(counters, 2, 1) == cuda.gridDim.x - 1:
             counters[0] = 0
             counters[1] = 0
@@ -790,7 +914,8 @@ def _skinny(store, chunks_in_flight: int, n_tiles: int, store_scaled=None, x_ele
 def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinny: bool = False,
                   pipeline: PipelineShape | None = None, skinny_chunks: int = SKINNY_CHUNKS,
                   skinny_tiles: int = 2, fused_input: ElementKind | None = None,
-                  fused_prefetch: int = 0, fused_min_blocks: int = 0, cooperative: bool = False) -> ElementwiseKernel:
+                  fused_prefetch: int = 0, fused_min_blocks: int = 0, cooperative: bool = False,
+                  double_buffer: bool = False, vector_only: bool = False) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -803,25 +928,31 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     capped so that many blocks fit on a multiprocessor). ``cooperative`` (with ``fused_input``, ``M <= 16``):
     the blocks quantize ``x`` into the workspace for each other (see :func:`_skinny`); three more arrays
     follow the eight: the quantized rows as one word per 16-byte piece of ``x``, the same bytes as
-    uint64 pairs, and three zeroed uint32 counters; ``row_scale`` receives the per-token scales."""
-    store, store_scaled = _epilogue(out, has_bias, per_tensor_rows)
+    uint64 pairs, and three zeroed uint32 counters; ``row_scale`` receives the per-token scales.
+    ``double_buffer`` (skinny kernels): each warp's next weight loads issued before its current mmas;
+    ``vector_only`` (skinny): operands known to be 16-byte aligned with ``K % 16 == 0`` (no byte path;
+    always so for ``fused_input``)."""
+    epilogue = _epilogue(out, has_bias, per_tensor_rows)
     options: tuple = ()
     extra = ""
     if fused_input is not None:
-        kernel = _skinny(store, skinny_chunks, skinny_tiles, store_scaled, fused_input, fused_prefetch, cooperative)
+        kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, fused_input, fused_prefetch, cooperative,
+                         double_buffer)
         shape = f"skinny{skinny_chunks}x{skinny_tiles}_{'cooperative' if cooperative else 'fused'}_{fused_input.short}"
         shape += f"_l2p{fused_prefetch}" if fused_prefetch else ""
         shape += f"_b{fused_min_blocks}" if fused_min_blocks else ""
+        shape += "_db" if double_buffer else ""
         if fused_min_blocks:
             options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)
         if cooperative:
             extra = f"{uint_name(min(16 // fused_input.itemsize, 8))}[::1], uint64[::1], uint32[::1], "
     elif skinny:
-        kernel, shape = _skinny(store, skinny_chunks, skinny_tiles), f"skinny{skinny_chunks}x{skinny_tiles}"
+        kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, double_buffer=double_buffer, vector_only=vector_only)
+        shape = f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
     elif pipeline is not None:
-        kernel, shape = _pipelined(store, pipeline), f"pipelined_{pipeline.name}"
+        kernel, shape = _pipelined(epilogue.store, pipeline), f"pipelined_{pipeline.name}"
     else:
-        kernel, shape = _tiled(store), "tiled"
+        kernel, shape = _tiled(epilogue.store), "tiled"
     # per-token scales come from the dynamic quantizer: float64 for float64 activations
     row = "float64" if out is ElementKind.F64 and not per_tensor_rows else "float32"
     a_view = "uint8" if fused_input is None else uint_name(fused_input.itemsize)

@@ -161,19 +161,26 @@ class _LinearPlan(Plan):
             tiles = gemm.skinny_tiles(desc.k)
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.SKINNY_CHUNKS, tiles)
             variant("skinny", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS)
-            self._aligned_variant = self._other_variant = "skinny"
+            chunks, double_buffer = gemm.skinny_pipelining(desc.m)
+            kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, tiles,
+                                   double_buffer=double_buffer, vector_only=True)
+            variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS)
+            self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
+            chunks, double_buffer = gemm.skinny_pipelining(desc.m, one_launch=True)
             if self._fuses_quantize():
-                kernel = linear_kernel(out, desc.has_bias, False, True, None, gemm.SKINNY_CHUNKS, tiles,
+                kernel = linear_kernel(out, desc.has_bias, False, True, None, chunks, tiles,
                                        fused_input=self.entry.input_element, fused_prefetch=gemm.FUSED_PREFETCH_L2,
-                                       fused_min_blocks=gemm.fused_min_blocks(tiles, self.entry.input_element))
+                                       fused_min_blocks=gemm.fused_min_blocks(tiles, self.entry.input_element),
+                                       double_buffer=double_buffer)
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                         gemm.fused_shared_bytes(desc.m, desc.k))
                 self._aligned_variant, self._fused = "fused", True
             elif self._cooperates():
-                kernel = linear_kernel(out, desc.has_bias, False, True, None, gemm.SKINNY_CHUNKS, tiles,
+                kernel = linear_kernel(out, desc.has_bias, False, True, None, chunks, tiles,
                                        fused_input=self.entry.input_element,
                                        fused_prefetch=gemm.COOPERATIVE_PREFETCH_L2, cooperative=True,
-                                       fused_min_blocks=gemm.fused_min_blocks(tiles, self.entry.input_element, True))
+                                       fused_min_blocks=gemm.fused_min_blocks(tiles, self.entry.input_element, True),
+                                       double_buffer=double_buffer)
                 variant("cooperative", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS, arrays=11)
                 self._aligned_variant, self._cooperative = "cooperative", True
         else:
@@ -295,7 +302,7 @@ class _LinearPlan(Plan):
         aligned = d.k % 16 == 0 and _address(a) % 16 == 0 and _address(weight) % 16 == 0
         name = self._aligned_variant if aligned else self._other_variant
         if unfused and name in ("fused", "cooperative"):
-            name = "skinny"  # `a` is already quantized
+            name = "skinny_vector"  # `a` is already quantized (and aligned: this is the aligned variant)
         launcher, tiles_m, blocks, threads = self._variants[name]
         extra: tuple[ArrayArg, ...] = ()
         if name in ("fused", "cooperative"):  # `a` is x itself
@@ -319,12 +326,16 @@ class _LinearPlan(Plan):
                         a.device_id)
 
     def kernel_variant(self, args: Any) -> str:
-        """Which GEMM kernel ``run(args)`` launches: ``fused`` (the skinny kernel quantizing ``x``
-        itself), ``skinny``, ``pipelined`` or ``tiled``."""
+        """Which GEMM kernel ``run(args)`` launches: ``fused`` / ``cooperative`` (skinny kernels quantizing
+        ``x`` themselves), ``skinny_vector`` (the skinny kernel on aligned operands), ``skinny``,
+        ``pipelined`` or ``tiled``."""
         operands = self._bind(args)
         aligned = self.desc.k % 16 == 0 and _address(operands[1]) % 16 == 0
         if isinstance(self, QuantizedLinearPlan) and not (self._fused or self._cooperative):
             return self._aligned_variant if aligned else self._other_variant  # xq lives in the workspace
+        if aligned and (self._fused or self._cooperative):
+            # x unaligned: quantized into the (aligned) workspace first
+            return self._aligned_variant if _address(operands[0]) % 16 == 0 else "skinny_vector"
         return self._aligned_variant if aligned and _address(operands[0]) % 16 == 0 else self._other_variant
 
 
