@@ -278,7 +278,7 @@ def decode(copy: float) -> list[dict]:
 
 # the cooperative kernel's launch bounds timed (blocks per multiprocessor; session 12: L2 prefetch
 # depths 1, 3 and 7 were slower than none)
-COOPERATIVE_BLOCKS = (0, 3)
+COOPERATIVE_BLOCKS = (3,)
 FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096)) for m in (1, 2, 4, 8, 16)]
 
 
@@ -337,8 +337,7 @@ def fused_decode(copy: float) -> list[dict]:
 # fragments, launch bounds, column tiles, chunks in flight). Session 14 also timed bulk L2 prefetches
 # of each block's weight rows (cp.async.bulk.prefetch.L2, 1 KiB to whole rows ahead): 3-24 points
 # slower at 8192^2 and 11008 x 4096, +1-4 at 4096^2 only (notes/gemm.md); removed.
-KNOBS = [("shipped", {}), ("single", {"DOUBLE_BUFFER_MIN_M": 1 << 30, "ONE_LAUNCH_DOUBLE_BUFFER": False}),
-         ("db_all", {"DOUBLE_BUFFER_MIN_M": 1}), ("db_c2", {"DOUBLE_BUFFER_CHUNKS": 2})]
+KNOBS = [("shipped", {}), ("gemm_c1", {"VECTOR_CHUNKS": 1}), ("one_launch_c2", {"ONE_LAUNCH_CHUNKS": 2})]
 KNOB_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096)) for m in (1, 2, 4, 16)]
 
 
@@ -612,13 +611,16 @@ def sass(out_dir: Path) -> list[dict]:
     kernels = [(s.name, gemm.linear_kernel(ElementKind.BF16, False, False, False, s)) for s in SHAPES]
     kernels += [(skinny_name(c), gemm.linear_kernel(ElementKind.BF16, False, False, True, None, *c)) for c in SKINNY]
     kernels.append(("tiled", gemm.linear_kernel(ElementKind.BF16, False, False)))
+    vector = gemm.linear_kernel(ElementKind.BF16, False, False, True, None, gemm.skinny_chunks(), 2,
+                                double_buffer=True, vector_only=True)
+    kernels.append(("skinny_vector", vector))
     for cooperative in (False, True):  # the one-launch decode kernels as shipped (bf16 x, 2 column tiles)
-        kernel = gemm.linear_kernel(ElementKind.BF16, False, False, True, None, gemm.SKINNY_CHUNKS, 2,
+        kernel = gemm.linear_kernel(ElementKind.BF16, False, False, True, None, gemm.skinny_chunks(True), 2,
                                     fused_input=ElementKind.BF16,
                                     fused_prefetch=(gemm.COOPERATIVE_PREFETCH_L2 if cooperative
                                                     else gemm.FUSED_PREFETCH_L2),
                                     fused_min_blocks=gemm.fused_min_blocks(2, ElementKind.BF16, cooperative),
-                                    cooperative=cooperative)
+                                    cooperative=cooperative, double_buffer=True)
         kernels.append(("cooperative" if cooperative else "fused", kernel))
     for name, kernel in kernels:
         dispatcher = kernel.compiled()
@@ -628,7 +630,7 @@ def sass(out_dir: Path) -> list[dict]:
         path.write_bytes(bytes(getattr(cubin, "code", cubin)))
         text = subprocess.run(["cuobjdump", "-sass", str(path)], capture_output=True, text=True).stdout
         # the shipped kernels' listings come back
-        if name in (SHIPPED[0].name, SHIPPED[1].name, "skinny2x2", "fused", "cooperative"):
+        if name in (SHIPPED[0].name, SHIPPED[1].name, "skinny_vector", "fused", "cooperative"):
             (out_dir / f"{name}.sass").write_text(text)
         ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*(?:\.[A-Z0-9_]+)*)", text)
         mix = Counter(op.split(".")[0] for op in ops)

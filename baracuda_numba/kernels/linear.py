@@ -44,7 +44,7 @@ from .elementwise import ElementwiseKernel, ElementwiseOp, op_functions, uint_na
 
 __all__ = ["TILE_M", "TILE_N", "TILE_THREADS", "SKINNY_MAX_M", "SKINNY_M", "SKINNY_N", "SKINNY_THREADS", "MAX_EXACT_K",
            "CHUNK_K", "PipelineShape", "PIPELINE", "PIPELINE_LARGE", "SKINNY_CHUNKS", "SKINNY_TILES", "linear_kernel",
-           "pipeline_shape", "skinny_pipelining", "skinny_tiles"]
+           "pipeline_shape", "skinny_chunks", "skinny_tiles"]
 
 CHUNK_K = 64  # k per step: 16 bytes per lane, 4 lanes per row
 # tiled: warps arranged WARPS_M x WARPS_N, each MT x NT mma tiles (16 rows x 8 columns each)
@@ -57,7 +57,7 @@ assert TILE_M == TILE_N == 2 * (TILE_THREADS // 4), "each thread stages two rows
 # skinny (M <= SKINNY_MAX_M): SKINNY_WARPS warps split K for one 16 x 8 mma tile per block
 SKINNY_MAX_M, SKINNY_M, SKINNY_N, SKINNY_WARPS = 64, 16, 8, 8
 SKINNY_THREADS = 32 * SKINNY_WARPS
-SKINNY_CHUNKS = 2  # 64-byte weight chunks each warp has in flight per iteration (16 bytes each per lane)
+SKINNY_CHUNKS = 2  # byte-path skinny kernel: 64-byte weight chunks each warp has in flight per iteration
 SKINNY_TILES: int | None = None  # 8-column tiles per block sharing each activation fragment; None: skinny_tiles(k)
 # fused skinny: 16-byte pieces of x each thread has in flight in the scale pass (and keeps for the
 # quantize when they are all its pieces: M = 1 up to K = 8192 for 16-bit x). 8 spills at 80 registers.
@@ -72,16 +72,17 @@ FUSED_MIN_BLOCKS = 3
 # (after the first, loaded into registers), and the pause between polls of the quantizers' counter
 COOPERATIVE_PREFETCH_L2 = 0
 SPIN_NANOSECONDS = 128
-# skinny kernels on aligned operands (session 14, H100, GPU time with weights rotating past L2, % of copy,
-# notes/gemm.md): double-buffered weight fragments of 1 chunk (the next iteration's loads issued before
-# the current mmas) against 2 chunks single-buffered. The one-launch kernels gain at M = 1 and 16
-# (fused M = 1: 58.7 / 93.1 / 70.7 against 56.2 / 84.6 / 68.8 at 4096^2 / 8192^2 / 11008 x 4096;
-# cooperative M = 16: 42.5 / 75.7 / 62.3 against 40.7 / 67.6 / 58.3); the GEMM alone gains at M = 16
-# (64.0 / 90.9 / 76.9 against 59.8 / 84.3 / 72.7) and loses at M = 1 (64.4 / 96.8 / 82.2 against
-# 67.3 / 98.1 / 85.9).
-DOUBLE_BUFFER_CHUNKS = 1
-DOUBLE_BUFFER_MIN_M = 2  # the GEMM alone double-buffers from this many rows up to SKINNY_M
-ONE_LAUNCH_DOUBLE_BUFFER = True
+# skinny kernels on aligned operands (``vector_only``: no byte path) double-buffer their weight
+# fragments (the next iteration's loads issued before the current mmas): single-buffered, ptxas
+# issues them late (54-73 % of copy, ncu: 14 cycles of long-scoreboard stall per instruction).
+# Chunks in flight per buffer, measured in session 14 (H100, GPU time, weights rotating past L2,
+# % of copy at 4096^2 / 8192^2 / 11008 x 4096, notes/gemm.md): the GEMM alone 2 (M = 16: 76.4 /
+# 85.2 / 84.9, against 66.4 / 81.8 / 71.4 with 1); the one-launch kernels 1 (2 spills under their
+# launch bounds: fused M = 1 at 63.6 / 83.1 / 74.5 against 64.0 / 94.0 / 80.1 with 1).
+VECTOR_CHUNKS = 2
+ONE_LAUNCH_CHUNKS = 1
+# (Loading both buffers before the one-launch prologue, 2 iterations in flight while x is quantized,
+# was 0.4-2.9 points slower at every shape: notes/gemm.md.)
 # cooperative skinny with 2 column tiles: 91 registers (2 blocks per multiprocessor, where the unfused
 # kernel's 70 fit 3): launch bounds of this many blocks (80 registers, 20 bytes spilled)
 COOPERATIVE_MIN_BLOCKS = 3
@@ -167,13 +168,10 @@ def fused_min_blocks(tiles: int, x_element: ElementKind, cooperative: bool = Fal
     return blocks if tiles <= 2 and x_element.itemsize <= 4 else 0
 
 
-def skinny_pipelining(m: int, one_launch: bool = False) -> tuple[int, bool]:
-    """``(chunks in flight per buffer, double-buffered)`` of the skinny kernel on aligned operands for
-    ``m`` rows (``one_launch``: the fused and cooperative kernels), as measured (see
-    ``DOUBLE_BUFFER_CHUNKS``)."""
-    if ONE_LAUNCH_DOUBLE_BUFFER if one_launch else DOUBLE_BUFFER_MIN_M <= m <= SKINNY_M:
-        return DOUBLE_BUFFER_CHUNKS, True
-    return SKINNY_CHUNKS, False
+def skinny_chunks(one_launch: bool = False) -> int:
+    """Weight chunks in flight per buffer of the double-buffered skinny kernels (``one_launch``: the
+    fused and cooperative ones), see ``VECTOR_CHUNKS``."""
+    return ONE_LAUNCH_CHUNKS if one_launch else VECTOR_CHUNKS
 
 
 def skinny_tiles(k: int) -> int:

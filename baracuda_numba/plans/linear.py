@@ -161,17 +161,16 @@ class _LinearPlan(Plan):
             tiles = gemm.skinny_tiles(desc.k)
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.SKINNY_CHUNKS, tiles)
             variant("skinny", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS)
-            chunks, double_buffer = gemm.skinny_pipelining(desc.m)
-            kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, tiles,
-                                   double_buffer=double_buffer, vector_only=True)
+            kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.skinny_chunks(), tiles,
+                                   double_buffer=True, vector_only=True)
             variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
-            chunks, double_buffer = gemm.skinny_pipelining(desc.m, one_launch=True)
+            chunks = gemm.skinny_chunks(one_launch=True)
             if self._fuses_quantize():
                 kernel = linear_kernel(out, desc.has_bias, False, True, None, chunks, tiles,
                                        fused_input=self.entry.input_element, fused_prefetch=gemm.FUSED_PREFETCH_L2,
                                        fused_min_blocks=gemm.fused_min_blocks(tiles, self.entry.input_element),
-                                       double_buffer=double_buffer)
+                                       double_buffer=True)
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                         gemm.fused_shared_bytes(desc.m, desc.k))
                 self._aligned_variant, self._fused = "fused", True
@@ -180,7 +179,7 @@ class _LinearPlan(Plan):
                                        fused_input=self.entry.input_element,
                                        fused_prefetch=gemm.COOPERATIVE_PREFETCH_L2, cooperative=True,
                                        fused_min_blocks=gemm.fused_min_blocks(tiles, self.entry.input_element, True),
-                                       double_buffer=double_buffer)
+                                       double_buffer=True)
                 variant("cooperative", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS, arrays=11)
                 self._aligned_variant, self._cooperative = "cooperative", True
         else:
