@@ -199,18 +199,26 @@ def test_empty_problems():
 
 # Each GEMM variant the plans may pick, on the simulator: the cp.async pipeline through more K chunks
 # than it has stages (its ring of stages wraps; zero-filled chunks past K), the skinny kernel with
-# several column tiles per block (ragged N) and several chunks in flight; which kernel ran is checked.
+# several column tiles per block (ragged N) and several chunks in flight, and its double-buffered
+# aligned form through an odd number of main-loop iterations (the last pair's second half empty);
+# which kernel ran is checked.
 @pytest.mark.parametrize(("m", "n", "k", "skinny_chunks", "skinny_tiles", "variant"), [
     (70, 9, 272, 2, 1, "pipelined"),
     (70, 9, 200, 2, 1, "tiled"),
     (17, 20, 208, 2, 2, "skinny_vector"),
+    (1, 24, 2064, 2, 2, "skinny_vector"),  # 33 chunks: 3 iterations of 16
+    (5, 13, 1040, 1, 4, "skinny_vector"),  # 17 chunks: 3 iterations of 8, 4 column tiles for 13 columns
     (3, 37, 200, 4, 4, "skinny"),
 ])
 def test_gemm_variants_match_reference(monkeypatch, m, n, k, skinny_chunks, skinny_tiles, variant):
     from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
 
     monkeypatch.setattr(gemm, "SKINNY_CHUNKS", skinny_chunks)
+    monkeypatch.setattr(gemm, "VECTOR_CHUNKS", skinny_chunks)
+    monkeypatch.setattr(plans, "FUSED_MAX_M", 0)  # the GEMM kernels themselves (x quantized first)
+    monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 0)
     monkeypatch.setattr(gemm, "SKINNY_TILES", skinny_tiles)
     clear_plan_cache()
     rng = np.random.default_rng(m * n + k)
