@@ -92,23 +92,23 @@ class SmoothQuantLinearArgs:
 # Decode shapes up to this many tokens quantize the activations inside the skinny GEMM (one launch),
 # when their quantized rows fit in FUSED_MAX_SHARED bytes of shared memory. Every block quantizes the
 # rows itself (N / 16 times over), a prologue that grows with M. H100, CUDA-graph replay, % of the copy
-# bandwidth on the weight's bytes (notes/gemm.md, sessions 12 and 13), fused / cooperative / two launches
-# at N = K = 4096: 57.3 / 42.6 / 45.7 at M = 1, 51.1 / 41.9 / 45.2 at M = 2, 19.6 / 39.7 / 42.9 at M = 16;
-# at 8192^2: 81.5 / 70.6 / 63.2 at M = 2 and 27.3 / 70.3 / 60.9 at M = 16.
+# bandwidth on the weight's bytes (notes/gemm.md, session 14, double-buffered kernels), fused /
+# cooperative / two launches at N = K = 4096: 63.7 / 47.5 / 52.1 at M = 1, 57.8 / 47.5 / 51.9 at M = 2,
+# 46.4 / 47.0 / 52.0 at M = 4; at 8192^2: 84.7 / 82.4 / 62.0 at M = 2 and 72.4 / 82.1 / 62.0 at M = 4.
 FUSED_MAX_M = 2
 # ... and when the weight has at most this many rows: every block's prologue runs once per wave of blocks,
-# so wide weights pay it more often. At N x K = 11008 x 4096 (session 13) fused / cooperative / two launches
-# measured 69.9 / 63.3 / 69.7% at M = 1 and 62.4 / 62.7 / 67.0% at M = 2: the fused kernel is the faster
+# so wide weights pay it more often. At N x K = 11008 x 4096 (session 14) fused / cooperative / two launches
+# measured 79.2 / 70.1 / 73.9% at M = 1 and 71.3 / 69.6 / 73.1% at M = 2: the fused kernel is the faster
 # one-launch kernel there. Wider weights are unmeasured and take the cooperative kernel.
 FUSED_MAX_N = 11008
 FUSED_MAX_SHARED = 160 * 1024
 # Decode shapes the fused kernel does not take, up to this many tokens (one row tile), quantize their
 # activations cooperatively inside one launch: M blocks quantize a row each into the workspace while
 # every block's first weight loads are in flight (kernels/linear.py, `_skinny`). In GPU time alone it
-# beats the two launches only at K = 8192 (70.3 against 60.9% at M = 16), and trails them by 3-4 points
-# at K = 4096 (M = 16: 39.7 / 42.9 at 4096^2, 55.8 / 59.5 at 11008 x 4096); it is kept there for the host:
-# one launch, 19.3 against 24.8 us per quantized_linear() at 16 x 4096 @ 4096^2 (session 13), where an
-# eager decode step is host-bound (its GPU time 16-17 us).
+# beats the two launches only at K = 8192 (80.4 against 61.0% at M = 16, session 14), and trails them by
+# 3-5 points at K = 4096 (M = 16: 46.1 / 50.4 at 4096^2, 66.1 / 68.8 at 11008 x 4096); it is kept there for
+# the host: one launch, 19.3 against 24.8 us per quantized_linear() at 16 x 4096 @ 4096^2 (session 13),
+# where an eager decode step is host-bound.
 COOPERATIVE_MAX_M = SKINNY_M
 _STREAM_WORKSPACES = 16  # per plan: the streams whose workspace a QuantizedLinearPlan keeps
 
