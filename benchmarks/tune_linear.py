@@ -155,6 +155,15 @@ def gemm_runner(xq, sx, w, ws, bias, out, variant: str | None = None):
     return run
 
 
+def decode_problem(m: int, n: int, k: int, seed: int = 0):
+    """A decode problem (see :func:`problem`) with the weight's copies to rotate through (> 200 MB, past
+    L2), ``x`` quantized per token (``xq``, ``sx``) and a bf16 output buffer."""
+    x, w, ws, bias = problem(m, n, k, seed)
+    weights = [w] + [torch.randint_like(w, -128, 128) for _ in range(-(-200_000_000 // (n * k)))]
+    r = bn.dynamic_range_quantize(x)
+    return x, w, ws, bias, weights, r.q, r.scale.float(), torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+
+
 def expected_output(xq, sx, w, ws, bias, dtype):
     m, k = xq.shape
     if m > 16 and k % 8 == 0 and w.shape[0] % 8 == 0:
@@ -246,11 +255,7 @@ def decode(copy: float) -> list[dict]:
     as the layers of a model do, rather than from the 50 MB L2."""
     rows = []
     for m, n, k in DECODE:
-        x, w, ws, _ = problem(m, n, k)
-        weights = [w] + [torch.randint_like(w, -128, 128) for _ in range(-(-200_000_000 // (n * k)))]
-        r = bn.dynamic_range_quantize(x)
-        xq, sx = r.q, r.scale.float()
-        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        x, _, ws, _, weights, xq, sx, out = decode_problem(m, n, k)
         row = {"shape": f"M={m} {n}x{k}", "copy_GBs": copy, "weights": len(weights)}
         for skinny in SKINNY:
             use(skinny=skinny)
@@ -295,11 +300,7 @@ def fused_decode(copy: float) -> list[dict]:
     shipped_blocks = gemm.COOPERATIVE_MIN_BLOCKS
     rows = []
     for m, n, k in FUSED_DECODE:
-        x, w, ws, bias = problem(m, n, k, seed=m + n)
-        weights = [w] + [torch.randint_like(w, -128, 128) for _ in range(-(-200_000_000 // (n * k)))]
-        r = bn.dynamic_range_quantize(x)
-        xq, sx = r.q, r.scale.float()
-        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        x, w, ws, bias, weights, xq, sx, out = decode_problem(m, n, k, seed=m + n)
         row = {"shape": f"M={m} {n}x{k}", "copy_GBs": copy}
         shipped()
         runners = itertools.cycle([gemm_runner(xq, sx, wi, ws, None, out) for wi in weights])
@@ -349,11 +350,7 @@ def knob_decode(copy: float) -> list[dict]:
     shipped_knobs = {name: getattr(gemm, name) for name in names}
     rows = []
     for m, n, k in KNOB_DECODE:
-        x, w, ws, _ = problem(m, n, k, seed=m + n)
-        weights = [w] + [torch.randint_like(w, -128, 128) for _ in range(-(-200_000_000 // (n * k)))]
-        r = bn.dynamic_range_quantize(x)
-        xq, sx = r.q, r.scale.float()
-        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        x, w, ws, _, weights, xq, sx, out = decode_problem(m, n, k, seed=m + n)
         row = {"shape": f"M={m} {n}x{k}", "copy_GBs": copy}
         first: dict = {}
         for label, knobs in KNOBS:
