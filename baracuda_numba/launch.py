@@ -35,9 +35,16 @@ _ARRAY_SLOTS = 7  # numba's 1-D array: meminfo, parent, nitems, itemsize, data, 
 _DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory a kernel may use without opting in
 _MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 # A launch record (int64 words): the header, the patched int64 parameters' word indices, the patched
-# floats' indices (in units of the float), then the packed parameter buffer.
-_SHARED, _SIZE, _FLOAT32, _N_INTS, _N_FLOATS, _BUFFER_AT = range(6)
-_HEADER = 6
+# floats' indices (in units of the float), then the packed parameter buffer. _DEPENDENT: launched with
+# programmatic stream serialization (cuLaunchKernelEx).
+_SHARED, _SIZE, _FLOAT32, _N_INTS, _N_FLOATS, _BUFFER_AT, _DEPENDENT = range(7)
+_HEADER = 7
+# cuLaunchKernelEx's CUlaunchConfig (7 words: grid, block, shared bytes, stream, attrs, numAttrs) followed
+# by one CUlaunchAttribute (id, then a 64-byte value): CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+_CONFIG_WORDS, _ATTRIBUTE_WORDS = 7, 9
+_CONFIG_AT = 6  # in a launch's frame: `extra` (5 words), the buffer size, the config, the parameters
+_FRAME_WORDS = _CONFIG_AT + _CONFIG_WORDS + _ATTRIBUTE_WORDS
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 _NO_FLOATS = (0.0,)  # the floats of a launch that patches none (the record says how many it reads)
 _NO_INTS = (0,)
 
@@ -82,14 +89,16 @@ class ParameterBlock:
         return self._packer.pack(*values)
 
     def record_of(self, values: Sequence[Any], int_params: Sequence[int] = (), float_params: Sequence[int] = (),
-                  float_type: type = np.float32, shared_bytes: int = 0) -> np.ndarray:
+                  float_type: type = np.float32, shared_bytes: int = 0, dependent: bool = False) -> np.ndarray:
         """The launch record of ``values``, the calls patching the int64 parameters ``int_params`` and the
-        ``float_type`` parameters ``float_params`` (indices in parameter order)."""
+        ``float_type`` parameters ``float_params`` (indices in parameter order); ``dependent``: launched
+        as a programmatic dependent of the previous kernel on the stream."""
         float_size = np.dtype(float_type).itemsize
         for i in int_params:
             if self.offsets[i] % 8:
                 raise ValueError(f"parameter {i} is not an 8-byte aligned int64")
-        header = [shared_bytes, self.size, int(float_size == 4), len(int_params), len(float_params), 0]
+        header = [shared_bytes, self.size, int(float_size == 4), len(int_params), len(float_params), 0,
+                  int(dependent)]
         header += [self.offsets[i] // 8 for i in int_params]
         header += [self.offsets[i] // float_size for i in float_params]
         header[_BUFFER_AT] = len(header)
@@ -98,13 +107,13 @@ class ParameterBlock:
         return np.concatenate((np.array(header, np.int64), words))
 
     def set_template(self, values: Sequence[Any], int_params: Sequence[int | slice], float_params: range,
-                     float_type: type, shared_bytes: int = 0) -> None:
+                     float_type: type, shared_bytes: int = 0, dependent: bool = False) -> None:
         """Keep ``values`` packed as :attr:`record`, with the int64 parameters ``int_params`` (indices or
         slices of them) and the ``float_type`` ``float_params`` rewritten by every patched launch."""
         flat: list[int] = []
         for where in int_params:
             flat += range(self.n_params)[where] if isinstance(where, slice) else [where]
-        self.record = self.record_of(values, flat, list(float_params), float_type, shared_bytes)
+        self.record = self.record_of(values, flat, list(float_params), float_type, shared_bytes, dependent)
 
 
 def record_bytes(record: np.ndarray, ints: Sequence[int] = (), floats: Sequence[float] = ()) -> bytes:
@@ -121,16 +130,18 @@ def record_bytes(record: np.ndarray, ints: Sequence[int] = (), floats: Sequence[
     return block.tobytes()[:record[_SIZE]]
 
 
-def make_record_launch(launch_kernel: Any, ctx_get_device: Any) -> Any:
+def make_record_launch(launch_kernel: Any, launch_kernel_ex: Any, ctx_get_device: Any) -> Any:
     """The hot path of every launch, compiled by numba for the CPU: ``launch(function, device, blocks,
     threads, stream, record, ints, floats) -> status``.
 
     It checks that ``device``'s context is current (skipped for ``device < 0``), copies the record's
     parameter buffer, writes ``ints`` and ``floats`` into the parameters the record names, and calls
-    ``cuLaunchKernel`` with the buffer through ``extra`` on a 1-D grid. Status: the CUresult, or -1
-    when ``device``'s context is not current (nothing launched). Everything lives in locals, so
-    threads need no lock. ``launch_kernel`` / ``ctx_get_device``: ctypes functions with the driver's
-    signatures, every handle and pointer as ``c_uint64``.
+    ``cuLaunchKernel`` with the buffer through ``extra`` on a 1-D grid; a dependent record goes through
+    ``cuLaunchKernelEx`` with programmatic stream serialization allowed (the kernel may start before the
+    previous kernel on the stream completes, and waits for it with ``griddepcontrol.wait``). Status:
+    the CUresult, or -1 when ``device``'s context is not current (nothing launched). Everything lives
+    in locals, so threads need no lock. ``launch_kernel`` / ``launch_kernel_ex`` / ``ctx_get_device``:
+    ctypes functions with the driver's signatures, every handle and pointer as ``c_uint64``.
     """
     from numba import njit
 
@@ -142,7 +153,13 @@ def make_record_launch(launch_kernel: Any, ctx_get_device: Any) -> Any:
                 return -1
         n_ints = record[_N_INTS]
         n_floats = record[_N_FLOATS]
-        block = record[record[_BUFFER_AT]:].copy()
+        # One allocation holds everything the driver reads: `extra`, the buffer size, the launch
+        # config, then the parameter buffer. It is used again after the call, so that numba does not
+        # free it (after the last use of its variable) before the driver has read it.
+        buffer_at = record[_BUFFER_AT]
+        frame = np.empty(_FRAME_WORDS + record.size - buffer_at, np.uint64)
+        block = frame[_FRAME_WORDS:]
+        block[:] = record[buffer_at:]
         for k in range(n_ints):
             block[record[_HEADER + k]] = ints[k]
         float_at = _HEADER + n_ints
@@ -154,27 +171,44 @@ def make_record_launch(launch_kernel: Any, ctx_get_device: Any) -> Any:
             as_float64 = block.view(np.float64)
             for k in range(n_floats):
                 as_float64[record[float_at + k]] = floats[k]
-        size = np.empty(1, np.uint64)
-        size[0] = record[_SIZE]
-        extra = np.empty(5, np.uint64)
-        extra[0] = 1  # CU_LAUNCH_PARAM_BUFFER_POINTER
-        extra[1] = block.ctypes.data
-        extra[2] = 2  # CU_LAUNCH_PARAM_BUFFER_SIZE
-        extra[3] = size.ctypes.data
-        extra[4] = 0  # CU_LAUNCH_PARAM_END
-        return launch_kernel(function, blocks, 1, 1, threads, 1, 1, record[_SHARED], stream, 0, extra.ctypes.data)
+        base = frame.ctypes.data
+        frame[0] = 1  # CU_LAUNCH_PARAM_BUFFER_POINTER
+        frame[1] = base + 8 * _FRAME_WORDS
+        frame[2] = 2  # CU_LAUNCH_PARAM_BUFFER_SIZE
+        frame[3] = base + 8 * 5  # the size, word 5
+        frame[4] = 0  # CU_LAUNCH_PARAM_END
+        frame[5] = record[_SIZE]
+        if record[_DEPENDENT]:
+            config = frame[_CONFIG_AT:_FRAME_WORDS]
+            config[:] = 0
+            words = config.view(np.uint32)  # little-endian: word 2i is the low half of uint64 i
+            words[0], words[1], words[2] = blocks, 1, 1  # grid
+            words[3], words[4], words[5] = threads, 1, 1  # block
+            words[6] = record[_SHARED]
+            config[4] = stream
+            config[5] = base + 8 * (_CONFIG_AT + _CONFIG_WORDS)  # the attribute that follows
+            config[6] = 1
+            words[2 * _CONFIG_WORDS] = _PROGRAMMATIC_STREAM_SERIALIZATION
+            words[2 * _CONFIG_WORDS + 2] = 1  # programmaticStreamSerializationAllowed
+            status = launch_kernel_ex(base + 8 * _CONFIG_AT, function, 0, base)
+        else:
+            status = launch_kernel(function, blocks, 1, 1, threads, 1, 1, record[_SHARED], stream, 0, base)
+        return status if frame[0] == 1 else -2  # (frame[0] stays 1: the use keeps `frame` alive)
 
     return launch
 
 
 class KernelLauncher:
     """Launches one compiled kernel given ``n_arrays`` 1-D arrays then scalars of ``scalar_types``,
-    with ``shared_bytes`` of dynamic shared memory per block (above 48 KiB the kernel is opted in)."""
+    with ``shared_bytes`` of dynamic shared memory per block (above 48 KiB the kernel is opted in);
+    ``dependent``: as a programmatic dependent of the previous kernel on the stream (the kernel calls
+    :func:`~baracuda_numba.kernels.device.grid_dependency_wait` before it reads that kernel's results)."""
 
     def __init__(self, compile_dispatcher: Callable[[], Any], n_arrays: int, scalar_types: Sequence[type],
-                 shared_bytes: int = 0) -> None:
+                 shared_bytes: int = 0, dependent: bool = False) -> None:
         self._compile = compile_dispatcher
         self._shared_bytes = shared_bytes
+        self.dependent = dependent
         self._n_arrays = n_arrays
         self._scalar_types = tuple(scalar_types)
         self._lock = threading.Lock()
@@ -185,7 +219,7 @@ class KernelLauncher:
     def set_template(self, values: Sequence[Any], int_params: Sequence[int | slice], float_params: range,
                      float_type: type) -> None:
         """See :meth:`ParameterBlock.set_template`; :meth:`launch_patched` then launches it."""
-        self.params.set_template(values, int_params, float_params, float_type, self._shared_bytes)
+        self.params.set_template(values, int_params, float_params, float_type, self._shared_bytes, self.dependent)
 
     def _function(self, device_id: int) -> int:
         """The kernel's raw handle on ``device_id`` (compiled and loaded on first use)."""
@@ -226,7 +260,7 @@ class KernelLauncher:
 
     def launch_values(self, blocks: int, threads: int, stream: int, values: Sequence[Any], device_id: int = 0) -> None:
         """Launch with the flat parameter values (see :func:`array_values`) already in order."""
-        record = self.params.record_of(values, shared_bytes=self._shared_bytes)
+        record = self.params.record_of(values, shared_bytes=self._shared_bytes, dependent=self.dependent)
         self._launch(blocks, threads, stream, device_id, record, _NO_INTS, _NO_FLOATS)
 
     def launch_patched(self, blocks: int, threads: int, stream: int, ints: tuple, floats: tuple,
@@ -292,8 +326,9 @@ class _Driver:
     def __init__(self) -> None:
         libcuda = ctypes.CDLL("libcuda.so.1")
         launch_kernel = _entry_point(libcuda, "cuLaunchKernel", _LAUNCH_KERNEL)
+        launch_kernel_ex = _entry_point(libcuda, "cuLaunchKernelEx", _LAUNCH_KERNEL_EX)
         ctx_get_device = _entry_point(libcuda, "cuCtxGetDevice", _CTX_GET_DEVICE)
-        self.launch_record = make_record_launch(launch_kernel, ctx_get_device)
+        self.launch_record = make_record_launch(launch_kernel, launch_kernel_ex, ctx_get_device)
         self.stream_synchronize = libcuda.cuStreamSynchronize
         self.stream_synchronize.argtypes = [ctypes.c_void_p]
         self.stream_synchronize.restype = ctypes.c_int
@@ -331,6 +366,7 @@ class _Driver:
 # The driver signatures the compiled launch calls, every handle and pointer as a 64-bit integer.
 _LAUNCH_KERNEL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64,
                                   ctypes.c_uint64, ctypes.c_uint64)
+_LAUNCH_KERNEL_EX = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_uint64] * 4)
 _CTX_GET_DEVICE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64)
 _PROC_ADDRESS_VERSION = 12000  # the CUDA version whose flavour of each entry point is asked for
 

@@ -53,6 +53,27 @@ def test_patched_template_is_the_full_pack(plan):
     check()
 
 
+def test_dependent_launch_goes_through_launch_kernel_ex_with_the_same_grid_and_bytes():
+    """A dependent template (programmatic stream serialization) is launched through ``cuLaunchKernelEx``
+    with the attribute set, the grid, block, shared bytes, stream and parameter bytes of the plain launch
+    of the same template; a plain template never is."""
+    types = (np.int64, np.float32)  # after one array's seven words
+    values = (0, 0, 64, 4, 0, 64, 4, 9, 0.5)
+    driver = recording_driver()
+    records = []
+    for dependent in (False, True):
+        block = ParameterBlock(1, types)
+        block.set_template(values, (4,), range(8, 9), np.float32, shared_bytes=1536, dependent=dependent)
+        records.append(block.record)
+    for record in records:
+        assert driver.launch_record(0xF00, 0, 3, 256, 0x77, record, (0xABC0,), (2.0,)) == 0
+    (plain_config, plain_bytes), (dependent_config, dependent_bytes) = driver.calls
+    assert driver.dependent == [False, True]
+    assert plain_config == dependent_config == (0xF00, 3, 1, 1, 256, 1, 1, 1536, 0x77)
+    assert plain_bytes == dependent_bytes == launch.record_bytes(records[0], (0xABC0,), (2.0,))
+    assert struct.unpack_from("<q", plain_bytes, 32)[0] == 0xABC0
+
+
 def test_parameter_block_lays_parameters_out_at_their_natural_alignment():
     block = ParameterBlock(1, (np.int64, np.float32, np.float64, np.bool_, np.int32, np.float32))
     assert block.offsets == (*range(0, 56, 8), 56, 64, 72, 80, 84, 88)

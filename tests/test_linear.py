@@ -268,8 +268,8 @@ def test_gpu_bit_identical_to_torch_ops(m, n, k, dtype):
 
 
 @requires_gpu
-@pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (16, 4096, 4096), (5, 11008, 4096), (300, 1000, 512),
-                                           (2048, 4096, 512)])
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (16, 4096, 4096), (5, 11008, 4096), (32, 4096, 4096),
+                                           (300, 1000, 512), (2048, 4096, 512)])
 def test_gpu_cuda_graph_replay_equals_eager(m, n, k):
     """The whole call (quantize, GEMM, output allocated outside) is capturable in a CUDA graph, and
     replays again (the cooperative kernel leaves its counters zero)."""
@@ -300,6 +300,38 @@ def test_gpu_cuda_graph_replay_equals_eager(m, n, k):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, bn.quantized_linear(x, w, ws, bias=bias))
+
+
+@requires_gpu
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (16, 4096, 4096), (9, 11008, 4096), (64, 264, 8192)])
+def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k):
+    """The two-launch path's GEMM starts as the quantizer's programmatic dependent and loads weight
+    before the quantizer is done. Calls queued back to back on one stream (no host sync between them,
+    the plan's one workspace reused) with a new ``x`` each must each give their own ``x``'s result, bit
+    for bit against torch: a GEMM reading the workspace before its quantizer finished would see the
+    previous call's rows."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    g = torch.Generator(device="cuda").manual_seed(m + n)
+    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
+    xs = [(torch.randn(m, k, device="cuda", generator=g) * (1 + i)).to(torch.bfloat16) for i in range(24)]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(plans, "FUSED_MAX_M", 0)
+        monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 0)
+        clear_plan_cache()
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
+        outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in xs]
+        args = [bn.QuantizedLinearArgs(x, w, ws, out) for x, out in zip(xs, outs, strict=True)]
+        assert plan.kernel_variant(args[0]) == "skinny_vector" and plan._variants["skinny_vector"][0].dependent
+        for a in args:
+            plan.run(a)
+    clear_plan_cache()
+    torch.cuda.synchronize()
+    for x, out in zip(xs, outs, strict=True):
+        assert torch.equal(out.view(torch.int16), _torch_w8a8(torch, x, w, ws, None).view(torch.int16))
 
 
 def test_pipeline_shape_fills_waves():
@@ -454,7 +486,8 @@ def _gpu_linear_plan(monkeypatch, plan):
         monkeypatch.setattr(module, "SIMULATOR", False)
 
     def gpu_launcher(old, function):
-        launcher = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types, old._shared_bytes)
+        launcher = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types, old._shared_bytes,
+                                         old.dependent)
         launcher._functions[0] = function  # compiled and loaded: the hot path
         return launcher
 
@@ -531,7 +564,7 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
             plan.run(args)
             assert asked == [(0, 0x77)] and driver.calls[before:] == driver.calls[:launches]
             assert len(driver.memsets) == zeroed  # the plan's own workspace keeps its counters zero
-            del driver.calls[before:]
+            del driver.calls[before:], driver.dependent[before:]
     if case.startswith("cooperative"):  # a given workspace: its counters zeroed before each launch
         assert driver.memsets == [(0x7000000 + plan._counter_offset, 0, 3, 0x77)] * 4
     calls = driver.calls
@@ -539,6 +572,8 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
     fast, checked_calls, fast_again, checked_again = (calls[i: i + launches] for i in range(0, 4 * launches, launches))
     assert fast == checked_calls and fast_again == checked_again and fast[-1] != fast_again[-1]
     assert all(config[8] == 0x77 for config, _ in calls)
+    # the skinny GEMM after the quantizer starts as its programmatic dependent, fast path or not
+    assert driver.dependent == ([False, True] * 4 if case == "two_launch_skinny" else [False] * len(calls))
 
 
 @requires_gpu

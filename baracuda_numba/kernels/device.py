@@ -71,6 +71,14 @@ unsigned integers (Numba types that mix as float64).
 - ``prefetch_l2(words, c)``: ``prefetch.L2`` of the line holding pair ``c`` of the global uint64 array
   ``words`` (a hint: no register, nothing to wait for; ``c`` must be inside ``words``). The simulator
   does nothing.
+- ``grid_dependency_wait()`` / ``launch_dependents()``: programmatic dependent launch (sm_90,
+  ``griddepcontrol.wait`` / ``.launch_dependents``). A kernel launched with programmatic stream
+  serialization (:class:`~baracuda_numba.launch.KernelLauncher` ``dependent=True``) may start while
+  the kernel before it on the stream still runs: ``grid_dependency_wait()`` blocks until that kernel
+  has completed and its memory is visible (returns at once in a kernel launched the usual way), so a
+  dependent kernel calls it before its first access to what the previous kernel writes.
+  ``launch_dependents()`` lets the dependent kernel start once every block of this one has called it
+  (or exited); it orders nothing. The simulator runs launches in order: both do nothing there.
 - ``shared_address(stage)`` / ``global_address(words)``: the address of a shared / global uint64 array's
   first element, as the 32-bit ``.shared`` window offset / the 64-bit global address. The ``*_at``
   functions below take addresses made from these plus byte offsets, so a kernel computes them once and
@@ -132,6 +140,8 @@ __all__ = [
     "cp_async_commit",
     "cp_async_wait_group",
     "prefetch_l2",
+    "grid_dependency_wait",
+    "launch_dependents",
     "vector_copy",
     "shared_address",
     "global_address",
@@ -725,6 +735,12 @@ if SIMULATOR:
     def prefetch_l2(words, c):
         pass  # a cache hint: nothing to simulate
 
+    def grid_dependency_wait():
+        pass  # the simulator runs launches one after another
+
+    def launch_dependents():
+        pass
+
 else:
     # the shared destination as a state-space address; src-size 0 makes the copy write zeros
     _CP_ASYNC = ("{ .reg .u64 dst; cvta.to.shared.u64 dst, $0; "
@@ -769,6 +785,9 @@ else:
 
     def cp_async_wait_group(n: int):
         return _asm_statement(f"cp.async.wait_group {int(n)};")
+
+    grid_dependency_wait = _asm_statement("griddepcontrol.wait;")
+    launch_dependents = _asm_statement("griddepcontrol.launch_dependents;")
 
     @intrinsic
     def prefetch_l2(typingctx, words, c):

@@ -354,6 +354,9 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         return hi, lo
 
     def segment_kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
+        # a kernel launched as dependent on this one (the W8A8 linear's GEMM) may start its loads of
+        # what this one does not write: it waits for this grid before reading the results
+        device.launch_dependents()
         tid = cuda.threadIdx.x
         scratch_hi = cuda.shared.array(tpb, M)  # used only by the simulator's shuffles
         scratch_lo = cuda.shared.array(tpb, M)
@@ -439,6 +442,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         stage_size = stage_words if staged else 2  # the resident kernel keeps its shared memory free
 
         def kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
+            device.launch_dependents()  # as in segment_kernel
             tid = cuda.threadIdx.x
             scratch_hi = cuda.shared.array(tpb, M)  # used only by the simulator's shuffles
             scratch_lo = cuda.shared.array(tpb, M)

@@ -546,7 +546,8 @@ def _fused_quantizer(x_element: ElementKind):
 
 
 def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: ElementKind | None = None,
-            prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False):
+            prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
+            dependent: bool = False):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -571,7 +572,14 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     then slot within the row, stepped without divisions), reduces each row with warp shuffles when its
     last slot is reached (the same step for all threads) and once across warps through shared memory;
     when all of a thread's pieces fit in one batch they stay in registers for the quantize, else they
-    are read again from L2. Each piece's quantized bytes go out as one store."""
+    are read again from L2. Each piece's quantized bytes go out as one store.
+
+    ``dependent`` (the unfused, double-buffered kernel): launched as a programmatic dependent of the
+    activation quantizer (:class:`~baracuda_numba.launch.KernelLauncher` ``dependent=True``), it may
+    start while the quantizer runs. Each warp loads its column parameters and both buffers of weight
+    fragments (which the quantizer does not write), then waits for the quantizer's grid
+    (:func:`~baracuda_numba.kernels.device.grid_dependency_wait`) before it reads ``a`` and the row
+    scales. The launch gap and the quantizer's run then overlap the first two iterations' loads."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
     outputs = -(-32 * slots // SKINNY_THREADS)  # outputs per thread (1 tile: half the threads store none)
     _, row_param, column_params, store_with = epilogue
@@ -726,9 +734,10 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         """``acc`` = this lane's share of the block's 16 x ``8 n_tiles`` tile over its warp's chunks of
         ``K``; the activations from ``a_bytes`` / ``a_pairs`` (quantized rows ``(K + 16) // 16`` pairs
         apart in shared memory when fused, ``K / 16`` apart in global memory when cooperative);
-        ``preloaded``: ``w_frag`` already holds the first iteration's weight. With ``double_buffer`` the
-        next iteration's weight loads (into ``w_next``, then back into ``w_frag``) are issued before the
-        current iteration's mmas, so a warp's loads are in flight while it computes."""
+        ``preloaded``: ``w_frag`` already holds (1) the first iteration's weight, and ``w_next`` (2) the
+        second's. With ``double_buffer`` the next iteration's weight loads (into ``w_next``, then back
+        into ``w_frag``) are issued before the current iteration's mmas, so a warp's loads are in flight
+        while it computes."""
         warp, lane = tid // 32, tid % 32
         group, t = lane // 4, lane % 4
         for i in range(slots):
@@ -739,11 +748,12 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         # the same number of iterations (chunks past K read as zeros) because the simulated mma
         # synchronises the block
         if double_buffer:
-            if not preloaded:
+            if preloaded == 0:
                 load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * warp + 16 * t, K, aligned)
             for first in range(0, chunks, 2 * step):
                 k = CHUNK_K * (first + warp) + 16 * t
-                load_weights(w_next, w_bytes, w_pairs, n_block, group, N, k + CHUNK_K * step, K, aligned)
+                if preloaded < 2 or first > 0:
+                    load_weights(w_next, w_bytes, w_pairs, n_block, group, N, k + CHUNK_K * step, K, aligned)
                 mma_weights(acc, w_frag, scratch, a_bytes, a_pairs, M, K, m_block, k, aligned, tid)
                 if first + step < chunks:  # the same for every warp
                     load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, k + 2 * CHUNK_K * step, K, aligned)
@@ -752,7 +762,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             return
         for first in range(0, chunks, step):
             k = CHUNK_K * (first + warp) + 16 * t
-            if not preloaded or first > 0:
+            if preloaded == 0 or first > 0:
                 load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, k, K, aligned)
             mma_weights(acc, w_frag, scratch, a_bytes, a_pairs, M, K, m_block, k, aligned, tid)
 
@@ -766,15 +776,16 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
 
     @device_function
     def load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
-                      tensor_scale, rows_ready, tid):
-        """This thread's outputs' column scales and biases (and, with ``rows_ready``, row scales), loaded
-        when the block starts so that their latency hides under the weight stream."""
+                      tensor_scale, columns, rows, tid):
+        """This thread's outputs' column scales and biases (``columns``) and row scales (``rows``), loaded
+        before the weight stream so that their latency hides under it."""
         for o in range(outputs):
             index = tid + o * SKINNY_THREADS
             if index < 32 * slots:
                 _, _, local, n = output_of(index, n_block)
-                col_pre[o], bias_pre[o] = column_params(n, N, col_scale, bias)
-                if rows_ready and m_block + local < M:
+                if columns:
+                    col_pre[o], bias_pre[o] = column_params(n, N, col_scale, bias)
+                if rows and m_block + local < M:
                     row_pre[o] = row_param(m_block + local, row_scale, tensor_scale)
 
     @device_function
@@ -831,7 +842,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         m_block = (cuda.blockIdx.x - n_tile * tiles_m) * SKINNY_M
         n_block = n_tile * (SKINNY_N * n_tiles)
         load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block, tensor_scale,
-                      not fused, tid)
+                      True, not fused and not dependent, tid)
         if fused:
             # the first iteration's weight (and L2 prefetches of the next ones) before the prologue,
             # so that HBM works while x is reduced and quantized
@@ -844,10 +855,19 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                           scales, piece_lo, piece_hi, warp_max, shuffle_scratch, tid)
             cuda.syncthreads()
             stream_weights(acc, w_frag, w_next, scratch, a_bytes, xq_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
-                           aligned, True, tid)
+                           aligned, 1, tid)
+        elif dependent:
+            first_k = CHUNK_K * warp + 16 * t
+            load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, first_k, K, aligned)
+            load_weights(w_next, w_bytes, w_pairs, n_block, group, N, first_k + CHUNK_K * step, K, aligned)
+            device.grid_dependency_wait()  # the quantizer's rows and scales are complete past this
+            load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
+                          tensor_scale, False, True, tid)
+            stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
+                           aligned, 2, tid)
         else:
             stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
-                           aligned, False, tid)
+                           aligned, 0, tid)
         reduce_and_store(acc, partial, scales, row_scale, col_pre, bias_pre, row_pre, out_elems, M, N, m_block,
                          n_block, tensor_scale, not fused, tid)
 
@@ -876,7 +896,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
         # the row scales are the quantizers' results: read after the wait
         load_epilogue(col_pre, bias_pre, col_pre, row_scale, col_scale, bias, M, N, 0, n_block, tensor_scale,
-                      False, tid)
+                      True, False, tid)
         if tid == 0:
             ticket[0] = cuda.atomic.add(counters, 0, 1)
         cuda.syncthreads()
@@ -897,7 +917,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             cuda.threadfence()
         cuda.syncthreads()
         stream_weights(acc, w_frag, w_next, scratch, x_elems, xq_pairs, w_bytes, w_pairs, M, N, K, 0, n_block,
-                       aligned, True, tid)
+                       aligned, 1, tid)
         reduce_and_store(acc, partial, row_scale, row_scale, col_pre, bias_pre, col_pre, out_elems, M, N, 0,
                          n_block, tensor_scale, False, tid)
         if tid == 0 and cuda.atomic.add(counters, 2, 1) == cuda.gridDim.x - 1:
@@ -913,7 +933,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   pipeline: PipelineShape | None = None, skinny_chunks: int = SKINNY_CHUNKS,
                   skinny_tiles: int = 2, fused_input: ElementKind | None = None,
                   fused_prefetch: int = 0, fused_min_blocks: int = 0, cooperative: bool = False,
-                  double_buffer: bool = False, vector_only: bool = False) -> ElementwiseKernel:
+                  double_buffer: bool = False, vector_only: bool = False, dependent: bool = False) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -929,7 +949,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     uint64 pairs, and three zeroed uint32 counters; ``row_scale`` receives the per-token scales.
     ``double_buffer`` (skinny kernels): each warp's next weight loads issued before its current mmas;
     ``vector_only`` (skinny): operands known to be 16-byte aligned with ``K % 16 == 0`` (no byte path;
-    always so for ``fused_input``)."""
+    always so for ``fused_input``); ``dependent`` (skinny, double-buffered, per-token rows): launched as a
+    programmatic dependent of the activation quantizer, it waits for it after its first weight loads."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
     options: tuple = ()
     extra = ""
@@ -945,8 +966,12 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
         if cooperative:
             extra = f"{uint_name(min(16 // fused_input.itemsize, 8))}[::1], uint64[::1], uint32[::1], "
     elif skinny:
-        kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, double_buffer=double_buffer, vector_only=vector_only)
-        shape = f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
+        if dependent and not double_buffer:
+            raise ValueError("the dependent skinny kernel preloads both buffers: double_buffer=True")
+        kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, double_buffer=double_buffer, vector_only=vector_only,
+                         dependent=dependent)
+        shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
+                 f"{'_dep' if dependent else ''}")
     elif pipeline is not None:
         kernel, shape = _pipelined(epilogue.store, pipeline), f"pipelined_{pipeline.name}"
     else:

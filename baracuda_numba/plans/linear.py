@@ -110,6 +110,11 @@ FUSED_MAX_SHARED = 160 * 1024
 # the host: one launch, 19.3 against 24.8 us per quantized_linear() at 16 x 4096 @ 4096^2 (session 13),
 # where an eager decode step is host-bound.
 COOPERATIVE_MAX_M = SKINNY_M
+# The two-launch decode path launches its skinny GEMM as a programmatic dependent of the activation
+# quantizer (cuLaunchKernelEx, programmatic stream serialization; sm_90): the GEMM's blocks start while
+# the quantizer runs, load their column parameters and first two iterations of weight, and wait for the
+# quantizer's grid (griddepcontrol.wait) before they read its rows and scales.
+DEPENDENT_GEMM = True
 _STREAM_WORKSPACES = 16  # per plan: the streams whose workspace a QuantizedLinearPlan keeps
 
 def _pointer_slots(arrays: int) -> slice:
@@ -149,9 +154,9 @@ class _LinearPlan(Plan):
         compiles: dict[str, Any] = {}
 
         def variant(name: str, kernel: Any, rows: int, cols: int, threads: int, shared_bytes: int = 0,
-                    arrays: int = 8) -> None:
+                    arrays: int = 8, dependent: bool = False) -> None:
             tiles_m = -(-desc.m // rows)
-            launcher = KernelLauncher(kernel.compiled, arrays, _SCALARS, shared_bytes)
+            launcher = KernelLauncher(kernel.compiled, arrays, _SCALARS, shared_bytes, dependent)
             self._variants[name] = (launcher, tiles_m, tiles_m * -(-desc.n // cols), threads)
             compiles[name] = kernel.compiled
 
@@ -161,9 +166,10 @@ class _LinearPlan(Plan):
             tiles = gemm.skinny_tiles(desc.k)
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.SKINNY_CHUNKS, tiles)
             variant("skinny", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS)
+            dependent = self._dependent_gemm()
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.skinny_chunks(), tiles,
-                                   double_buffer=True, vector_only=True)
-            variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS)
+                                   double_buffer=True, vector_only=True, dependent=dependent)
+            variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS, dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
             chunks = gemm.skinny_chunks(one_launch=True)
             if self._fuses_quantize():
@@ -198,6 +204,11 @@ class _LinearPlan(Plan):
 
     def _fuses_quantize(self) -> bool:
         """Whether aligned operands take the skinny kernel that quantizes ``x`` itself."""
+        return False
+
+    def _dependent_gemm(self) -> bool:
+        """Whether the aligned skinny GEMM is launched as a programmatic dependent of the kernel before
+        it (the activation quantizer), see ``DEPENDENT_GEMM``."""
         return False
 
     def _cooperates(self) -> bool:
@@ -413,6 +424,9 @@ class QuantizedLinearPlan(_LinearPlan):
     def _cooperates(self) -> bool:
         d = self.desc
         return d.m <= COOPERATIVE_MAX_M and d.k % 16 == 0
+
+    def _dependent_gemm(self) -> bool:
+        return DEPENDENT_GEMM
 
     def _cooperative_arrays(self, ws_ptr: int) -> tuple[ArrayArg, ...]:
         """The quantized rows as one word per 16-byte piece of ``x`` and as 16-byte pairs, then the
