@@ -134,9 +134,10 @@ def problem(m, n, k, seed=0):
     return x, w, ws, bias
 
 
-def gemm_runner(xq, sx, w, ws, bias, out, variant: str | None = None):
+def gemm_runner(xq, sx, w, ws, bias, out, variant: str | None = None, dependent: bool | None = None):
     """A closure launching only the GEMM + epilogue of a selected QuantizedLinearPlan (per-token
-    scales ``sx``) on ``xq``; ``variant`` forces ``tiled`` / ``pipelined``."""
+    scales ``sx``) on ``xq``; ``variant`` forces ``tiled`` / ``pipelined``; ``dependent`` False launches
+    the dependent skinny kernel (``plans.DEPENDENT_GEMM``) without programmatic stream serialization."""
     m, k = xq.shape
     n = w.shape[0]
     element = ELEMENT[out.dtype]
@@ -144,6 +145,8 @@ def gemm_runner(xq, sx, w, ws, bias, out, variant: str | None = None):
     plan = bn.QuantizedLinearPlan.select(desc)
     if variant is not None:
         plan._aligned_variant = variant
+    if dependent is not None:
+        plan._variants[plan._aligned_variant][0].dependent = dependent
     ops = [adapt(t, "tune", "t") for t in (xq, w, sx, ws)]
     b = adapt(bias, "tune", "bias") if bias is not None else None
     o = adapt(out, "tune", "out")
@@ -303,20 +306,31 @@ def fused_decode(copy: float) -> list[dict]:
         x, w, ws, bias, weights, xq, sx, out = decode_problem(m, n, k, seed=m + n)
         row = {"shape": f"M={m} {n}x{k}", "copy_GBs": copy}
         shipped()
-        runners = itertools.cycle([gemm_runner(xq, sx, wi, ws, None, out) for wi in weights])
-        ms = graph_ms(lambda runners=runners: next(runners)(), calls=10 * len(weights))
-        row["gemm_only_pct"] = 100 * n * k / ms / 1e6 / copy
+        # the GEMM alone: the dependent kernel (launched as such / as a plain kernel) and the plain one
+        for label, dependent_gemm, launch_dependent in (("", True, None), ("_dep_kernel_plain_launch", True, False),
+                                                        ("_plain", False, None)):
+            plans.DEPENDENT_GEMM = dependent_gemm
+            clear_plan_cache()
+            runners = itertools.cycle([gemm_runner(xq, sx, wi, ws, None, out, dependent=launch_dependent)
+                                       for wi in weights])
+            ms = graph_ms(lambda runners=runners: next(runners)(), calls=10 * len(weights))
+            row[f"gemm_only{label}_pct"] = 100 * n * k / ms / 1e6 / copy
+        plans.DEPENDENT_GEMM = shipped_limits[3]
         if m == 1:  # the weight's bytes copied (read and written), sources and targets rotated past L2
             pairs = itertools.cycle([(wi, torch.empty_like(wi)) for wi in weights])
             ms = graph_ms(lambda pairs=pairs: (lambda src, dst: dst.copy_(src))(*next(pairs)), calls=10 * len(weights))
             row["copy_of_weight_pct"] = 100 * 2 * n * k / ms / 1e6 / copy
         # two_launch: the GEMM as the quantizer's programmatic dependent; two_launch_plain: launched after it
-        variants = [("two_launch", 0, 0, 0, True), ("two_launch_plain", 0, 0, 0, False), ("fused", 16, 0, 0, True)]
-        variants += [(f"cooperative_b{b}", 0, 16, b, True) for b in COOPERATIVE_BLOCKS]
+        # two_launch_p{1,2}: the GEMM as the quantizer's programmatic dependent, 1 / 2 buffers of weight
+        # loaded before it waits; two_launch_plain: launched after it
+        variants = [("two_launch", 0, 0, 0, True, 2), ("two_launch_p1", 0, 0, 0, True, 1),
+                    ("two_launch_plain", 0, 0, 0, False, 2), ("fused", 16, 0, 0, True, 2)]
+        variants += [(f"cooperative_b{b}", 0, 16, b, True, 2) for b in COOPERATIVE_BLOCKS]
         outputs = {}
-        for label, fused_max_m, cooperative_max_m, blocks, dependent in variants:
+        shipped_preload = gemm.DEPENDENT_PRELOAD
+        for label, fused_max_m, cooperative_max_m, blocks, dependent, preload in variants:
             plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M = fused_max_m, 1 << 30, cooperative_max_m
-            plans.DEPENDENT_GEMM = dependent
+            plans.DEPENDENT_GEMM, gemm.DEPENDENT_PRELOAD = dependent, preload
             gemm.COOPERATIVE_MIN_BLOCKS = blocks
             clear_plan_cache()
             outputs[label] = bn.quantized_linear(x, w, ws, bias=bias)
@@ -326,7 +340,7 @@ def fused_decode(copy: float) -> list[dict]:
             row[f"{label}_us"] = 1e3 * ms
             row[f"{label}_pct"] = 100 * n * k / ms / 1e6 / copy
         plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM = shipped_limits
-        gemm.COOPERATIVE_MIN_BLOCKS = shipped_blocks
+        gemm.COOPERATIVE_MIN_BLOCKS, gemm.DEPENDENT_PRELOAD = shipped_blocks, shipped_preload
         shipped()
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
         row["shipped"] = plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, out))

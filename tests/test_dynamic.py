@@ -250,6 +250,10 @@ KERNEL_PATHS = [
     (dict(resident_threads=32, resident_keep=2, resident_staged=True), (5, 70), {}, 1),
     # streaming segments (longer than keep * threads chunks)
     (dict(resident_threads=32, resident_keep=1), (2, 1000), dict(mode="asymmetric"), 0),
+    # as many segments as SMs (the simulator's 1), too long for the resident block: one wider block each
+    # (f32 250 chunks over 128 threads, f16 125 over 64), or streaming when even the widest is too narrow
+    (dict(resident_threads=32, resident_keep=2, wide_segment_threads=128), (1, 1000), {}, 0),
+    (dict(resident_threads=32, resident_keep=2, wide_segment_threads=64), (1, 2000), dict(mode="asymmetric"), 0),
     # tensor: partials per block, odd size (element tail), misaligned
     (dict(tensor_partial_blocks_per_sm=3, tensor_quantize_blocks_per_sm=2), (37, 41), dict(scope="tensor"), 0),
     (dict(), (9, 40), dict(scope="tensor", mode="asymmetric"), 3),
@@ -280,6 +284,29 @@ def test_every_kernel_path(tuning, fields, shape, kwargs, offset, dtype):
         assert_same(r.q, q)
         if mode == "asymmetric":
             assert_same(r.zero_point, zero_point)
+
+
+def test_few_long_segments_take_one_wide_resident_block_each(tuning):
+    """Segments longer than the resident block holds, no more of them than SMs: one block of the next
+    power-of-two threads per segment, every chunk in registers; past ``wide_segment_threads`` (or with
+    more segments than SMs) the streaming kernel."""
+    from baracuda_numba.plans.base import sm_count
+
+    tuning(resident_threads=32, resident_keep=2, wide_segment_threads=128)
+    sms = sm_count(0)
+    cases = [((sms, 1000), 128, "resident"), ((sms + 1, 1000), 32, "segment"), ((sms, 2200), 32, "segment"),
+             ((sms, 400), 64, "resident"), ((sms, 200), 32, "resident")]
+    for shape, threads, kernel in cases:
+        plan = bn.DynamicRangeQuantizePlan.select(bn.DynamicRangeQuantizeDescriptor(
+            shape, bn.plans.dynamic.DynamicRangeMode.SYMMETRIC, bn.plans.dynamic.DynamicRangeScope.token(), -127, 127,
+            "f32", "s8"))
+        assert plan._threads == threads, shape
+        assert plan._segment_kernels[0].py_func.__name__.startswith(f"dynamic_{kernel}_"), shape
+        x = _special(shape, np.float32)
+        r = bn.dynamic_range_quantize(x)
+        q, scale, _ = ref_dynamic.dynamic_range_quantize(x, "symmetric", "token", -127, 127, np.dtype(np.int8))
+        assert_same(r.scale, scale)
+        assert_same(r.q, q)
 
 
 def test_all_zero_and_nonfinite_segments(tuning):

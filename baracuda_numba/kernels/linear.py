@@ -81,6 +81,9 @@ SPIN_NANOSECONDS = 128
 # launch bounds: fused M = 1 at 63.6 / 83.1 / 74.5 against 64.0 / 94.0 / 80.1 with 1).
 VECTOR_CHUNKS = 2
 ONE_LAUNCH_CHUNKS = 1
+# the two-launch decode GEMM, launched as the quantizer's programmatic dependent: buffers of weight
+# fragments each warp loads before it waits for the quantizer (plans.linear.DEPENDENT_GEMM)
+DEPENDENT_PRELOAD = 2
 # (Loading both buffers before the one-launch prologue, 2 iterations in flight while x is quantized,
 # was 0.4-2.9 points slower at every shape: notes/gemm.md.)
 # cooperative skinny with 2 column tiles: 91 registers (2 blocks per multiprocessor, where the unfused
@@ -547,7 +550,7 @@ def _fused_quantizer(x_element: ElementKind):
 
 def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: ElementKind | None = None,
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
-            dependent: bool = False):
+            dependent: int = 0):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -574,12 +577,12 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     when all of a thread's pieces fit in one batch they stay in registers for the quantize, else they
     are read again from L2. Each piece's quantized bytes go out as one store.
 
-    ``dependent`` (the unfused, double-buffered kernel): launched as a programmatic dependent of the
-    activation quantizer (:class:`~baracuda_numba.launch.KernelLauncher` ``dependent=True``), it may
-    start while the quantizer runs. Each warp loads its column parameters and both buffers of weight
-    fragments (which the quantizer does not write), then waits for the quantizer's grid
-    (:func:`~baracuda_numba.kernels.device.grid_dependency_wait`) before it reads ``a`` and the row
-    scales. The launch gap and the quantizer's run then overlap the first two iterations' loads."""
+    ``dependent`` > 0 (the unfused, double-buffered kernel): launched as a programmatic dependent of
+    the activation quantizer (:class:`~baracuda_numba.launch.KernelLauncher` ``dependent=True``), it
+    may start while the quantizer runs. Each warp loads its column parameters and ``dependent`` (1 or 2)
+    buffers of weight fragments (which the quantizer does not write), then waits for the quantizer's
+    grid (:func:`~baracuda_numba.kernels.device.grid_dependency_wait`) before it reads ``a`` and the row
+    scales. The launch gap and the quantizer's run then overlap those iterations' loads."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
     outputs = -(-32 * slots // SKINNY_THREADS)  # outputs per thread (1 tile: half the threads store none)
     _, row_param, column_params, store_with = epilogue
@@ -859,12 +862,13 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         elif dependent:
             first_k = CHUNK_K * warp + 16 * t
             load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, first_k, K, aligned)
-            load_weights(w_next, w_bytes, w_pairs, n_block, group, N, first_k + CHUNK_K * step, K, aligned)
+            if dependent > 1:
+                load_weights(w_next, w_bytes, w_pairs, n_block, group, N, first_k + CHUNK_K * step, K, aligned)
             device.grid_dependency_wait()  # the quantizer's rows and scales are complete past this
             load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
                           tensor_scale, False, True, tid)
             stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
-                           aligned, 2, tid)
+                           aligned, dependent, tid)
         else:
             stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
                            aligned, 0, tid)
@@ -933,7 +937,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   pipeline: PipelineShape | None = None, skinny_chunks: int = SKINNY_CHUNKS,
                   skinny_tiles: int = 2, fused_input: ElementKind | None = None,
                   fused_prefetch: int = 0, fused_min_blocks: int = 0, cooperative: bool = False,
-                  double_buffer: bool = False, vector_only: bool = False, dependent: bool = False) -> ElementwiseKernel:
+                  double_buffer: bool = False, vector_only: bool = False, dependent: int = 0) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -949,8 +953,9 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     uint64 pairs, and three zeroed uint32 counters; ``row_scale`` receives the per-token scales.
     ``double_buffer`` (skinny kernels): each warp's next weight loads issued before its current mmas;
     ``vector_only`` (skinny): operands known to be 16-byte aligned with ``K % 16 == 0`` (no byte path;
-    always so for ``fused_input``); ``dependent`` (skinny, double-buffered, per-token rows): launched as a
-    programmatic dependent of the activation quantizer, it waits for it after its first weight loads."""
+    always so for ``fused_input``); ``dependent`` > 0 (skinny, double-buffered, per-token rows): launched
+    as a programmatic dependent of the activation quantizer, it waits for it after loading that many
+    buffers of weight (see :func:`_skinny`)."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
     options: tuple = ()
     extra = ""
@@ -967,11 +972,11 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
             extra = f"{uint_name(min(16 // fused_input.itemsize, 8))}[::1], uint64[::1], uint32[::1], "
     elif skinny:
         if dependent and not double_buffer:
-            raise ValueError("the dependent skinny kernel preloads both buffers: double_buffer=True")
+            raise ValueError("the dependent skinny kernel is double-buffered: double_buffer=True")
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, double_buffer=double_buffer, vector_only=vector_only,
                          dependent=dependent)
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
-                 f"{'_dep' if dependent else ''}")
+                 f"{f'_dep{dependent}' if dependent else ''}")
     elif pipeline is not None:
         kernel, shape = _pipelined(epilogue.store, pipeline), f"pipelined_{pipeline.name}"
     else:

@@ -51,11 +51,16 @@ class DynamicTuning:
     tensor_partial_blocks_per_sm: int = 4  # blocks of the partial-range pass (one partial each)
     tensor_quantize_blocks_per_sm: int = 8  # blocks of the quantize pass
     column_threads_per_sm: int = 2048  # threads of the column passes (rows split into that many slices)
+    # Segments too long for a resident block of resident_threads, but no more of them than SMs: one
+    # block of up to this many threads per segment (every chunk in registers, one round of loads), where
+    # the streaming kernel's one warp per segment would take rounds of loads one after another (the
+    # W8A8 decode's quantizer: 16 KiB rows of 8192 bf16 at M <= 16).
+    wide_segment_threads: int = 1024
 
 
 # The simulator runs one Python thread per CUDA thread: small grids there (several blocks still meet).
 TUNING = (DynamicTuning(resident_blocks_per_sm=2, tensor_partial_blocks_per_sm=2, tensor_quantize_blocks_per_sm=2,
-                        column_threads_per_sm=64) if SIMULATOR else DynamicTuning())
+                        column_threads_per_sm=64, wide_segment_threads=128) if SIMULATOR else DynamicTuning())
 
 
 class DynamicRangeMode(enum.Enum):
@@ -250,6 +255,11 @@ class DynamicRangeQuantizePlan(Plan):
             units = -(-seg_len // G)
             resident = entry.kernels(self._symmetric, tuning.resident_keep, tuning.resident_threads,
                                      tuning.resident_min_blocks)
+            wide = resident.threads
+            while wide * resident.keep < units and wide < tuning.wide_segment_threads:
+                wide *= 2
+            if wide > resident.threads and wide * resident.keep >= units and nseg <= sms:
+                resident = entry.kernels(self._symmetric, tuning.resident_keep, wide, 1)  # registers for `wide`
             if units <= resident.keep * resident.threads:
                 # lanes per segment: every chunk in registers, at least four lanes where there is work for them
                 self._threads = resident.threads

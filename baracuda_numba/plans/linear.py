@@ -168,7 +168,8 @@ class _LinearPlan(Plan):
             variant("skinny", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS)
             dependent = self._dependent_gemm()
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.skinny_chunks(), tiles,
-                                   double_buffer=True, vector_only=True, dependent=dependent)
+                                   double_buffer=True, vector_only=True,
+                                   dependent=gemm.DEPENDENT_PRELOAD if dependent else 0)
             variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS, dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
             chunks = gemm.skinny_chunks(one_launch=True)
@@ -498,9 +499,10 @@ class QuantizedLinearPlan(_LinearPlan):
         torch = sys.modules["torch"]
         # zeroed: the cooperative kernel's counters start at zero and every launch leaves them so
         if torch.cuda.is_current_stream_capturing():
-            # the caching allocator keeps a captured allocation's block for the graph's replays
-            return torch.zeros(self.workspace_size(), dtype=torch.uint8,
-                               device=torch.device("cuda", device)).data_ptr()
+            # the caching allocator keeps a captured allocation's block for the graph's replays; only the
+            # cooperative kernel reads bytes it did not write (a fill kernel more in the graph otherwise)
+            allocate = torch.zeros if self._cooperative else torch.empty
+            return allocate(self.workspace_size(), dtype=torch.uint8, device=torch.device("cuda", device)).data_ptr()
         workspace = self._workspaces.get((device, stream))
         if workspace is None:
             workspace = torch.zeros(self.workspace_size(), dtype=torch.uint8, device=torch.device("cuda", device))
