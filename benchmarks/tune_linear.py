@@ -287,7 +287,8 @@ def decode(copy: float) -> list[dict]:
 # the cooperative kernel's launch bounds timed (blocks per multiprocessor; session 12: L2 prefetch
 # depths 1, 3 and 7 were slower than none)
 COOPERATIVE_BLOCKS = (3,)
-FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096)) for m in (1, 2, 4, 8, 16)]
+FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096), (4096, 11008))
+                for m in (1, 2, 4, 8, 16)]
 
 
 def fused_decode(copy: float) -> list[dict]:
@@ -299,7 +300,8 @@ def fused_decode(copy: float) -> list[dict]:
     bit for bit against the two-launch one."""
     from baracuda_numba.plans import linear as plans
 
-    shipped_limits = plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM
+    shipped_limits = (plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM,
+                      plans.FUSED_MIN_K)
     shipped_blocks = gemm.COOPERATIVE_MIN_BLOCKS
     rows = []
     for m, n, k in FUSED_DECODE:
@@ -307,8 +309,7 @@ def fused_decode(copy: float) -> list[dict]:
         row = {"shape": f"M={m} {n}x{k}", "copy_GBs": copy}
         shipped()
         # the GEMM alone: the dependent kernel (launched as such / as a plain kernel) and the plain one
-        for label, dependent_gemm, launch_dependent in (("", True, None), ("_dep_kernel_plain_launch", True, False),
-                                                        ("_plain", False, None)):
+        for label, dependent_gemm, launch_dependent in (("", True, None), ("_plain", False, None)):
             plans.DEPENDENT_GEMM = dependent_gemm
             clear_plan_cache()
             runners = itertools.cycle([gemm_runner(xq, sx, wi, ws, None, out, dependent=launch_dependent)
@@ -321,16 +322,19 @@ def fused_decode(copy: float) -> list[dict]:
             ms = graph_ms(lambda pairs=pairs: (lambda src, dst: dst.copy_(src))(*next(pairs)), calls=10 * len(weights))
             row["copy_of_weight_pct"] = 100 * 2 * n * k / ms / 1e6 / copy
         # two_launch: the GEMM as the quantizer's programmatic dependent; two_launch_plain: launched after it
-        # two_launch_p{1,2}: the GEMM as the quantizer's programmatic dependent, 1 / 2 buffers of weight
-        # loaded before it waits; two_launch_plain: launched after it
-        variants = [("two_launch", 0, 0, 0, True, 2), ("two_launch_p1", 0, 0, 0, True, 1),
-                    ("two_launch_plain", 0, 0, 0, False, 2), ("fused", 16, 0, 0, True, 2)]
-        variants += [(f"cooperative_b{b}", 0, 16, b, True, 2) for b in COOPERATIVE_BLOCKS]
+        # two_launch: the GEMM as the quantizer's programmatic dependent (as shipped: DEPENDENT_PRELOAD,
+        # DEPENDENT_CHUNKS, DEPENDENT_MIN_BLOCKS); _c1b3: 1 chunk per buffer, launch bounds of 3 blocks
+        # (the fused kernel's); two_launch_plain: the GEMM launched after the quantizer
+        shipped_dependent = gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS
+        variants = [("two_launch", 0, 0, 0, True, shipped_dependent), ("two_launch_c1b3", 0, 0, 0, True, (1, 1, 3)),
+                    ("two_launch_plain", 0, 0, 0, False, shipped_dependent),
+                    ("fused", 16, 0, 0, True, shipped_dependent)]
+        variants += [(f"cooperative_b{b}", 0, 16, b, True, shipped_dependent) for b in COOPERATIVE_BLOCKS]
         outputs = {}
-        shipped_preload = gemm.DEPENDENT_PRELOAD
-        for label, fused_max_m, cooperative_max_m, blocks, dependent, preload in variants:
+        for label, fused_max_m, cooperative_max_m, blocks, dependent, knobs in variants:
             plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M = fused_max_m, 1 << 30, cooperative_max_m
-            plans.DEPENDENT_GEMM, gemm.DEPENDENT_PRELOAD = dependent, preload
+            plans.DEPENDENT_GEMM, plans.FUSED_MIN_K = dependent, 0
+            gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS = knobs
             gemm.COOPERATIVE_MIN_BLOCKS = blocks
             clear_plan_cache()
             outputs[label] = bn.quantized_linear(x, w, ws, bias=bias)
@@ -339,8 +343,10 @@ def fused_decode(copy: float) -> list[dict]:
                           calls=10 * len(weights))
             row[f"{label}_us"] = 1e3 * ms
             row[f"{label}_pct"] = 100 * n * k / ms / 1e6 / copy
-        plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM = shipped_limits
-        gemm.COOPERATIVE_MIN_BLOCKS, gemm.DEPENDENT_PRELOAD = shipped_blocks, shipped_preload
+        (plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM,
+         plans.FUSED_MIN_K) = shipped_limits
+        gemm.COOPERATIVE_MIN_BLOCKS = shipped_blocks
+        gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS = shipped_dependent
         shipped()
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
         row["shipped"] = plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, out))
@@ -577,11 +583,11 @@ def host_calls(out_dir: Path) -> dict:
     two = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
     result["two-launch QuantizedLinearPlan.run (workspace given) us"] = host_us(lambda: two.run(args, workspace))
     result["two-launch quantized_linear() us"] = host_us(lambda: bn.quantized_linear(x, w, ws))
-    plans.FUSED_MAX_M = 16
+    plans.FUSED_MAX_M, shipped_min_k, plans.FUSED_MIN_K = 16, plans.FUSED_MIN_K, 0
     clear_plan_cache()
     fused16 = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
     result["fused M=16 QuantizedLinearPlan.run us"] = host_us(lambda: fused16.run(args))
-    plans.FUSED_MAX_M, plans.COOPERATIVE_MAX_M = shipped_max_m, shipped_cooperative
+    plans.FUSED_MAX_M, plans.COOPERATIVE_MAX_M, plans.FUSED_MIN_K = shipped_max_m, shipped_cooperative, shipped_min_k
     clear_plan_cache()
     write_profile(lambda: bn.quantized_linear(x, w, ws), 2000, 15, out_dir / "host_profile.txt")
     say(json.dumps(result, default=lambda v: round(v, 2) if isinstance(v, float) else v))

@@ -348,6 +348,17 @@ def test_pipeline_shape_fills_waves():
 # -- the fused decode kernel (m <= 16: x quantized per token inside the skinny GEMM) ------------------
 
 
+def _force_decode_variant(monkeypatch, variant: str) -> None:
+    """Make newly selected decode plans (m <= 16, K % 16 == 0) take ``variant``: ``fused``,
+    ``cooperative`` or ``two_launch``, whatever the shape (the shipped selection depends on it)."""
+    from baracuda_numba.plans import linear as plans
+
+    monkeypatch.setattr(plans, "FUSED_MAX_M", 16 if variant == "fused" else 0)
+    monkeypatch.setattr(plans, "FUSED_MIN_K", 0)
+    monkeypatch.setattr(plans, "FUSED_MAX_N", 1 << 30)
+    monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 16 if variant == "cooperative" else 0)
+
+
 def _special_rows(x):
     """Rows that stress the per-token quantizer: zeros, +-inf and NaN (left out of the range), and
     exact ties of ``x / scale`` (absmax 127: scale 1, so n + 0.5 rounds to even)."""
@@ -405,8 +416,7 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant
     desc = bn.QuantizedLinearDescriptor(m, n, k, element, element, with_bias)
     fused_out = np.zeros((m, n), x.dtype)
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(plans, "FUSED_MAX_M", 16 if variant == "fused" else 0)  # fused: any m <= 16, any n
-        monkeypatch.setattr(plans, "FUSED_MAX_N", 1 << 30)
+        _force_decode_variant(monkeypatch, variant)
         plan = bn.QuantizedLinearPlan.select(desc)
     args = bn.QuantizedLinearArgs(x, w, ws, fused_out, bias)
     assert plan.kernel_variant(args) == variant
@@ -433,26 +443,22 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant
     np.testing.assert_array_equal(fused_out.astype(np.float64), expected.astype(np.float64))
 
 
-def test_fused_decode_only_up_to_the_widest_weight_it_wins_on():
-    """Up to FUSED_MAX_M tokens against a weight of more than FUSED_MAX_N rows take the cooperative
-    kernel, and so do FUSED_MAX_M + 1 .. 16 tokens against any weight; 17 take the two launches."""
+def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_dependent():
+    """Up to FUSED_MAX_M tokens with K >= FUSED_MIN_K against at most FUSED_MAX_N weight rows take the
+    fused kernel; every other decode shape (up to 64 tokens) the quantizer, then the skinny GEMM as its
+    programmatic dependent; the cooperative kernel none."""
     from baracuda_numba.plans import linear as plans
 
-    rng = np.random.default_rng(6)
-    for m in sorted({1, plans.FUSED_MAX_M}):
-        for n, variant in ((plans.FUSED_MAX_N, "fused"), (plans.FUSED_MAX_N + 16, "cooperative")):
-            w, ws = weights(rng, n, 16)
-            x = rng.standard_normal((m, 16)).astype(np.float32)
-            plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, 16, "f32", "f32"))
-            args = bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, n), np.float32))
-            assert plan.kernel_variant(args) == variant, (m, n)
-    w, ws = weights(rng, 8, 16)
-    tokens = ((plans.FUSED_MAX_M, "fused"), (plans.FUSED_MAX_M + 1, "cooperative"),
-              (plans.COOPERATIVE_MAX_M, "cooperative"), (17, "skinny_vector"))
-    for m, variant in tokens:
-        x = rng.standard_normal((m, 16)).astype(np.float32)
-        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, 8, 16, "f32", "f32"))
-        assert plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, 8), np.float32))) == variant
+    k, fm = plans.FUSED_MIN_K, plans.FUSED_MAX_M
+    cases = [(1, 8, k, "fused"), (fm, 8, k, "fused"), (fm, plans.FUSED_MAX_N, k, "fused"),
+             (fm + 1, 8, k, "skinny_vector"), (1, 8, k - 16, "skinny_vector"), (16, 8, k, "skinny_vector"),
+             (fm, plans.FUSED_MAX_N + 16, k, "skinny_vector"), (64, 8, 64, "skinny_vector")]
+    for m, n, kk, variant in cases:
+        x, w, ws = np.zeros((m, kk), np.float32), np.zeros((n, kk), np.int8), np.ones(n, np.float32)
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, kk, "f32", "f32"))
+        assert plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, n), np.float32))) == variant
+        assert not plan._cooperative
+        assert plan._variants["skinny_vector"][0].dependent
 
 
 def test_fused_decode_falls_back_for_unaligned_x_and_ragged_k():
@@ -523,7 +529,9 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
     launches = 2 if case.startswith("two_launch") else 1
     if not case.startswith("smoothquant"):
         element = {"fused_f64": E.F64, "two_launch_pipelined_f16": E.F16, "cooperative_f32": E.F32}.get(case, E.BF16)
-        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, element, element, bias))
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            _force_decode_variant(monkeypatch, case.split("_")[0])
+            plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, element, element, bias))
         assert plan._fused is case.startswith("fused")
         assert plan._cooperative is case.startswith("cooperative")
         fields = {"input": (element, (m, k), 0x100000), "output": (element, (m, n), 0x600000)}
@@ -596,8 +604,7 @@ def test_gpu_fused_decode_equals_two_launches_and_torch(m, n, k, dtype, variant)
     ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
     bias = torch.randn(n, device="cuda", generator=g) if m % 2 else None
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(plans, "FUSED_MAX_M", 16 if variant == "fused" else 0)  # fused: any m <= 16, any n
-        monkeypatch.setattr(plans, "FUSED_MAX_N", 1 << 30)
+        _force_decode_variant(monkeypatch, variant)
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, bias is not None))
     fused = torch.empty(m, n, device="cuda", dtype=tdtype)
     args = bn.QuantizedLinearArgs(x, w, ws, fused, bias)

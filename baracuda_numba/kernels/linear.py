@@ -81,9 +81,15 @@ SPIN_NANOSECONDS = 128
 # launch bounds: fused M = 1 at 63.6 / 83.1 / 74.5 against 64.0 / 94.0 / 80.1 with 1).
 VECTOR_CHUNKS = 2
 ONE_LAUNCH_CHUNKS = 1
-# the two-launch decode GEMM, launched as the quantizer's programmatic dependent: buffers of weight
-# fragments each warp loads before it waits for the quantizer (plans.linear.DEPENDENT_GEMM)
-DEPENDENT_PRELOAD = 2
+# the two-launch decode GEMM, launched as the quantizer's programmatic dependent (plans.linear.DEPENDENT_GEMM):
+# buffers of weight fragments each warp loads before it waits for the quantizer, chunks per buffer and
+# launch bounds (blocks per multiprocessor, 0: none). Session 15 (H100, GPU time of quantized_linear, %
+# of copy, M = 1 / 16 at 4096^2, 11008 x 4096): 1 buffer 65.7 / 60.7, 84.2 / 77.1; 2 buffers 62.3 / 57.0,
+# 78.0 / 71.1 (equal at 8192^2): the second buffer's loads make the kernel's main loop slower (the GEMM
+# alone at 4096^2, M = 1: 75.7 against 80.0 for the kernel without them).
+DEPENDENT_PRELOAD = 1
+DEPENDENT_CHUNKS: int | None = None  # None: VECTOR_CHUNKS
+DEPENDENT_MIN_BLOCKS = 0
 # (Loading both buffers before the one-launch prologue, 2 iterations in flight while x is quantized,
 # was 0.4-2.9 points slower at every shape: notes/gemm.md.)
 # cooperative skinny with 2 column tiles: 91 registers (2 blocks per multiprocessor, where the unfused
@@ -171,9 +177,12 @@ def fused_min_blocks(tiles: int, x_element: ElementKind, cooperative: bool = Fal
     return blocks if tiles <= 2 and x_element.itemsize <= 4 else 0
 
 
-def skinny_chunks(one_launch: bool = False) -> int:
+def skinny_chunks(one_launch: bool = False, dependent: bool = False) -> int:
     """Weight chunks in flight per buffer of the double-buffered skinny kernels (``one_launch``: the
-    fused and cooperative ones), see ``VECTOR_CHUNKS``."""
+    fused and cooperative ones; ``dependent``: the quantizer's programmatic dependent), see
+    ``VECTOR_CHUNKS``."""
+    if dependent and DEPENDENT_CHUNKS is not None:
+        return DEPENDENT_CHUNKS
     return ONE_LAUNCH_CHUNKS if one_launch else VECTOR_CHUNKS
 
 
@@ -946,10 +955,10 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     weight, ``K % 16 == 0``); its first two arrays are ``x``'s elements and 16-byte pairs, and it
     keeps the per-token scales in shared memory (``row_scale`` is not read); ``fused_prefetch``: main-loop
     iterations of weight it asks L2 for before quantizing ``x`` (after the first, loaded into registers);
-    ``fused_min_blocks`` > 0: compiled with ``launch_bounds=(SKINNY_THREADS, fused_min_blocks)`` (registers
-    capped so that many blocks fit on a multiprocessor). ``cooperative`` (with ``fused_input``, ``M <= 16``):
-    the blocks quantize ``x`` into the workspace for each other (see :func:`_skinny`); three more arrays
-    follow the eight: the quantized rows as one word per 16-byte piece of ``x``, the same bytes as
+    ``fused_min_blocks`` > 0 (any skinny kernel): compiled with ``launch_bounds=(SKINNY_THREADS,
+    fused_min_blocks)`` (registers capped so that many blocks fit on a multiprocessor).
+    ``cooperative`` (with ``fused_input``, ``M <= 16``): the blocks quantize ``x`` into the workspace for
+    each other (see :func:`_skinny`); three more arrays follow the eight: the quantized rows as one word per 16-byte piece of ``x``, the same bytes as
     uint64 pairs, and three zeroed uint32 counters; ``row_scale`` receives the per-token scales.
     ``double_buffer`` (skinny kernels): each warp's next weight loads issued before its current mmas;
     ``vector_only`` (skinny): operands known to be 16-byte aligned with ``K % 16 == 0`` (no byte path;
@@ -976,7 +985,9 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, double_buffer=double_buffer, vector_only=vector_only,
                          dependent=dependent)
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
-                 f"{f'_dep{dependent}' if dependent else ''}")
+                 f"{f'_dep{dependent}' if dependent else ''}{f'_b{fused_min_blocks}' if fused_min_blocks else ''}")
+        if fused_min_blocks:
+            options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)
     elif pipeline is not None:
         kernel, shape = _pipelined(epilogue.store, pipeline), f"pipelined_{pipeline.name}"
     else:

@@ -89,32 +89,29 @@ class SmoothQuantLinearArgs:
     bias: Any = None  # [n] float32
 
 
-# Decode shapes up to this many tokens quantize the activations inside the skinny GEMM (one launch),
-# when their quantized rows fit in FUSED_MAX_SHARED bytes of shared memory. Every block quantizes the
-# rows itself (N / 16 times over), a prologue that grows with M. H100, CUDA-graph replay, % of the copy
-# bandwidth on the weight's bytes (notes/gemm.md, session 14, double-buffered kernels), fused /
-# cooperative / two launches at N = K = 4096: 63.7 / 47.5 / 52.1 at M = 1, 57.8 / 47.5 / 51.9 at M = 2,
-# 46.4 / 47.0 / 52.0 at M = 4; at 8192^2: 84.7 / 82.4 / 62.0 at M = 2 and 72.4 / 82.1 / 62.0 at M = 4.
-FUSED_MAX_M = 2
-# ... and when the weight has at most this many rows: every block's prologue runs once per wave of blocks,
-# so wide weights pay it more often. At N x K = 11008 x 4096 (session 14) fused / cooperative / two launches
-# measured 79.2 / 70.1 / 73.9% at M = 1 and 71.3 / 69.6 / 73.1% at M = 2: the fused kernel is the faster
-# one-launch kernel there. Wider weights are unmeasured and take the cooperative kernel.
-FUSED_MAX_N = 11008
-FUSED_MAX_SHARED = 160 * 1024
-# Decode shapes the fused kernel does not take, up to this many tokens (one row tile), quantize their
-# activations cooperatively inside one launch: M blocks quantize a row each into the workspace while
-# every block's first weight loads are in flight (kernels/linear.py, `_skinny`). In GPU time alone it
-# beats the two launches only at K = 8192 (80.4 against 61.0% at M = 16, session 14), and trails them by
-# 3-5 points at K = 4096 (M = 16: 46.1 / 50.4 at 4096^2, 66.1 / 68.8 at 11008 x 4096); it is kept there for
-# the host: one launch, 19.3 against 24.8 us per quantized_linear() at 16 x 4096 @ 4096^2 (session 13),
-# where an eager decode step is host-bound.
-COOPERATIVE_MAX_M = SKINNY_M
-# The two-launch decode path launches its skinny GEMM as a programmatic dependent of the activation
-# quantizer (cuLaunchKernelEx, programmatic stream serialization; sm_90): the GEMM's blocks start while
-# the quantizer runs, load their column parameters and first two iterations of weight, and wait for the
-# quantizer's grid (griddepcontrol.wait) before they read its rows and scales.
+# Decode (M <= 64) with aligned operands runs the activation quantizer, then the skinny GEMM launched as
+# its programmatic dependent (cuLaunchKernelEx, programmatic stream serialization; sm_90): the GEMM's
+# blocks start while the quantizer runs, load their column parameters and first iteration of weight, and
+# wait for the quantizer's grid (griddepcontrol.wait) before they read its rows and scales. False: the
+# GEMM starts after the quantizer, as a plain launch.
 DEPENDENT_GEMM = True
+# Up to this many tokens, with K of at least FUSED_MIN_K and at most FUSED_MAX_N weight rows (the quantized
+# rows within FUSED_MAX_SHARED bytes of shared memory), every block of the skinny GEMM quantizes the rows
+# itself (one launch, `fused`): a prologue per block that pays where each block streams a long K. H100,
+# CUDA-graph replay, weights rotating past L2, % of copy on the weight's bytes (session 15, notes/gemm.md),
+# fused / two launches (dependent GEMM) / cooperative:
+#   M = 1: 4096^2 63.8 / 65.7 / 47.3, 8192^2 93.7 / 83.6 / 83.7, 11008 x 4096 80.3 / 84.2 / 70.9;
+#   M = 2: 4096^2 58.2 / 65.4 / 47.6, 8192^2 86.8 / 83.9 / 83.3, 11008 x 4096 72.8 / 83.6 / 70.4;
+#   M = 4: 4096^2 46.4 / 65.5 / 46.9, 8192^2 73.7 / 83.9 / 83.0, 11008 x 4096 54.8 / 83.2 / 69.5;
+#   M = 16: 4096^2 20.1 / 60.7 / 46.1, 8192^2 28.3 / 82.0 / 81.4, 11008 x 4096 21.0 / 77.1 / 66.2.
+FUSED_MAX_M = 2
+FUSED_MIN_K = 8192
+FUSED_MAX_N = 11008  # wider weights (more waves of blocks, each paying the prologue) are unmeasured
+FUSED_MAX_SHARED = 160 * 1024
+# The cooperative one-launch kernel (M blocks quantize a row each into the workspace for all the others,
+# kernels/linear.py `_skinny`) trails the dependent two launches at every shape above (0.5-19 points), so
+# no decode shape selects it (0 tokens); it stays selectable here (up to SKINNY_M tokens) and tested.
+COOPERATIVE_MAX_M = 0
 _STREAM_WORKSPACES = 16  # per plan: the streams whose workspace a QuantizedLinearPlan keeps
 
 def _pointer_slots(arrays: int) -> slice:
@@ -167,8 +164,10 @@ class _LinearPlan(Plan):
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.SKINNY_CHUNKS, tiles)
             variant("skinny", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS)
             dependent = self._dependent_gemm()
-            kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.skinny_chunks(), tiles,
+            chunks = gemm.skinny_chunks(False, dependent)
+            kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, tiles,
                                    double_buffer=True, vector_only=True,
+                                   fused_min_blocks=gemm.DEPENDENT_MIN_BLOCKS if dependent else 0,
                                    dependent=gemm.DEPENDENT_PRELOAD if dependent else 0)
             variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS, dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
@@ -419,7 +418,7 @@ class QuantizedLinearPlan(_LinearPlan):
 
     def _fuses_quantize(self) -> bool:
         d = self.desc
-        return (d.m <= FUSED_MAX_M and d.n <= FUSED_MAX_N and d.k % 16 == 0
+        return (d.m <= FUSED_MAX_M and d.n <= FUSED_MAX_N and d.k >= FUSED_MIN_K and d.k % 16 == 0
                 and gemm.fused_shared_bytes(d.m, d.k) <= FUSED_MAX_SHARED)
 
     def _cooperates(self) -> bool:
@@ -531,8 +530,9 @@ class QuantizedLinearPlan(_LinearPlan):
         ``workspace``: at least ``workspace_size()`` bytes, or None to let the plan allocate it
         (the fused kernel needs none; the fast path below keeps one per stream).
 
-        At ``m <= 16`` with ``K % 16 == 0`` and 16-byte aligned ``x`` and weight, one kernel does
-        both (``fused`` at ``m <= FUSED_MAX_M`` up to ``n = FUSED_MAX_N``, else ``cooperative``). When, in addition,
+        At ``m <= FUSED_MAX_M``, ``FUSED_MIN_K <= k`` (``K % 16 == 0``) and ``n <= FUSED_MAX_N`` with 16-byte
+        aligned ``x`` and weight, one kernel does both (``fused``); other decode shapes (``m <= 64``) launch
+        the skinny GEMM as the quantizer's programmatic dependent (``DEPENDENT_GEMM``). When, in addition,
         every array is a contiguous CUDA ``torch.Tensor`` of the expected dtype on one device and
         ``stream`` is None, the plan patches their pointers into its pre-packed parameter block and
         launches (no operand adaptation).
