@@ -958,8 +958,9 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     ``fused_min_blocks`` > 0 (any skinny kernel): compiled with ``launch_bounds=(SKINNY_THREADS,
     fused_min_blocks)`` (registers capped so that many blocks fit on a multiprocessor).
     ``cooperative`` (with ``fused_input``, ``M <= 16``): the blocks quantize ``x`` into the workspace for
-    each other (see :func:`_skinny`); three more arrays follow the eight: the quantized rows as one word per 16-byte piece of ``x``, the same bytes as
-    uint64 pairs, and three zeroed uint32 counters; ``row_scale`` receives the per-token scales.
+    each other (see :func:`_skinny`); three more arrays follow the eight: the quantized rows as one word
+    per 16-byte piece of ``x``, the same bytes as uint64 pairs, and three zeroed uint32 counters;
+    ``row_scale`` receives the per-token scales.
     ``double_buffer`` (skinny kernels): each warp's next weight loads issued before its current mmas;
     ``vector_only`` (skinny): operands known to be 16-byte aligned with ``K % 16 == 0`` (no byte path;
     always so for ``fused_input``); ``dependent`` > 0 (skinny, double-buffered, per-token rows): launched
