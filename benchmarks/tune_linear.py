@@ -301,7 +301,7 @@ def fused_decode(copy: float) -> list[dict]:
     from baracuda_numba.plans import linear as plans
 
     shipped_limits = (plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM,
-                      plans.FUSED_MIN_K)
+                      plans.FUSED_MIN_K, plans.FUSED_MIN_N)
     shipped_blocks = gemm.COOPERATIVE_MIN_BLOCKS
     rows = []
     for m, n, k in FUSED_DECODE:
@@ -333,7 +333,7 @@ def fused_decode(copy: float) -> list[dict]:
         outputs = {}
         for label, fused_max_m, cooperative_max_m, blocks, dependent, knobs in variants:
             plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M = fused_max_m, 1 << 30, cooperative_max_m
-            plans.DEPENDENT_GEMM, plans.FUSED_MIN_K = dependent, 0
+            plans.DEPENDENT_GEMM, plans.FUSED_MIN_K, plans.FUSED_MIN_N = dependent, 0, 0
             gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS = knobs
             gemm.COOPERATIVE_MIN_BLOCKS = blocks
             clear_plan_cache()
@@ -344,7 +344,7 @@ def fused_decode(copy: float) -> list[dict]:
             row[f"{label}_us"] = 1e3 * ms
             row[f"{label}_pct"] = 100 * n * k / ms / 1e6 / copy
         (plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM,
-         plans.FUSED_MIN_K) = shipped_limits
+         plans.FUSED_MIN_K, plans.FUSED_MIN_N) = shipped_limits
         gemm.COOPERATIVE_MIN_BLOCKS = shipped_blocks
         gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS = shipped_dependent
         shipped()
@@ -583,11 +583,13 @@ def host_calls(out_dir: Path) -> dict:
     two = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
     result["two-launch QuantizedLinearPlan.run (workspace given) us"] = host_us(lambda: two.run(args, workspace))
     result["two-launch quantized_linear() us"] = host_us(lambda: bn.quantized_linear(x, w, ws))
-    plans.FUSED_MAX_M, shipped_min_k, plans.FUSED_MIN_K = 16, plans.FUSED_MIN_K, 0
+    shipped_min = plans.FUSED_MIN_K, plans.FUSED_MIN_N
+    plans.FUSED_MAX_M, plans.FUSED_MIN_K, plans.FUSED_MIN_N = 16, 0, 0
     clear_plan_cache()
     fused16 = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
     result["fused M=16 QuantizedLinearPlan.run us"] = host_us(lambda: fused16.run(args))
-    plans.FUSED_MAX_M, plans.COOPERATIVE_MAX_M, plans.FUSED_MIN_K = shipped_max_m, shipped_cooperative, shipped_min_k
+    plans.FUSED_MAX_M, plans.COOPERATIVE_MAX_M = shipped_max_m, shipped_cooperative
+    plans.FUSED_MIN_K, plans.FUSED_MIN_N = shipped_min
     clear_plan_cache()
     write_profile(lambda: bn.quantized_linear(x, w, ws), 2000, 15, out_dir / "host_profile.txt")
     say(json.dumps(result, default=lambda v: round(v, 2) if isinstance(v, float) else v))

@@ -290,11 +290,13 @@ def test_few_long_segments_take_one_wide_resident_block_each(tuning):
     """Segments longer than the resident block holds, no more of them than SMs: one block of the next
     power-of-two threads per segment, every chunk in registers; past ``wide_segment_threads`` (or with
     more segments than SMs) the streaming kernel."""
+    from baracuda_numba.kernels.dynamic import TPB
     from baracuda_numba.plans.base import sm_count
 
     tuning(resident_threads=32, resident_keep=2, wide_segment_threads=128)
     sms = sm_count(0)
-    cases = [((sms, 1000), 128, "resident"), ((sms + 1, 1000), 32, "segment"), ((sms, 2200), 32, "segment"),
+    # the streaming kernel runs blocks of the default TPB threads (its segments one warp each at most)
+    cases = [((sms, 1000), 128, "resident"), ((sms + 1, 1000), TPB, "segment"), ((sms, 2200), TPB, "segment"),
              ((sms, 400), 64, "resident"), ((sms, 200), 32, "resident")]
     for shape, threads, kernel in cases:
         plan = bn.DynamicRangeQuantizePlan.select(bn.DynamicRangeQuantizeDescriptor(

@@ -355,6 +355,7 @@ def _force_decode_variant(monkeypatch, variant: str) -> None:
 
     monkeypatch.setattr(plans, "FUSED_MAX_M", 16 if variant == "fused" else 0)
     monkeypatch.setattr(plans, "FUSED_MIN_K", 0)
+    monkeypatch.setattr(plans, "FUSED_MIN_N", 0)
     monkeypatch.setattr(plans, "FUSED_MAX_N", 1 << 30)
     monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 16 if variant == "cooperative" else 0)
 
@@ -444,15 +445,16 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant
 
 
 def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_dependent():
-    """Up to FUSED_MAX_M tokens with K >= FUSED_MIN_K against at most FUSED_MAX_N weight rows take the
-    fused kernel; every other decode shape (up to 64 tokens) the quantizer, then the skinny GEMM as its
-    programmatic dependent; the cooperative kernel none."""
+    """Up to FUSED_MAX_M tokens with K >= FUSED_MIN_K against FUSED_MIN_N .. FUSED_MAX_N weight rows take
+    the fused kernel; every other decode shape (up to 64 tokens) the quantizer, then the skinny GEMM as
+    its programmatic dependent; the cooperative kernel none."""
     from baracuda_numba.plans import linear as plans
 
-    k, fm = plans.FUSED_MIN_K, plans.FUSED_MAX_M
-    cases = [(1, 8, k, "fused"), (fm, 8, k, "fused"), (fm, plans.FUSED_MAX_N, k, "fused"),
-             (fm + 1, 8, k, "skinny_vector"), (1, 8, k - 16, "skinny_vector"), (16, 8, k, "skinny_vector"),
-             (fm, plans.FUSED_MAX_N + 16, k, "skinny_vector"), (64, 8, 64, "skinny_vector")]
+    k, n, fm = plans.FUSED_MIN_K, plans.FUSED_MIN_N, plans.FUSED_MAX_M
+    cases = [(1, n, k, "fused"), (fm, n, k, "fused"), (fm, plans.FUSED_MAX_N, k, "fused"),
+             (fm + 1, n, k, "skinny_vector"), (1, n, k - 16, "skinny_vector"), (1, n - 16, k, "skinny_vector"),
+             (16, n, k, "skinny_vector"), (fm, plans.FUSED_MAX_N + 16, k, "skinny_vector"),
+             (64, 8, 64, "skinny_vector")]
     for m, n, kk, variant in cases:
         x, w, ws = np.zeros((m, kk), np.float32), np.zeros((n, kk), np.int8), np.ones(n, np.float32)
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, kk, "f32", "f32"))

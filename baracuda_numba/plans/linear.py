@@ -95,17 +95,21 @@ class SmoothQuantLinearArgs:
 # wait for the quantizer's grid (griddepcontrol.wait) before they read its rows and scales. False: the
 # GEMM starts after the quantizer, as a plain launch.
 DEPENDENT_GEMM = True
-# Up to this many tokens, with K of at least FUSED_MIN_K and at most FUSED_MAX_N weight rows (the quantized
-# rows within FUSED_MAX_SHARED bytes of shared memory), every block of the skinny GEMM quantizes the rows
-# itself (one launch, `fused`): a prologue per block that pays where each block streams a long K. H100,
-# CUDA-graph replay, weights rotating past L2, % of copy on the weight's bytes (session 15, notes/gemm.md),
-# fused / two launches (dependent GEMM) / cooperative:
-#   M = 1: 4096^2 63.8 / 65.7 / 47.3, 8192^2 93.7 / 83.6 / 83.7, 11008 x 4096 80.3 / 84.2 / 70.9;
-#   M = 2: 4096^2 58.2 / 65.4 / 47.6, 8192^2 86.8 / 83.9 / 83.3, 11008 x 4096 72.8 / 83.6 / 70.4;
-#   M = 4: 4096^2 46.4 / 65.5 / 46.9, 8192^2 73.7 / 83.9 / 83.0, 11008 x 4096 54.8 / 83.2 / 69.5;
-#   M = 16: 4096^2 20.1 / 60.7 / 46.1, 8192^2 28.3 / 82.0 / 81.4, 11008 x 4096 21.0 / 77.1 / 66.2.
+# Up to this many tokens, with K of at least FUSED_MIN_K and FUSED_MIN_N .. FUSED_MAX_N weight rows (the
+# quantized rows within FUSED_MAX_SHARED bytes of shared memory), every block of the skinny GEMM quantizes
+# the rows itself (one launch, `fused`): a prologue per block, which pays only where each block streams a
+# long K and the blocks fill the SMs. H100, CUDA-graph replay, weights rotating past L2, % of copy on the
+# weight's bytes (session 15, notes/gemm.md, tune-linear-2026-11-25-s15-call3.log), fused / two launches
+# (dependent GEMM) / cooperative, N x K:
+#   M = 1: 4096^2 63.8 / 65.6 / 47.1, 8192^2 93.3 / 83.5 / 83.3, 11008 x 4096 80.2 / 83.5 / 70.8,
+#          4096 x 11008 72.7 / 73.1 / 58.6;
+#   M = 2: 4096^2 57.8 / 65.1 / 47.5, 8192^2 86.3 / 83.2 / 83.1, 11008 x 4096 72.6 / 83.8 / 70.3,
+#          4096 x 11008 66.1 / 74.0 / 58.8;
+#   M = 4: 4096^2 46.6 / 65.2 / 47.1, 8192^2 73.5 / 83.8 / 83.1, 11008 x 4096 54.6 / 82.9 / 69.5;
+#   M = 16: 4096^2 20.3 / 61.2 / 46.3, 8192^2 27.1 / 81.7 / 80.4, 11008 x 4096 21.4 / 78.0 / 66.7.
 FUSED_MAX_M = 2
 FUSED_MIN_K = 8192
+FUSED_MIN_N = 8192  # 4096 rows at K = 11008: 128 blocks of 4 column tiles, fewer than the SMs
 FUSED_MAX_N = 11008  # wider weights (more waves of blocks, each paying the prologue) are unmeasured
 FUSED_MAX_SHARED = 160 * 1024
 # The cooperative one-launch kernel (M blocks quantize a row each into the workspace for all the others,
@@ -418,7 +422,7 @@ class QuantizedLinearPlan(_LinearPlan):
 
     def _fuses_quantize(self) -> bool:
         d = self.desc
-        return (d.m <= FUSED_MAX_M and d.n <= FUSED_MAX_N and d.k >= FUSED_MIN_K and d.k % 16 == 0
+        return (d.m <= FUSED_MAX_M and FUSED_MIN_N <= d.n <= FUSED_MAX_N and d.k >= FUSED_MIN_K and d.k % 16 == 0
                 and gemm.fused_shared_bytes(d.m, d.k) <= FUSED_MAX_SHARED)
 
     def _cooperates(self) -> bool:
@@ -530,9 +534,10 @@ class QuantizedLinearPlan(_LinearPlan):
         ``workspace``: at least ``workspace_size()`` bytes, or None to let the plan allocate it
         (the fused kernel needs none; the fast path below keeps one per stream).
 
-        At ``m <= FUSED_MAX_M``, ``FUSED_MIN_K <= k`` (``K % 16 == 0``) and ``n <= FUSED_MAX_N`` with 16-byte
-        aligned ``x`` and weight, one kernel does both (``fused``); other decode shapes (``m <= 64``) launch
-        the skinny GEMM as the quantizer's programmatic dependent (``DEPENDENT_GEMM``). When, in addition,
+        At ``m <= FUSED_MAX_M``, ``FUSED_MIN_K <= k`` (``K % 16 == 0``), ``FUSED_MIN_N <= n <= FUSED_MAX_N``
+        with 16-byte aligned ``x`` and weight, one kernel does both (``fused``); other decode shapes
+        (``m <= 64``) launch the skinny GEMM as the quantizer's programmatic dependent (``DEPENDENT_GEMM``),
+        sm_90. When, in addition,
         every array is a contiguous CUDA ``torch.Tensor`` of the expected dtype on one device and
         ``stream`` is None, the plan patches their pointers into its pre-packed parameter block and
         launches (no operand adaptation).
