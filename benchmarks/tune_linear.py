@@ -301,7 +301,7 @@ def fused_decode(copy: float) -> list[dict]:
     from baracuda_numba.plans import linear as plans
 
     shipped_limits = (plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM,
-                      plans.FUSED_MIN_K, plans.FUSED_MIN_N)
+                      plans.FUSED_MIN_K, plans.FUSED_MIN_N, plans.FUSED_ANY_SHAPE_MAX_M)
     shipped_blocks = gemm.COOPERATIVE_MIN_BLOCKS
     rows = []
     for m, n, k in FUSED_DECODE:
@@ -334,6 +334,7 @@ def fused_decode(copy: float) -> list[dict]:
         for label, fused_max_m, cooperative_max_m, blocks, dependent, knobs in variants:
             plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M = fused_max_m, 1 << 30, cooperative_max_m
             plans.DEPENDENT_GEMM, plans.FUSED_MIN_K, plans.FUSED_MIN_N = dependent, 0, 0
+            plans.FUSED_ANY_SHAPE_MAX_M = fused_max_m
             gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS = knobs
             gemm.COOPERATIVE_MIN_BLOCKS = blocks
             clear_plan_cache()
@@ -344,7 +345,7 @@ def fused_decode(copy: float) -> list[dict]:
             row[f"{label}_us"] = 1e3 * ms
             row[f"{label}_pct"] = 100 * n * k / ms / 1e6 / copy
         (plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM,
-         plans.FUSED_MIN_K, plans.FUSED_MIN_N) = shipped_limits
+         plans.FUSED_MIN_K, plans.FUSED_MIN_N, plans.FUSED_ANY_SHAPE_MAX_M) = shipped_limits
         gemm.COOPERATIVE_MIN_BLOCKS = shipped_blocks
         gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS = shipped_dependent
         shipped()
@@ -468,11 +469,11 @@ def fused_side(side: str, copy: float, save: Path | None, only: list[str] | None
                    "gemm_only_us": 1e3 * gemm_ms, "gemm_only_pct_copy": 100 * n * k / gemm_ms / 1e6 / copy}
             if name == "shipped":
                 outputs[f"{m}x{n}x{k}"] = got.cpu()
-                fused_max_m = plans.FUSED_MAX_M
-                plans.FUSED_MAX_M = 0  # the two-launch path: quantizer, then the unfused skinny GEMM
+                fused_max_m = plans.FUSED_MAX_M, plans.FUSED_ANY_SHAPE_MAX_M
+                plans.FUSED_MAX_M = plans.FUSED_ANY_SHAPE_MAX_M = 0  # the two-launch path
                 clear_plan_cache()
                 two = bn.quantized_linear(x, w, ws, bias=bias)
-                plans.FUSED_MAX_M = fused_max_m
+                plans.FUSED_MAX_M, plans.FUSED_ANY_SHAPE_MAX_M = fused_max_m
                 clear_plan_cache()
                 row["fused == two_launch"] = bit_equal(got, two)
                 row["host quantized_linear() us"] = host_us(lambda x=x, w=w, ws=ws: bn.quantized_linear(x, w, ws),
@@ -577,18 +578,19 @@ def host_calls(out_dir: Path) -> dict:
               "torch.empty(4096, int8) us": host_us(lambda: torch.empty(4096, dtype=torch.int8, device="cuda"))}
     from baracuda_numba.plans import linear as plans
 
-    shipped_max_m, shipped_cooperative = plans.FUSED_MAX_M, plans.COOPERATIVE_MAX_M
-    plans.FUSED_MAX_M = plans.COOPERATIVE_MAX_M = 0
+    shipped_max_m, shipped_cooperative = (plans.FUSED_MAX_M, plans.FUSED_ANY_SHAPE_MAX_M), plans.COOPERATIVE_MAX_M
+    plans.FUSED_MAX_M = plans.FUSED_ANY_SHAPE_MAX_M = plans.COOPERATIVE_MAX_M = 0
     clear_plan_cache()
     two = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
     result["two-launch QuantizedLinearPlan.run (workspace given) us"] = host_us(lambda: two.run(args, workspace))
     result["two-launch quantized_linear() us"] = host_us(lambda: bn.quantized_linear(x, w, ws))
     shipped_min = plans.FUSED_MIN_K, plans.FUSED_MIN_N
     plans.FUSED_MAX_M, plans.FUSED_MIN_K, plans.FUSED_MIN_N = 16, 0, 0
+    plans.FUSED_ANY_SHAPE_MAX_M = 16
     clear_plan_cache()
     fused16 = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
     result["fused M=16 QuantizedLinearPlan.run us"] = host_us(lambda: fused16.run(args))
-    plans.FUSED_MAX_M, plans.COOPERATIVE_MAX_M = shipped_max_m, shipped_cooperative
+    (plans.FUSED_MAX_M, plans.FUSED_ANY_SHAPE_MAX_M), plans.COOPERATIVE_MAX_M = shipped_max_m, shipped_cooperative
     plans.FUSED_MIN_K, plans.FUSED_MIN_N = shipped_min
     clear_plan_cache()
     write_profile(lambda: bn.quantized_linear(x, w, ws), 2000, 15, out_dir / "host_profile.txt")

@@ -218,6 +218,7 @@ def test_gemm_variants_match_reference(monkeypatch, m, n, k, skinny_chunks, skin
     monkeypatch.setattr(gemm, "SKINNY_CHUNKS", skinny_chunks)
     monkeypatch.setattr(gemm, "VECTOR_CHUNKS", skinny_chunks)
     monkeypatch.setattr(plans, "FUSED_MAX_M", 0)  # the GEMM kernels themselves (x quantized first)
+    monkeypatch.setattr(plans, "FUSED_ANY_SHAPE_MAX_M", 0)
     monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 0)
     monkeypatch.setattr(gemm, "SKINNY_TILES", skinny_tiles)
     clear_plan_cache()
@@ -320,6 +321,7 @@ def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k):
     xs = [(torch.randn(m, k, device="cuda", generator=g) * (1 + i)).to(torch.bfloat16) for i in range(24)]
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setattr(plans, "FUSED_MAX_M", 0)
+        monkeypatch.setattr(plans, "FUSED_ANY_SHAPE_MAX_M", 0)
         monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 0)
         clear_plan_cache()
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
@@ -354,6 +356,7 @@ def _force_decode_variant(monkeypatch, variant: str) -> None:
     from baracuda_numba.plans import linear as plans
 
     monkeypatch.setattr(plans, "FUSED_MAX_M", 16 if variant == "fused" else 0)
+    monkeypatch.setattr(plans, "FUSED_ANY_SHAPE_MAX_M", 16 if variant == "fused" else 0)
     monkeypatch.setattr(plans, "FUSED_MIN_K", 0)
     monkeypatch.setattr(plans, "FUSED_MIN_N", 0)
     monkeypatch.setattr(plans, "FUSED_MAX_N", 1 << 30)
@@ -431,6 +434,7 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant
         plan.run(args)
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setattr(plans, "FUSED_MAX_M", 0)
+        monkeypatch.setattr(plans, "FUSED_ANY_SHAPE_MAX_M", 0)
         monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 0)
         clear_plan_cache()
         unfused = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, element, element, with_bias))
@@ -445,14 +449,17 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant
 
 
 def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_dependent():
-    """Up to FUSED_MAX_M tokens with K >= FUSED_MIN_K against FUSED_MIN_N .. FUSED_MAX_N weight rows take
-    the fused kernel; every other decode shape (up to 64 tokens) the quantizer, then the skinny GEMM as
-    its programmatic dependent; the cooperative kernel none."""
+    """Up to FUSED_MAX_M tokens with K >= FUSED_MIN_K against FUSED_MIN_N .. FUSED_MAX_N weight rows, and
+    FUSED_ANY_SHAPE_MAX_M against any weight up to FUSED_MAX_N rows, take the fused kernel; every other
+    decode shape (up to 64 tokens) the quantizer, then the skinny GEMM as its programmatic dependent; the
+    cooperative kernel none."""
     from baracuda_numba.plans import linear as plans
 
-    k, n, fm = plans.FUSED_MIN_K, plans.FUSED_MIN_N, plans.FUSED_MAX_M
-    cases = [(1, n, k, "fused"), (fm, n, k, "fused"), (fm, plans.FUSED_MAX_N, k, "fused"),
-             (fm + 1, n, k, "skinny_vector"), (1, n, k - 16, "skinny_vector"), (1, n - 16, k, "skinny_vector"),
+    k, n, fm, fa = plans.FUSED_MIN_K, plans.FUSED_MIN_N, plans.FUSED_MAX_M, plans.FUSED_ANY_SHAPE_MAX_M
+    assert fa < fm
+    cases = [(fa, 8, 64, "fused"), (fm, n, k, "fused"), (fm, plans.FUSED_MAX_N, k, "fused"),
+             (fa, plans.FUSED_MAX_N + 16, 64, "skinny_vector"),
+             (fm + 1, n, k, "skinny_vector"), (fm, n, k - 16, "skinny_vector"), (fm, n - 16, k, "skinny_vector"),
              (16, n, k, "skinny_vector"), (fm, plans.FUSED_MAX_N + 16, k, "skinny_vector"),
              (64, 8, 64, "skinny_vector")]
     for m, n, kk, variant in cases:
@@ -622,6 +629,7 @@ def test_gpu_fused_decode_equals_two_launches_and_torch(m, n, k, dtype, variant)
             assert torch.equal(again, fused) and not given[plan._counter_offset:].any()
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setattr(plans, "FUSED_MAX_M", 0)
+        monkeypatch.setattr(plans, "FUSED_ANY_SHAPE_MAX_M", 0)
         monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 0)
         clear_plan_cache()
         two_launch = bn.quantized_linear(x, w, ws, bias=bias)
@@ -639,7 +647,6 @@ def test_gpu_plans_sharing_a_kernel_with_different_shared_memory():
     opt-in belongs to the kernel, so a later plan must not lower it under an earlier one's)."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import clear_plan_cache
-    from baracuda_numba.plans import linear as plans
 
     n, k = 264, 8192
     g = torch.Generator(device="cuda").manual_seed(11)
@@ -647,7 +654,7 @@ def test_gpu_plans_sharing_a_kernel_with_different_shared_memory():
     ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
     cases = [(m, (torch.randn(m, k, device="cuda", generator=g) * 3).to(torch.bfloat16)) for m in (16, 4, 7, 2, 16)]
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(plans, "FUSED_MAX_M", 16)
+        _force_decode_variant(monkeypatch, "fused")
         clear_plan_cache()
         fused = [bn.quantized_linear(x, w, ws) for _, x in cases]
         fused += [bn.quantized_linear(x, w, ws) for _, x in cases]  # again, every plan already built

@@ -95,10 +95,13 @@ class SmoothQuantLinearArgs:
 # wait for the quantizer's grid (griddepcontrol.wait) before they read its rows and scales. False: the
 # GEMM starts after the quantizer, as a plain launch.
 DEPENDENT_GEMM = True
-# Up to this many tokens, with K of at least FUSED_MIN_K and FUSED_MIN_N .. FUSED_MAX_N weight rows (the
-# quantized rows within FUSED_MAX_SHARED bytes of shared memory), every block of the skinny GEMM quantizes
-# the rows itself (one launch, `fused`): a prologue per block, which pays only where each block streams a
-# long K and the blocks fill the SMs. H100, CUDA-graph replay, weights rotating past L2, % of copy on the
+# Up to FUSED_MAX_M tokens, with K of at least FUSED_MIN_K and FUSED_MIN_N .. FUSED_MAX_N weight rows, and
+# up to FUSED_ANY_SHAPE_MAX_M tokens against any weight up to FUSED_MAX_N rows (the quantized rows within
+# FUSED_MAX_SHARED bytes of shared memory), every block of the skinny GEMM quantizes the rows itself (one
+# launch, `fused`): a prologue per block, which pays where each block streams a long K and the blocks
+# fill the SMs. One token keeps the fused kernel where the two launches are at most 4 % faster on the GPU:
+# one launch is 6-8 us less host time per call (9.2 against 15.2-17.3 us per plan.run, session 15), the
+# whole step of an eager decode. H100, CUDA-graph replay, weights rotating past L2, % of copy on the
 # weight's bytes (session 15, notes/gemm.md, tune-linear-2026-11-25-s15-call3.log), fused / two launches
 # (dependent GEMM) / cooperative, N x K:
 #   M = 1: 4096^2 63.8 / 65.6 / 47.1, 8192^2 93.3 / 83.5 / 83.3, 11008 x 4096 80.2 / 83.5 / 70.8,
@@ -108,6 +111,7 @@ DEPENDENT_GEMM = True
 #   M = 4: 4096^2 46.6 / 65.2 / 47.1, 8192^2 73.5 / 83.8 / 83.1, 11008 x 4096 54.6 / 82.9 / 69.5;
 #   M = 16: 4096^2 20.3 / 61.2 / 46.3, 8192^2 27.1 / 81.7 / 80.4, 11008 x 4096 21.4 / 78.0 / 66.7.
 FUSED_MAX_M = 2
+FUSED_ANY_SHAPE_MAX_M = 1
 FUSED_MIN_K = 8192
 FUSED_MIN_N = 8192  # 4096 rows at K = 11008: 128 blocks of 4 column tiles, fewer than the SMs
 FUSED_MAX_N = 11008  # wider weights (more waves of blocks, each paying the prologue) are unmeasured
@@ -422,7 +426,8 @@ class QuantizedLinearPlan(_LinearPlan):
 
     def _fuses_quantize(self) -> bool:
         d = self.desc
-        return (d.m <= FUSED_MAX_M and FUSED_MIN_N <= d.n <= FUSED_MAX_N and d.k >= FUSED_MIN_K and d.k % 16 == 0
+        large = d.k >= FUSED_MIN_K and d.n >= FUSED_MIN_N
+        return (d.m <= (FUSED_MAX_M if large else FUSED_ANY_SHAPE_MAX_M) and d.n <= FUSED_MAX_N and d.k % 16 == 0
                 and gemm.fused_shared_bytes(d.m, d.k) <= FUSED_MAX_SHARED)
 
     def _cooperates(self) -> bool:
@@ -534,8 +539,9 @@ class QuantizedLinearPlan(_LinearPlan):
         ``workspace``: at least ``workspace_size()`` bytes, or None to let the plan allocate it
         (the fused kernel needs none; the fast path below keeps one per stream).
 
-        At ``m <= FUSED_MAX_M``, ``FUSED_MIN_K <= k`` (``K % 16 == 0``), ``FUSED_MIN_N <= n <= FUSED_MAX_N``
-        with 16-byte aligned ``x`` and weight, one kernel does both (``fused``); other decode shapes
+        At ``m <= FUSED_MAX_M``, ``FUSED_MIN_K <= k``, ``FUSED_MIN_N <= n <= FUSED_MAX_N`` (and at
+        ``m <= FUSED_ANY_SHAPE_MAX_M`` for any ``n <= FUSED_MAX_N``), ``K % 16 == 0``, with 16-byte aligned ``x``
+        and weight, one kernel does both (``fused``); other decode shapes
         (``m <= 64``) launch the skinny GEMM as the quantizer's programmatic dependent (``DEPENDENT_GEMM``),
         sm_90. When, in addition,
         every array is a contiguous CUDA ``torch.Tensor`` of the expected dtype on one device and
