@@ -285,8 +285,11 @@ def decode(copy: float) -> list[dict]:
 
 
 # the cooperative kernel's launch bounds timed (blocks per multiprocessor; session 12: L2 prefetch
-# depths 1, 3 and 7 were slower than none)
-COOPERATIVE_BLOCKS = (3,)
+# depths 1, 3 and 7 were slower than none; session 15: slower than the dependent two launches at every
+# shape, no longer timed)
+COOPERATIVE_BLOCKS: tuple[int, ...] = ()
+# L2 prefetch depths of the dependent GEMM timed (main-loop iterations asked of L2 before the wait)
+DEPENDENT_PREFETCHES = (0, 1, 2, 4)
 FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096), (4096, 11008))
                 for m in (1, 2, 4, 8, 16)]
 
@@ -321,21 +324,25 @@ def fused_decode(copy: float) -> list[dict]:
             pairs = itertools.cycle([(wi, torch.empty_like(wi)) for wi in weights])
             ms = graph_ms(lambda pairs=pairs: (lambda src, dst: dst.copy_(src))(*next(pairs)), calls=10 * len(weights))
             row["copy_of_weight_pct"] = 100 * 2 * n * k / ms / 1e6 / copy
-        # two_launch: the GEMM as the quantizer's programmatic dependent; two_launch_plain: launched after it
         # two_launch: the GEMM as the quantizer's programmatic dependent (as shipped: DEPENDENT_PRELOAD,
-        # DEPENDENT_CHUNKS, DEPENDENT_MIN_BLOCKS); _c1b3: 1 chunk per buffer, launch bounds of 3 blocks
-        # (the fused kernel's); two_launch_plain: the GEMM launched after the quantizer
-        shipped_dependent = gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS
-        variants = [("two_launch", 0, 0, 0, True, shipped_dependent), ("two_launch_c1b3", 0, 0, 0, True, (1, 1, 3)),
-                    ("two_launch_plain", 0, 0, 0, False, shipped_dependent),
-                    ("fused", 16, 0, 0, True, shipped_dependent)]
+        # DEPENDENT_CHUNKS, DEPENDENT_MIN_BLOCKS, DEPENDENT_PREFETCH_L2); _l2p<i>: i iterations asked of L2
+        # before the wait; two_launch_plain: the GEMM launched after the quantizer. (Session 15 also
+        # timed 1 chunk per buffer with launch bounds of 3 blocks, and the cooperative kernel: slower.)
+        shipped_dependent = (gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS,
+                             gemm.DEPENDENT_PREFETCH_L2)
+        variants = [("two_launch", 0, 0, 0, True, shipped_dependent)]
+        variants += [(f"two_launch_l2p{p}", 0, 0, 0, True, (*shipped_dependent[:3], p)) for p in DEPENDENT_PREFETCHES
+                     if p != shipped_dependent[3]]
+        variants += [("two_launch_plain", 0, 0, 0, False, shipped_dependent),
+                     ("fused", 16, 0, 0, True, shipped_dependent)]
         variants += [(f"cooperative_b{b}", 0, 16, b, True, shipped_dependent) for b in COOPERATIVE_BLOCKS]
         outputs = {}
         for label, fused_max_m, cooperative_max_m, blocks, dependent, knobs in variants:
             plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M = fused_max_m, 1 << 30, cooperative_max_m
             plans.DEPENDENT_GEMM, plans.FUSED_MIN_K, plans.FUSED_MIN_N = dependent, 0, 0
             plans.FUSED_ANY_SHAPE_MAX_M = fused_max_m
-            gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS = knobs
+            (gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS,
+             gemm.DEPENDENT_PREFETCH_L2) = knobs
             gemm.COOPERATIVE_MIN_BLOCKS = blocks
             clear_plan_cache()
             outputs[label] = bn.quantized_linear(x, w, ws, bias=bias)
@@ -347,7 +354,8 @@ def fused_decode(copy: float) -> list[dict]:
         (plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM,
          plans.FUSED_MIN_K, plans.FUSED_MIN_N, plans.FUSED_ANY_SHAPE_MAX_M) = shipped_limits
         gemm.COOPERATIVE_MIN_BLOCKS = shipped_blocks
-        gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS = shipped_dependent
+        (gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS,
+         gemm.DEPENDENT_PREFETCH_L2) = shipped_dependent
         shipped()
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
         row["shipped"] = plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, out))

@@ -203,6 +203,36 @@ def test_gpu_many_rows_deterministic_and_torch_composition():
     assert torch.equal(asym.zero_point.view(-1), zp)
 
 
+@requires_gpu
+@pytest.mark.parametrize("dependent", [True, False])
+@pytest.mark.parametrize(("shape", "dtype"), [((4096, 4096), "bfloat16"), ((999, 4103), "float32")])
+def test_gpu_tensor_scope_calls_queued_back_to_back_each_see_their_own_range(dependent, shape, dtype, tuning):
+    """The tensor scope's quantize pass (a programmatic dependent of the partial pass by default) loads
+    ``x`` before it waits for the partial ranges. Calls queued with no sync between them, one workspace
+    of partials reused, each with a range of its own, must each get ``amax / 127`` of their own ``x``
+    and its quantize, bit for bit against torch."""
+    torch = pytest.importorskip("torch")
+    tuning(tensor_dependent=dependent)
+    g = torch.Generator(device="cuda").manual_seed(shape[1])
+    xs = [(torch.randn(shape, device="cuda", generator=g) * (1 + 3 * i)).to(getattr(torch, dtype)) for i in range(8)]
+    plan = bn.DynamicRangeQuantizePlan.select(bn.DynamicRangeQuantizeDescriptor(
+        shape, bn.DynamicRangeMode.SYMMETRIC, bn.DynamicRangeScope.tensor(), -127, 127, bn.ElementKind(
+            {"bfloat16": "bf16", "float32": "f32"}[dtype]), bn.ElementKind.S8))
+    partial, quantize = plan._launchers
+    assert not partial.dependent and quantize.dependent is dependent
+    workspace = torch.empty(plan.workspace_size(), device="cuda", dtype=torch.uint8)
+    outs = [(torch.empty(shape, device="cuda", dtype=torch.int8), torch.empty(1, device="cuda"),
+             torch.empty(1, device="cuda", dtype=torch.int32)) for _ in xs]
+    for x, (q, scale, zero_point) in zip(xs, outs, strict=True):
+        plan.run(bn.DynamicRangeQuantizeArgs(x, q, scale, zero_point), workspace=workspace)
+    torch.cuda.synchronize()
+    for x, (q, scale, _) in zip(xs, outs, strict=True):
+        expected_scale = x.float().abs().amax() / torch.tensor(127.0, device="cuda")
+        assert torch.equal(scale[0], expected_scale)
+        expected = torch.clamp(torch.round(x.float() * (1.0 / expected_scale)), -127, 127).to(torch.int8)
+        assert torch.equal(q, expected)
+
+
 @pytest.fixture
 def tuning():
     """Set launch shapes of the dynamic plans for one test (plans are re-selected), restored after."""

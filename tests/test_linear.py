@@ -304,14 +304,16 @@ def test_gpu_cuda_graph_replay_equals_eager(m, n, k):
 
 
 @requires_gpu
-@pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (16, 4096, 4096), (9, 11008, 4096), (64, 264, 8192)])
-def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k):
+@pytest.mark.parametrize(("m", "n", "k", "prefetch"), [(1, 4096, 4096, 0), (16, 4096, 4096, 2), (9, 11008, 4096, 1),
+                                                      (64, 264, 8192, 4), (3, 520, 2064, 9)])
+def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch):
     """The two-launch path's GEMM starts as the quantizer's programmatic dependent and loads weight
-    before the quantizer is done. Calls queued back to back on one stream (no host sync between them,
-    the plan's one workspace reused) with a new ``x`` each must each give their own ``x``'s result, bit
-    for bit against torch: a GEMM reading the workspace before its quantizer finished would see the
-    previous call's rows."""
+    (and asks L2 for ``prefetch`` more iterations of it, some past K) before the quantizer is done.
+    Calls queued back to back on one stream (no host sync between them, the plan's one workspace
+    reused) with a new ``x`` each must each give their own ``x``'s result, bit for bit against torch:
+    a GEMM reading the workspace before its quantizer finished would see the previous call's rows."""
     torch = pytest.importorskip("torch")
+    from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
@@ -323,6 +325,7 @@ def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k):
         monkeypatch.setattr(plans, "FUSED_MAX_M", 0)
         monkeypatch.setattr(plans, "FUSED_ANY_SHAPE_MAX_M", 0)
         monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 0)
+        monkeypatch.setattr(gemm, "DEPENDENT_PREFETCH_L2", prefetch)
         clear_plan_cache()
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
         outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in xs]

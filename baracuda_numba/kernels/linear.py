@@ -90,6 +90,9 @@ ONE_LAUNCH_CHUNKS = 1
 DEPENDENT_PRELOAD = 1
 DEPENDENT_CHUNKS: int | None = None  # None: VECTOR_CHUNKS
 DEPENDENT_MIN_BLOCKS = 0
+# main-loop iterations after the preloaded ones that each thread asks L2 for (``prefetch.L2``, no
+# registers held) before it waits for the quantizer: HBM streams them while the quantizer runs
+DEPENDENT_PREFETCH_L2 = 0
 # (Loading both buffers before the one-launch prologue, 2 iterations in flight while x is quantized,
 # was 0.4-2.9 points slower at every shape: notes/gemm.md.)
 # cooperative skinny with 2 column tiles: 91 registers (2 blocks per multiprocessor, where the unfused
@@ -589,7 +592,8 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     ``dependent`` > 0 (the unfused, double-buffered kernel): launched as a programmatic dependent of
     the activation quantizer (:class:`~baracuda_numba.launch.KernelLauncher` ``dependent=True``), it
     may start while the quantizer runs. Each warp loads its column parameters and ``dependent`` (1 or 2)
-    buffers of weight fragments (which the quantizer does not write), then waits for the quantizer's
+    buffers of weight fragments (which the quantizer does not write) and asks L2 for the next
+    ``prefetch_l2`` iterations' pieces, then waits for the quantizer's
     grid (:func:`~baracuda_numba.kernels.device.grid_dependency_wait`) before it reads ``a`` and the row
     scales. The launch gap and the quantizer's run then overlap those iterations' loads."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
@@ -873,6 +877,8 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, first_k, K, aligned)
             if dependent > 1:
                 load_weights(w_next, w_bytes, w_pairs, n_block, group, N, first_k + CHUNK_K * step, K, aligned)
+            for ahead in range(dependent, dependent + prefetch_l2):
+                prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
             device.grid_dependency_wait()  # the quantizer's rows and scales are complete past this
             load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
                           tensor_scale, False, True, tid)
@@ -954,7 +960,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     skinny kernel quantizing ``x`` of that element per token itself (16-byte aligned ``x`` and
     weight, ``K % 16 == 0``); its first two arrays are ``x``'s elements and 16-byte pairs, and it
     keeps the per-token scales in shared memory (``row_scale`` is not read); ``fused_prefetch``: main-loop
-    iterations of weight it asks L2 for before quantizing ``x`` (after the first, loaded into registers);
+    iterations of weight it asks L2 for before quantizing ``x`` (after the first, loaded into registers),
+    or, for the ``dependent`` kernel, before it waits for the quantizer (after the preloaded ones);
     ``fused_min_blocks`` > 0 (any skinny kernel): compiled with ``launch_bounds=(SKINNY_THREADS,
     fused_min_blocks)`` (registers capped so that many blocks fit on a multiprocessor).
     ``cooperative`` (with ``fused_input``, ``M <= 16``): the blocks quantize ``x`` into the workspace for
@@ -983,10 +990,13 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     elif skinny:
         if dependent and not double_buffer:
             raise ValueError("the dependent skinny kernel is double-buffered: double_buffer=True")
-        kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, double_buffer=double_buffer, vector_only=vector_only,
-                         dependent=dependent)
+        if fused_prefetch and not (dependent and vector_only):
+            raise ValueError("of the unfused skinny kernels, only the dependent one on aligned operands prefetches")
+        kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, prefetch_l2=fused_prefetch, double_buffer=double_buffer,
+                         vector_only=vector_only, dependent=dependent)
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
-                 f"{f'_dep{dependent}' if dependent else ''}{f'_b{fused_min_blocks}' if fused_min_blocks else ''}")
+                 f"{f'_dep{dependent}' if dependent else ''}{f'_l2p{fused_prefetch}' if fused_prefetch else ''}"
+                 f"{f'_b{fused_min_blocks}' if fused_min_blocks else ''}")
         if fused_min_blocks:
             options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)
     elif pipeline is not None:

@@ -50,6 +50,7 @@ class DynamicTuning:
     resident_staged: bool = False  # aligned resident segments: the next round's chunks staged by cp.async
     tensor_partial_blocks_per_sm: int = 4  # blocks of the partial-range pass (one partial each)
     tensor_quantize_blocks_per_sm: int = 8  # blocks of the quantize pass
+    tensor_dependent: bool = True  # the quantize pass launched as the partial pass's programmatic dependent
     column_threads_per_sm: int = 2048  # threads of the column passes (rows split into that many slices)
     # Segments too long for a resident block of resident_threads, but no more of them than SMs: one
     # block of up to this many threads per segment (every chunk in registers, one round of loads), where
@@ -283,7 +284,8 @@ class DynamicRangeQuantizePlan(Plan):
         launcher = {
             "segments": lambda: self._segment_launchers(M),
             "tensor": lambda: (KernelLauncher(kernels.partial.compiled, 3, (np.int64,) * 2),
-                               KernelLauncher(kernels.tensor_quantize.compiled, 7, (np.int64,) * 3 + (M,) * 3)),
+                               KernelLauncher(kernels.tensor_quantize.compiled, 7, (np.int64,) * 3 + (M,) * 3,
+                                              dependent=tuning.tensor_dependent)),
             "columns": lambda: (KernelLauncher(kernels.column_partial.compiled, 3, (np.int64,) * 5),
                                 KernelLauncher(kernels.channel_finalize.compiled, 3, (np.int64,) * 3 + (M,) * 3),
                                 KernelLauncher(kernels.column_quantize.compiled, 6, (np.int64,) * 6 + (M,) * 2)),
