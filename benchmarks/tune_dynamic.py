@@ -77,8 +77,6 @@ VARIANTS = {  # name -> TUNING fields (the rest default); staged last: the riski
     "tensor 8/8": dict(tensor_partial_blocks_per_sm=8, tensor_quantize_blocks_per_sm=8),
     "tensor 4/16": dict(tensor_partial_blocks_per_sm=4, tensor_quantize_blocks_per_sm=16),
     "tensor 4/4": dict(tensor_partial_blocks_per_sm=4, tensor_quantize_blocks_per_sm=4),
-    "tensor plain": dict(tensor_dependent=False),  # the quantize pass launched after the partial pass
-    "tensor plain 2/8": dict(tensor_partial_blocks_per_sm=2, tensor_dependent=False),
     "columns 1024/SM": dict(column_threads_per_sm=1024),
     "columns 4096/SM": dict(column_threads_per_sm=4096),
     "stg k2 t256 4/SM": dict(resident_keep=2, resident_threads=256, resident_staged=True, resident_blocks_per_sm=4),

@@ -204,22 +204,17 @@ def test_gpu_many_rows_deterministic_and_torch_composition():
 
 
 @requires_gpu
-@pytest.mark.parametrize("dependent", [True, False])
 @pytest.mark.parametrize(("shape", "dtype"), [((4096, 4096), "bfloat16"), ((999, 4103), "float32")])
-def test_gpu_tensor_scope_calls_queued_back_to_back_each_see_their_own_range(dependent, shape, dtype, tuning):
-    """The tensor scope's quantize pass (a programmatic dependent of the partial pass by default) loads
-    ``x`` before it waits for the partial ranges. Calls queued with no sync between them, one workspace
-    of partials reused, each with a range of its own, must each get ``amax / 127`` of their own ``x``
-    and its quantize, bit for bit against torch."""
+def test_gpu_tensor_scope_calls_queued_back_to_back_each_see_their_own_range(shape, dtype):
+    """The tensor scope's two launches share one workspace of partial ranges. Calls queued with no sync
+    between them, each with a range of its own, must each get ``amax / 127`` of their own ``x`` and its
+    quantize, bit for bit against torch."""
     torch = pytest.importorskip("torch")
-    tuning(tensor_dependent=dependent)
     g = torch.Generator(device="cuda").manual_seed(shape[1])
     xs = [(torch.randn(shape, device="cuda", generator=g) * (1 + 3 * i)).to(getattr(torch, dtype)) for i in range(8)]
     plan = bn.DynamicRangeQuantizePlan.select(bn.DynamicRangeQuantizeDescriptor(
         shape, bn.DynamicRangeMode.SYMMETRIC, bn.DynamicRangeScope.tensor(), -127, 127, bn.ElementKind(
             {"bfloat16": "bf16", "float32": "f32"}[dtype]), bn.ElementKind.S8))
-    partial, quantize = plan._launchers
-    assert not partial.dependent and quantize.dependent is dependent
     workspace = torch.empty(plan.workspace_size(), device="cuda", dtype=torch.uint8)
     outs = [(torch.empty(shape, device="cuda", dtype=torch.int8), torch.empty(1, device="cuda"),
              torch.empty(1, device="cuda", dtype=torch.int32)) for _ in xs]
@@ -281,9 +276,12 @@ KERNEL_PATHS = [
     # streaming segments (longer than keep * threads chunks)
     (dict(resident_threads=32, resident_keep=1), (2, 1000), dict(mode="asymmetric"), 0),
     # as many segments as SMs (the simulator's 1), too long for the resident block: one wider block each
-    # (f32 250 chunks over 128 threads, f16 125 over 64), or streaming when even the widest is too narrow
+    # (f32 250 chunks over 128 threads x 2, f16 125 over 64 x 2; f32 over 32 x 8, f16 over 32 x 4), or
+    # streaming when even the widest is too narrow
+    (dict(resident_threads=32, resident_keep=2, wide_segment_threads=128, wide_segment_keep=2), (1, 1000), {}, 0),
     (dict(resident_threads=32, resident_keep=2, wide_segment_threads=128), (1, 1000), {}, 0),
-    (dict(resident_threads=32, resident_keep=2, wide_segment_threads=64), (1, 2000), dict(mode="asymmetric"), 0),
+    (dict(resident_threads=32, resident_keep=2, wide_segment_threads=64, wide_segment_keep=2), (1, 2000),
+     dict(mode="asymmetric"), 0),
     # tensor: partials per block, odd size (element tail), misaligned
     (dict(tensor_partial_blocks_per_sm=3, tensor_quantize_blocks_per_sm=2), (37, 41), dict(scope="tensor"), 0),
     (dict(), (9, 40), dict(scope="tensor", mode="asymmetric"), 3),
@@ -316,24 +314,32 @@ def test_every_kernel_path(tuning, fields, shape, kwargs, offset, dtype):
             assert_same(r.zero_point, zero_point)
 
 
-def test_few_long_segments_take_one_wide_resident_block_each(tuning):
-    """Segments longer than the resident block holds, no more of them than SMs: one block of the next
-    power-of-two threads per segment, every chunk in registers; past ``wide_segment_threads`` (or with
-    more segments than SMs) the streaming kernel."""
+@pytest.mark.parametrize("wide_keep", [2, 8])
+def test_few_long_segments_take_one_wide_resident_block_each(tuning, wide_keep):
+    """Segments longer than the resident block holds, no more of them than SMs: one block per segment,
+    every chunk in registers, its chunks per thread doubled up to ``wide_segment_keep`` first, then its
+    threads up to ``wide_segment_threads``; past both (or with more segments than SMs) the streaming
+    kernel."""
     from baracuda_numba.kernels.dynamic import TPB
     from baracuda_numba.plans.base import sm_count
 
-    tuning(resident_threads=32, resident_keep=2, wide_segment_threads=128)
+    tuning(resident_threads=32, resident_keep=2, wide_segment_threads=128, wide_segment_keep=wide_keep)
     sms = sm_count(0)
-    # the streaming kernel runs blocks of the default TPB threads (its segments one warp each at most)
-    cases = [((sms, 1000), 128, "resident"), ((sms + 1, 1000), TPB, "segment"), ((sms, 2200), TPB, "segment"),
-             ((sms, 400), 64, "resident"), ((sms, 200), 32, "resident")]
-    for shape, threads, kernel in cases:
+    # (shape, threads, chunks per thread or None for the streaming kernel); f32: 4 elements per chunk.
+    # The streaming kernel runs blocks of the default TPB threads (its segments one warp each at most).
+    wide = wide_keep == 8
+    cases = [((sms, 1000), 32 if wide else 128, 8 if wide else 2), ((sms + 1, 1000), TPB, None),
+             ((sms, 2200), 128 if wide else TPB, 8 if wide else None), ((sms, 5000), TPB, None),
+             ((sms, 400), 32 if wide else 64, 4 if wide else 2), ((sms, 200), 32, 2)]
+    for shape, threads, keep in cases:
         plan = bn.DynamicRangeQuantizePlan.select(bn.DynamicRangeQuantizeDescriptor(
             shape, bn.plans.dynamic.DynamicRangeMode.SYMMETRIC, bn.plans.dynamic.DynamicRangeScope.token(), -127, 127,
             "f32", "s8"))
         assert plan._threads == threads, shape
-        assert plan._segment_kernels[0].py_func.__name__.startswith(f"dynamic_{kernel}_"), shape
+        name = plan._segment_kernels[0].py_func.__name__
+        assert name.startswith("dynamic_segment_" if keep is None else "dynamic_resident_"), shape
+        if keep is not None:
+            assert f"_k{keep}_t{threads}" in name, (shape, name)
         x = _special(shape, np.float32)
         r = bn.dynamic_range_quantize(x)
         q, scale, _ = ref_dynamic.dynamic_range_quantize(x, "symmetric", "token", -127, 127, np.dtype(np.int8))

@@ -522,8 +522,6 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
 
     def partial_kernel(xw, xe, partials, n, nchunks):
         # One partial range per block: rounds of keep loads in flight per thread, then the block's range.
-        # The quantize pass may launch at once (its blocks load x, then wait for this grid's partials).
-        device.launch_dependents()
         tid = cuda.threadIdx.x
         scratch_hi = cuda.shared.array(tpb, M)
         scratch_lo = cuda.shared.array(tpb, M)
@@ -555,26 +553,12 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     def tensor_quantize_kernel(xw, xe, qw, qe, partials, scales, zero_points, n, nchunks, nparts, q_min, q_max,
                                zp_sym):
         # Every block combines the partials itself (a few hundred, each thread's loads issued
-        # together), so the scale needs no launch of its own; block 0 writes it. Launched as the
-        # partial pass's programmatic dependent, a block issues its first round of x loads (x is not
-        # that pass's output) before it waits for the partials: they land during the pass's tail.
+        # together), so the scale needs no launch of its own; block 0 writes it.
         tid = cuda.threadIdx.x
         scratch_hi = cuda.shared.array(tpb, M)
         scratch_lo = cuda.shared.array(tpb, M)
         sh_hi = cuda.shared.array(nwarps, M)
         sh_lo = cuda.shared.array(nwarps, M)
-        start, stride = cuda.grid(1), cuda.gridsize(1)
-        buf_lo = cuda.local.array(keep, np.uint64)
-        buf_hi = cuda.local.array(keep, np.uint64)
-        # From the last chunk back: the partial pass read the tensor front to back, so its last few
-        # tens of MB (what the L2 holds) are read again from the L2 instead of DRAM.
-        last = nchunks - 1
-        base = start
-        for k in range(keep):
-            c = base + k * stride
-            if c < nchunks:
-                buf_lo[k], buf_hi[k] = a_load(xw, last - c)
-        device.grid_dependency_wait()
         hi, lo = zero, zero
         for p in range(tid, nparts, tpb):
             hi, lo = combine(hi, lo, partials[2 * p], partials[2 * p + 1])
@@ -583,17 +567,24 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         if cuda.blockIdx.x == 0 and tid == 0:
             scales[0] = sc
             zero_points[0] = np.int32(zp)
+        start, stride = cuda.grid(1), cuda.gridsize(1)
+        buf_lo = cuda.local.array(keep, np.uint64)
+        buf_hi = cuda.local.array(keep, np.uint64)
+        # From the last chunk back: the partial pass read the tensor front to back, so its last few
+        # tens of MB (what the L2 holds) are read again from the L2 instead of DRAM.
+        last = nchunks - 1
+        base = start
         while base < nchunks:
+            for k in range(keep):
+                c = base + k * stride
+                if c < nchunks:
+                    buf_lo[k], buf_hi[k] = a_load(xw, last - c)
             for k in range(keep):
                 c = base + k * stride
                 if c < nchunks:
                     o_lo, o_hi = quantize_chunk(buf_lo[k], buf_hi[k], inv, sc, zp, q_min, q_max)
                     o_store(qw, last - c, o_lo, o_hi)
             base += keep * stride
-            for k in range(keep):
-                c = base + k * stride
-                if c < nchunks:
-                    buf_lo[k], buf_hi[k] = a_load(xw, last - c)
         i = nchunks * G + start
         while i < n:
             qe[i] = o_encode(quantize(a_decode(u64(xe[i])), zero, inv, sc, zp, q_min, q_max))

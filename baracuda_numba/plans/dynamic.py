@@ -50,13 +50,16 @@ class DynamicTuning:
     resident_staged: bool = False  # aligned resident segments: the next round's chunks staged by cp.async
     tensor_partial_blocks_per_sm: int = 4  # blocks of the partial-range pass (one partial each)
     tensor_quantize_blocks_per_sm: int = 8  # blocks of the quantize pass
-    tensor_dependent: bool = True  # the quantize pass launched as the partial pass's programmatic dependent
     column_threads_per_sm: int = 2048  # threads of the column passes (rows split into that many slices)
     # Segments too long for a resident block of resident_threads, but no more of them than SMs: one
     # block of up to this many threads per segment (every chunk in registers, one round of loads), where
     # the streaming kernel's one warp per segment would take rounds of loads one after another (the
     # W8A8 decode's quantizer: 16 KiB rows of 8192 bf16 at M <= 16).
     wide_segment_threads: int = 1024
+    # ... and chunks per thread of that block, grown before its threads: one block's run is a chain of
+    # dependent steps, and wider blocks were slower (session 16, H100, one bf16 row of 4096 / 8192:
+    # 128 x 4 chunks 3.2 us, 256 x 2 3.3, 512 x 1 4.2; 256 x 4 3.7, 512 x 2 4.7, 1024 x 1 7.2).
+    wide_segment_keep: int = 8
 
 
 # The simulator runs one Python thread per CUDA thread: small grids there (several blocks still meet).
@@ -256,11 +259,14 @@ class DynamicRangeQuantizePlan(Plan):
             units = -(-seg_len // G)
             resident = entry.kernels(self._symmetric, tuning.resident_keep, tuning.resident_threads,
                                      tuning.resident_min_blocks)
-            wide = resident.threads
-            while wide * resident.keep < units and wide < tuning.wide_segment_threads:
-                wide *= 2
-            if wide > resident.threads and wide * resident.keep >= units and nseg <= sms:
-                resident = entry.kernels(self._symmetric, tuning.resident_keep, wide, 1)  # registers for `wide`
+            if nseg <= sms and units > resident.keep * resident.threads:
+                keep, wide = resident.keep, resident.threads
+                while wide * keep < units and keep < tuning.wide_segment_keep:
+                    keep *= 2
+                while wide * keep < units and wide < tuning.wide_segment_threads:
+                    wide *= 2
+                if wide * keep >= units:
+                    resident = entry.kernels(self._symmetric, keep, wide, 1)  # registers for `wide`
             if units <= resident.keep * resident.threads:
                 # lanes per segment: every chunk in registers, at least four lanes where there is work for them
                 self._threads = resident.threads
@@ -284,8 +290,7 @@ class DynamicRangeQuantizePlan(Plan):
         launcher = {
             "segments": lambda: self._segment_launchers(M),
             "tensor": lambda: (KernelLauncher(kernels.partial.compiled, 3, (np.int64,) * 2),
-                               KernelLauncher(kernels.tensor_quantize.compiled, 7, (np.int64,) * 3 + (M,) * 3,
-                                              dependent=tuning.tensor_dependent)),
+                               KernelLauncher(kernels.tensor_quantize.compiled, 7, (np.int64,) * 3 + (M,) * 3)),
             "columns": lambda: (KernelLauncher(kernels.column_partial.compiled, 3, (np.int64,) * 5),
                                 KernelLauncher(kernels.channel_finalize.compiled, 3, (np.int64,) * 3 + (M,) * 3),
                                 KernelLauncher(kernels.column_quantize.compiled, 6, (np.int64,) * 6 + (M,) * 2)),
