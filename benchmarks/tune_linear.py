@@ -289,7 +289,7 @@ def decode(copy: float) -> list[dict]:
 # shape, no longer timed)
 COOPERATIVE_BLOCKS: tuple[int, ...] = ()
 # L2 prefetch depths of the dependent GEMM timed (main-loop iterations asked of L2 before the wait)
-DEPENDENT_PREFETCHES = (0, 1, 2, 4)
+DEPENDENT_PREFETCHES = (None, 0, 1, 2)  # None: kernels.linear.dependent_prefetch's rule
 FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096), (4096, 11008))
                 for m in (1, 2, 4, 8, 16)]
 

@@ -279,7 +279,8 @@ KERNEL_PATHS = [
     # (f32 250 chunks over 128 threads x 2, f16 125 over 64 x 2; f32 over 32 x 8, f16 over 32 x 4), or
     # streaming when even the widest is too narrow
     (dict(resident_threads=32, resident_keep=2, wide_segment_threads=128, wide_segment_keep=2), (1, 1000), {}, 0),
-    (dict(resident_threads=32, resident_keep=2, wide_segment_threads=128), (1, 1000), {}, 0),
+    (dict(resident_threads=32, resident_keep=2, wide_segment_threads=128, wide_segment_base_threads=32), (1, 1000),
+     {}, 0),
     (dict(resident_threads=32, resident_keep=2, wide_segment_threads=64, wide_segment_keep=2), (1, 2000),
      dict(mode="asymmetric"), 0),
     # tensor: partials per block, odd size (element tail), misaligned
@@ -317,20 +318,21 @@ def test_every_kernel_path(tuning, fields, shape, kwargs, offset, dtype):
 @pytest.mark.parametrize("wide_keep", [2, 8])
 def test_few_long_segments_take_one_wide_resident_block_each(tuning, wide_keep):
     """Segments longer than the resident block holds, no more of them than SMs: one block per segment,
-    every chunk in registers, its chunks per thread doubled up to ``wide_segment_keep`` first, then its
-    threads up to ``wide_segment_threads``; past both (or with more segments than SMs) the streaming
-    kernel."""
+    every chunk in registers, its threads doubled up to ``wide_segment_base_threads``, then its chunks
+    per thread up to ``wide_segment_keep``, then its threads up to ``wide_segment_threads``; past all
+    three (or with more segments than SMs) the streaming kernel."""
     from baracuda_numba.kernels.dynamic import TPB
     from baracuda_numba.plans.base import sm_count
 
-    tuning(resident_threads=32, resident_keep=2, wide_segment_threads=128, wide_segment_keep=wide_keep)
+    tuning(resident_threads=32, resident_keep=2, wide_segment_threads=128, wide_segment_base_threads=64,
+           wide_segment_keep=wide_keep)
     sms = sm_count(0)
     # (shape, threads, chunks per thread or None for the streaming kernel); f32: 4 elements per chunk.
     # The streaming kernel runs blocks of the default TPB threads (its segments one warp each at most).
     wide = wide_keep == 8
-    cases = [((sms, 1000), 32 if wide else 128, 8 if wide else 2), ((sms + 1, 1000), TPB, None),
+    cases = [((sms, 1000), 64 if wide else 128, 4 if wide else 2), ((sms + 1, 1000), TPB, None),
              ((sms, 2200), 128 if wide else TPB, 8 if wide else None), ((sms, 5000), TPB, None),
-             ((sms, 400), 32 if wide else 64, 4 if wide else 2), ((sms, 200), 32, 2)]
+             ((sms, 400), 64, 2), ((sms, 200), 32, 2)]
     for shape, threads, keep in cases:
         plan = bn.DynamicRangeQuantizePlan.select(bn.DynamicRangeQuantizeDescriptor(
             shape, bn.plans.dynamic.DynamicRangeMode.SYMMETRIC, bn.plans.dynamic.DynamicRangeScope.token(), -127, 127,

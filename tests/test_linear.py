@@ -473,6 +473,33 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
         assert plan._variants["skinny_vector"][0].dependent
 
 
+def test_dependent_gemm_prefetches_one_iteration_into_l2_for_narrow_weights_with_long_rows_or_few_tokens():
+    """The dependent decode GEMM asks L2 for one more iteration of weight before its wait on weights of
+    at most 4096 rows with K >= 8192 or up to 4 tokens (``dependent_prefetch``), none elsewhere; its
+    kernel is compiled with that many (``_l2p<i>`` in the name)."""
+    from baracuda_numba.kernels import linear as gemm
+    from baracuda_numba.ops.common import clear_plan_cache
+
+    cases = [((1, 4096, 4096), 1), ((4, 4096, 4096), 1), ((5, 4096, 4096), 0), ((16, 4096, 11008), 1),
+             ((16, 4096, 8192), 1), ((1, 4104, 4096), 0), ((1, 8192, 8192), 0), ((16, 11008, 4096), 0)]
+    for (m, n, k), prefetch in cases:
+        assert gemm.dependent_prefetch(m, n, k) == prefetch, (m, n, k)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _force_decode_variant(monkeypatch, "two_launch")
+        for forced in (None, 2):
+            monkeypatch.setattr(gemm, "DEPENDENT_PREFETCH_L2", forced)
+            clear_plan_cache()
+            for (m, n, k), prefetch in cases[:3]:
+                plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32"))
+                name = plan._variants["skinny_vector"][0]._compile.__self__.py_func.__name__
+                expected = prefetch if forced is None else forced
+                assert gemm.dependent_prefetch(m, n, k) == expected
+                assert ("_dep1_l2p" in name) is (expected > 0) and name.endswith(("_f32_token",)), name
+                if expected:
+                    assert f"_dep1_l2p{expected}_" in name, name
+    clear_plan_cache()
+
+
 def test_fused_decode_falls_back_for_unaligned_x_and_ragged_k():
     rng = np.random.default_rng(5)
     w, ws = weights(rng, 9, 64)

@@ -91,8 +91,9 @@ DEPENDENT_PRELOAD = 1
 DEPENDENT_CHUNKS: int | None = None  # None: VECTOR_CHUNKS
 DEPENDENT_MIN_BLOCKS = 0
 # main-loop iterations after the preloaded ones that each thread asks L2 for (``prefetch.L2``, no
-# registers held) before it waits for the quantizer: HBM streams them while the quantizer runs
-DEPENDENT_PREFETCH_L2 = 0
+# registers held) before it waits for the quantizer, where dependent_prefetch() asks for them (None:
+# its rule, else this many at every shape)
+DEPENDENT_PREFETCH_L2: int | None = None
 # (Loading both buffers before the one-launch prologue, 2 iterations in flight while x is quantized,
 # was 0.4-2.9 points slower at every shape: notes/gemm.md.)
 # cooperative skinny with 2 column tiles: 91 registers (2 blocks per multiprocessor, where the unfused
@@ -178,6 +179,19 @@ def fused_min_blocks(tiles: int, x_element: ElementKind, cooperative: bool = Fal
     ``x`` (no spills, or a few bytes, there under its register cap), else 0."""
     blocks = COOPERATIVE_MIN_BLOCKS if cooperative else FUSED_MIN_BLOCKS
     return blocks if tiles <= 2 and x_element.itemsize <= 4 else 0
+
+
+def dependent_prefetch(m: int, n: int, k: int) -> int:
+    """Main-loop iterations of weight the dependent decode GEMM asks L2 for before it waits for the
+    quantizer (``DEPENDENT_PREFETCH_L2`` when set). One, for weights of at most 4096 rows with long
+    rows (K >= 8192) or up to 4 tokens: there the blocks are few, and the prefetch keeps HBM busy while
+    the quantizer runs. Session 16 (H100, GPU time of ``quantized_linear``, % of copy, M = 1 / 2 / 4 /
+    8 / 16, none -> one iteration): 4096 x 11008 73.5 / 74.3 / 74.2 / 73.4 / 72.1 -> 76.0 / 76.6 / 76.6 /
+    75.5 / 73.4; 4096^2 65.5 / 65.1 / 65.4 -> 66.5 / 67.0 / 67.2 (M = 8 / 16: 1.2-1.7 points slower);
+    8192^2 and 11008 x 4096: 0.4-2.5 points slower at every M, and 2 or 4 iterations slower still."""
+    if DEPENDENT_PREFETCH_L2 is not None:
+        return DEPENDENT_PREFETCH_L2
+    return 1 if n <= 4096 and (k >= 8192 or m <= 4) else 0
 
 
 def skinny_chunks(one_launch: bool = False, dependent: bool = False) -> int:

@@ -56,9 +56,12 @@ class DynamicTuning:
     # the streaming kernel's one warp per segment would take rounds of loads one after another (the
     # W8A8 decode's quantizer: 16 KiB rows of 8192 bf16 at M <= 16).
     wide_segment_threads: int = 1024
-    # ... and chunks per thread of that block, grown before its threads: one block's run is a chain of
-    # dependent steps, and wider blocks were slower (session 16, H100, one bf16 row of 4096 / 8192:
-    # 128 x 4 chunks 3.2 us, 256 x 2 3.3, 512 x 1 4.2; 256 x 4 3.7, 512 x 2 4.7, 1024 x 1 7.2).
+    # The wide block grows to wide_segment_base_threads, then its chunks per thread up to
+    # wide_segment_keep, then its threads again. One block's run is a chain of dependent steps and the
+    # fastest blocks had about 256 threads (session 16, H100, one bf16 row in graph replay, threads x
+    # chunks: K = 4096 128 x 4 3.3 us, 512 x 1 4.2; K = 8192 256 x 4 3.7, 128 x 8 4.2, 512 x 2 4.7,
+    # 1024 x 1 7.2; K = 11008 256 x 8 4.4, 512 x 4 5.0, 128 x 16 5.2).
+    wide_segment_base_threads: int = 256
     wide_segment_keep: int = 8
 
 
@@ -261,6 +264,8 @@ class DynamicRangeQuantizePlan(Plan):
                                      tuning.resident_min_blocks)
             if nseg <= sms and units > resident.keep * resident.threads:
                 keep, wide = resident.keep, resident.threads
+                while wide * keep < units and wide < min(tuning.wide_segment_base_threads, tuning.wide_segment_threads):
+                    wide *= 2
                 while wide * keep < units and keep < tuning.wide_segment_keep:
                     keep *= 2
                 while wide * keep < units and wide < tuning.wide_segment_threads:

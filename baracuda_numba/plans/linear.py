@@ -175,7 +175,7 @@ class _LinearPlan(Plan):
             chunks = gemm.skinny_chunks(False, dependent)
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, tiles,
                                    double_buffer=True, vector_only=True,
-                                   fused_prefetch=gemm.DEPENDENT_PREFETCH_L2 if dependent else 0,
+                                   fused_prefetch=gemm.dependent_prefetch(desc.m, desc.n, desc.k) if dependent else 0,
                                    fused_min_blocks=gemm.DEPENDENT_MIN_BLOCKS if dependent else 0,
                                    dependent=gemm.DEPENDENT_PRELOAD if dependent else 0)
             variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS, dependent=dependent)
