@@ -305,10 +305,12 @@ def test_gpu_cuda_graph_replay_equals_eager(m, n, k):
 
 @requires_gpu
 @pytest.mark.parametrize(("m", "n", "k", "prefetch"), [(1, 4096, 4096, 0), (16, 4096, 4096, 2), (9, 11008, 4096, 1),
-                                                      (64, 264, 8192, 4), (3, 520, 2064, 9)])
+                                                      (64, 264, 8192, 4), (3, 520, 2064, 9),
+                                                      (2, 4096, 11008, None)])
 def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch):
     """The two-launch path's GEMM starts as the quantizer's programmatic dependent and loads weight
-    (and asks L2 for ``prefetch`` more iterations of it, some past K) before the quantizer is done.
+    (and asks L2 for ``prefetch`` more iterations of it, some past K; None: the shipped rule) before the
+    quantizer is done (at K = 11008 one block of 256 threads x 8 chunks per row).
     Calls queued back to back on one stream (no host sync between them, the plan's one workspace
     reused) with a new ``x`` each must each give their own ``x``'s result, bit for bit against torch:
     a GEMM reading the workspace before its quantizer finished would see the previous call's rows."""
