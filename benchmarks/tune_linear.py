@@ -304,7 +304,8 @@ def fused_decode(copy: float) -> list[dict]:
     from baracuda_numba.plans import linear as plans
 
     shipped_limits = (plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM,
-                      plans.FUSED_MIN_K, plans.FUSED_MIN_N, plans.FUSED_ANY_SHAPE_MAX_M)
+                      plans.FUSED_MIN_K, plans.FUSED_MIN_N, plans.FUSED_ANY_SHAPE_MAX_M,
+                      plans.FUSED_ANY_SHAPE_MAX_WEIGHT)
     shipped_blocks = gemm.COOPERATIVE_MIN_BLOCKS
     rows = []
     for m, n, k in FUSED_DECODE:
@@ -340,7 +341,7 @@ def fused_decode(copy: float) -> list[dict]:
         for label, fused_max_m, cooperative_max_m, blocks, dependent, knobs in variants:
             plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M = fused_max_m, 1 << 30, cooperative_max_m
             plans.DEPENDENT_GEMM, plans.FUSED_MIN_K, plans.FUSED_MIN_N = dependent, 0, 0
-            plans.FUSED_ANY_SHAPE_MAX_M = fused_max_m
+            plans.FUSED_ANY_SHAPE_MAX_M, plans.FUSED_ANY_SHAPE_MAX_WEIGHT = fused_max_m, 1 << 62
             (gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS,
              gemm.DEPENDENT_PREFETCH_L2) = knobs
             gemm.COOPERATIVE_MIN_BLOCKS = blocks
@@ -351,8 +352,8 @@ def fused_decode(copy: float) -> list[dict]:
                           calls=10 * len(weights))
             row[f"{label}_us"] = 1e3 * ms
             row[f"{label}_pct"] = 100 * n * k / ms / 1e6 / copy
-        (plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM,
-         plans.FUSED_MIN_K, plans.FUSED_MIN_N, plans.FUSED_ANY_SHAPE_MAX_M) = shipped_limits
+        (plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM, plans.FUSED_MIN_K,
+         plans.FUSED_MIN_N, plans.FUSED_ANY_SHAPE_MAX_M, plans.FUSED_ANY_SHAPE_MAX_WEIGHT) = shipped_limits
         gemm.COOPERATIVE_MIN_BLOCKS = shipped_blocks
         (gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS,
          gemm.DEPENDENT_PREFETCH_L2) = shipped_dependent

@@ -365,6 +365,7 @@ def _force_decode_variant(monkeypatch, variant: str) -> None:
     monkeypatch.setattr(plans, "FUSED_MIN_K", 0)
     monkeypatch.setattr(plans, "FUSED_MIN_N", 0)
     monkeypatch.setattr(plans, "FUSED_MAX_N", 1 << 30)
+    monkeypatch.setattr(plans, "FUSED_ANY_SHAPE_MAX_WEIGHT", 1 << 62)
     monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 16 if variant == "cooperative" else 0)
 
 
@@ -455,7 +456,8 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant
 
 def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_dependent():
     """Up to FUSED_MAX_M tokens with K >= FUSED_MIN_K against FUSED_MIN_N .. FUSED_MAX_N weight rows, and
-    FUSED_ANY_SHAPE_MAX_M against any weight up to FUSED_MAX_N rows, take the fused kernel; every other
+    FUSED_ANY_SHAPE_MAX_M against any weight up to FUSED_MAX_N rows and FUSED_ANY_SHAPE_MAX_WEIGHT bytes,
+    take the fused kernel; every other
     decode shape (up to 64 tokens) the quantizer, then the skinny GEMM as its programmatic dependent; the
     cooperative kernel none."""
     from baracuda_numba.plans import linear as plans
@@ -467,6 +469,10 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
              (fm + 1, n, k, "skinny_vector"), (fm, n, k - 16, "skinny_vector"), (fm, n - 16, k, "skinny_vector"),
              (16, n, k, "skinny_vector"), (fm, plans.FUSED_MAX_N + 16, k, "skinny_vector"),
              (64, 8, 64, "skinny_vector")]
+    # one token past FUSED_ANY_SHAPE_MAX_WEIGHT (32 MiB): the two launches, unless the shape is large
+    assert plans.FUSED_ANY_SHAPE_MAX_WEIGHT == 8192 * 4096
+    cases += [(1, 4096, 4096, "fused"), (1, 8192, 4096, "fused"), (1, 8208, 4096, "skinny_vector"),
+              (1, 11008, 4096, "skinny_vector"), (1, 4096, 11008, "skinny_vector"), (1, 8192, 8192, "fused")]
     for m, n, kk, variant in cases:
         x, w, ws = np.zeros((m, kk), np.float32), np.zeros((n, kk), np.int8), np.ones(n, np.float32)
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, kk, "f32", "f32"))

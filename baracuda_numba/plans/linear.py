@@ -96,7 +96,8 @@ class SmoothQuantLinearArgs:
 # GEMM starts after the quantizer, as a plain launch.
 DEPENDENT_GEMM = True
 # Up to FUSED_MAX_M tokens, with K of at least FUSED_MIN_K and FUSED_MIN_N .. FUSED_MAX_N weight rows, and
-# up to FUSED_ANY_SHAPE_MAX_M tokens against any weight up to FUSED_MAX_N rows (the quantized rows within
+# up to FUSED_ANY_SHAPE_MAX_M tokens against any weight up to FUSED_MAX_N rows and FUSED_ANY_SHAPE_MAX_WEIGHT
+# bytes (the quantized rows within
 # FUSED_MAX_SHARED bytes of shared memory), every block of the skinny GEMM quantizes the rows itself (one
 # launch, `fused`): a prologue per block, which pays where each block streams a long K and the blocks
 # fill the SMs. One token keeps the fused kernel where the two launches are at most 4 % faster on the GPU:
@@ -110,8 +111,12 @@ DEPENDENT_GEMM = True
 #          4096 x 11008 66.1 / 74.0 / 58.8;
 #   M = 4: 4096^2 46.6 / 65.2 / 47.1, 8192^2 73.5 / 83.8 / 83.1, 11008 x 4096 54.6 / 82.9 / 69.5;
 #   M = 16: 4096^2 20.3 / 61.2 / 46.3, 8192^2 27.1 / 81.7 / 80.4, 11008 x 4096 21.4 / 78.0 / 66.7.
+# Past 32 MiB of weight one token takes the two launches too: the weight's stream (over 13 us) outlasts
+# their host time, so an eager decode waits on the GPU, where they are faster (session 16, call 8,
+# fused / two launches: 11008 x 4096 79.9 / 84.1, 4096 x 11008 71.2 / 76.0; 4096^2 64.0 / 65.8).
 FUSED_MAX_M = 2
 FUSED_ANY_SHAPE_MAX_M = 1
+FUSED_ANY_SHAPE_MAX_WEIGHT = 32 << 20
 FUSED_MIN_K = 8192
 FUSED_MIN_N = 8192  # 4096 rows at K = 11008: 128 blocks of 4 column tiles, fewer than the SMs
 FUSED_MAX_N = 11008  # wider weights (more waves of blocks, each paying the prologue) are unmeasured
@@ -428,7 +433,8 @@ class QuantizedLinearPlan(_LinearPlan):
     def _fuses_quantize(self) -> bool:
         d = self.desc
         large = d.k >= FUSED_MIN_K and d.n >= FUSED_MIN_N
-        return (d.m <= (FUSED_MAX_M if large else FUSED_ANY_SHAPE_MAX_M) and d.n <= FUSED_MAX_N and d.k % 16 == 0
+        tokens = FUSED_MAX_M if large else FUSED_ANY_SHAPE_MAX_M if d.n * d.k <= FUSED_ANY_SHAPE_MAX_WEIGHT else 0
+        return (d.m <= tokens and d.n <= FUSED_MAX_N and d.k % 16 == 0
                 and gemm.fused_shared_bytes(d.m, d.k) <= FUSED_MAX_SHARED)
 
     def _cooperates(self) -> bool:
@@ -541,7 +547,8 @@ class QuantizedLinearPlan(_LinearPlan):
         (the fused kernel needs none; the fast path below keeps one per stream).
 
         At ``m <= FUSED_MAX_M``, ``FUSED_MIN_K <= k``, ``FUSED_MIN_N <= n <= FUSED_MAX_N`` (and at
-        ``m <= FUSED_ANY_SHAPE_MAX_M`` for any ``n <= FUSED_MAX_N``), ``K % 16 == 0``, with 16-byte aligned ``x``
+        ``m <= FUSED_ANY_SHAPE_MAX_M`` for any ``n <= FUSED_MAX_N`` with ``n * k <= FUSED_ANY_SHAPE_MAX_WEIGHT``),
+        ``K % 16 == 0``, with 16-byte aligned ``x``
         and weight, one kernel does both (``fused``); other decode shapes
         (``m <= 64``) launch the skinny GEMM as the quantizer's programmatic dependent (``DEPENDENT_GEMM``),
         sm_90. When, in addition,
