@@ -29,6 +29,7 @@ import time
 import torch
 
 import baracuda_numba as bn
+from baracuda_numba.kernels import dynamic as kernels_dynamic
 from baracuda_numba.plans import dynamic as plans_dynamic
 
 SMOKE = "--smoke" in sys.argv
@@ -87,6 +88,9 @@ VARIANTS = {  # name -> TUNING fields (the rest default); staged last: the riski
     "stg k1 t512 lb2": dict(resident_keep=1, resident_threads=512, resident_staged=True, resident_blocks_per_sm=2,
                             resident_min_blocks=2),
 }
+# variants that set module constants of kernels.dynamic instead (its kernels rebuilt under them)
+MODULE_VARIANTS = {"tensor cached stores": {"TENSOR_STREAMING_STORES": False}}
+VARIANTS.update({name: {} for name in MODULE_VARIANTS})
 SEGMENT_CASES = ("token", "token_asym", "group128", "token_e4m3")
 FAMILY_CASES = {"res": SEGMENT_CASES, "stg": SEGMENT_CASES, "tensor": ("tensor",),
                 "columns": ("channel0", "channel0_asym")}  # what each variant family changes
@@ -255,6 +259,11 @@ def main() -> None:
                  and e.input_element is bn.ElementKind.BF16 and e.output_element is bn.ElementKind.S8)
     for name in names:
         plans_dynamic.TUNING = dataclasses.replace(plans_dynamic.DynamicTuning(), **VARIANTS[name])
+        knobs = MODULE_VARIANTS.get(name, {})
+        shipped_knobs = {knob: getattr(kernels_dynamic, knob) for knob in knobs}
+        for knob, value in knobs.items():
+            setattr(kernels_dynamic, knob, value)
+        kernels_dynamic.dynamic_kernels.cache_clear()
         bn.clear_plan_cache()
         cases = run_cases(x, args.repeats, FAMILY_CASES.get(name.split()[0], tuple(TIMED)), name in CHECKED_IN)
         digests = {c: v["digest"] for c, v in cases.items()}
@@ -273,6 +282,8 @@ def main() -> None:
                             if "_bf16_s8_" in k)
         print(f"{name:18s} {pct}  {'BITS OK' if not mismatch else 'MISMATCH ' + ','.join(mismatch)}  regs {reg_text}",
               flush=True)
+        for knob, value in shipped_knobs.items():
+            setattr(kernels_dynamic, knob, value)
         if args.json:  # after every variant: a later crash keeps what was measured
             with open(args.json, "w") as f:
                 json.dump(report, f, indent=1)

@@ -188,3 +188,16 @@ def test_pair_encoders_round_to_nearest_even_like_ml_dtypes():
         nan = np.isnan(x)
         np.testing.assert_array_equal(got[~nan], want[~nan])
         assert np.isnan(got[nan].view(dtype).astype(np.float32)).all()
+
+
+def test_streaming_store_takes_the_chunk_widths_of_narrow_outputs():
+    """The evict-first store (the tensor-scope quantize pass's) exists for 8-, 4- and 2-byte chunks, and
+    says so for any other width rather than storing the wrong bits; the GPU tests of the tensor scope
+    check its output against torch at each width (bf16 / f32 / f64 in, int8 out)."""
+    from baracuda_numba.kernels import device
+
+    for width in (8, 4, 2):
+        assert callable(device.streaming_store(width))
+    for width in (16, 1, 3):
+        with pytest.raises(ValueError, match="8, 4 or 2 bytes"):
+            device.streaming_store(width)

@@ -68,6 +68,10 @@ unsigned integers (Numba types that mix as float64).
   function waiting until at most ``n`` of this thread's groups are still in flight (``n`` is baked
   into the instruction). Other threads' copies are visible only after a barrier. The simulator
   copies at once and waits for nothing.
+- ``streaming_store(chunk_bytes)``: ``store(view, c, lo, hi)`` of one chunk of 8, 4 or 2 bytes (item ``c``
+  of a uint64 / uint32 / uint16 view gets ``lo``'s bits; ``hi`` is ignored, as in ``elementwise.chunk_io``)
+  with the ``.cs`` (streaming, evict-first) cache operator: the stored lines leave L2 before the lines
+  a kernel still reads. The simulator stores plainly.
 - ``prefetch_l2(words, c)``: ``prefetch.L2`` of the line holding pair ``c`` of the global uint64 array
   ``words`` (a hint: no register, nothing to wait for; ``c`` must be inside ``words``). The simulator
   does nothing.
@@ -140,6 +144,7 @@ __all__ = [
     "cp_async_commit",
     "cp_async_wait_group",
     "prefetch_l2",
+    "streaming_store",
     "grid_dependency_wait",
     "launch_dependents",
     "vector_copy",
@@ -313,6 +318,16 @@ if SIMULATOR:
     def store_u64x2(words, c, lo, hi):
         words[2 * c] = lo
         words[2 * c + 1] = hi
+
+    @functools.cache
+    def streaming_store(chunk_bytes: int):
+        if chunk_bytes not in (8, 4, 2):
+            raise ValueError(f"streaming_store: chunks of 8, 4 or 2 bytes, not {chunk_bytes}")
+
+        def store(view, c, lo, hi):
+            view[c] = lo
+
+        return store
 
 else:
     from llvmlite import ir
@@ -807,6 +822,38 @@ else:
             return context.get_dummy_value()
 
         return types.void(words, c), codegen
+
+    @functools.cache
+    def streaming_store(chunk_bytes: int):
+        if chunk_bytes not in (8, 4, 2):
+            raise ValueError(f"streaming_store: chunks of 8, 4 or 2 bytes, not {chunk_bytes}")
+        bits = 8 * chunk_bytes
+        text = f"st.cs.u{bits} [$0], $1;"
+        value_type = ir.IntType(bits)
+        constraint = {64: "l", 32: "r", 16: "h"}[bits]
+
+        @intrinsic
+        def store(typingctx, view, c, lo, hi):
+            if not (isinstance(view, types.Array) and isinstance(view.dtype, types.Integer)
+                    and view.dtype.bitwidth == bits and isinstance(c, types.Integer)):
+                return None
+
+            def codegen(context, builder, sig, args):
+                array, chunk, low, _ = args
+                data = context.make_array(view)(context, builder, array).data
+                # a generic address (no state space), as numba's array pointers are
+                pointer = builder.ptrtoint(builder.gep(data, [_to_i64(builder, chunk, c)]), _I64)
+                value = _to_i64(builder, low, lo)
+                if bits < 64:
+                    value = builder.trunc(value, value_type)
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I64, value_type]), text,
+                                   f"l,{constraint},~{{memory}}", side_effect=True)
+                builder.call(asm, [pointer, value])
+                return context.get_dummy_value()
+
+            return types.void(view, c, lo, hi), codegen
+
+        return store
 
 
 if SIMULATOR:

@@ -70,6 +70,9 @@ __all__ = ["TPB", "WARP", "KEEP_CHUNKS", "DynamicKernels", "dynamic_kernels"]
 TPB = 32 if SIMULATOR else 128  # threads per block of the reduction kernels (tuned on an H100)
 WARP = 32
 KEEP_CHUNKS = 4  # chunks per lane in registers: kept between the passes, and loads in flight per round
+# The tensor scope's quantize pass stores with the streaming (evict-first) cache operator, so that its
+# output leaves L2 before the tail of x that the partial pass left there and this pass reads first.
+TENSOR_STREAMING_STORES = True
 
 
 @dataclass(frozen=True)
@@ -235,6 +238,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     a_bits, o_bits = 8 * a.itemsize, 8 * out.itemsize
     a_load, _ = chunk_io(G * a.itemsize)
     _, o_store = chunk_io(G * out.itemsize)
+    tensor_store = device.streaming_store(G * out.itemsize) if TENSOR_STREAMING_STORES else o_store
     quantize = op_functions(precision, out if fp8 else None)[ElementwiseOp.QUANTIZE]
     reciprocal, shuffle_xor = device.reciprocal, device.shuffle_xor
     tpb = threads or TPB
@@ -583,7 +587,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                 c = base + k * stride
                 if c < nchunks:
                     o_lo, o_hi = quantize_chunk(buf_lo[k], buf_hi[k], inv, sc, zp, q_min, q_max)
-                    o_store(qw, last - c, o_lo, o_hi)
+                    tensor_store(qw, last - c, o_lo, o_hi)
             base += keep * stride
         i = nchunks * G + start
         while i < n:
