@@ -289,7 +289,10 @@ def decode(copy: float) -> list[dict]:
 # shape, no longer timed)
 COOPERATIVE_BLOCKS: tuple[int, ...] = ()
 # L2 prefetch depths of the dependent GEMM timed (main-loop iterations asked of L2 before the wait)
-DEPENDENT_PREFETCHES = (None, 0, 1, 2)  # None: kernels.linear.dependent_prefetch's rule
+DEPENDENT_PREFETCHES: tuple = ()  # None: kernels.linear.dependent_prefetch's rule (session 16: None, 0, 1, 2)
+# iterations of weight the dependent GEMM stages in shared memory before the wait, timed (as far as
+# kernels.linear.DEPENDENT_STAGE_BYTES holds them)
+DEPENDENT_STAGES = (1, 2, 4, 8)
 FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096), (4096, 11008))
                 for m in (1, 2, 4, 8, 16)]
 
@@ -330,10 +333,12 @@ def fused_decode(copy: float) -> list[dict]:
         # before the wait; two_launch_plain: the GEMM launched after the quantizer. (Session 15 also
         # timed 1 chunk per buffer with launch bounds of 3 blocks, and the cooperative kernel: slower.)
         shipped_dependent = (gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS,
-                             gemm.DEPENDENT_PREFETCH_L2)
+                             gemm.DEPENDENT_PREFETCH_L2, gemm.DEPENDENT_STAGED)
         variants = [("two_launch", 0, 0, 0, True, shipped_dependent)]
-        variants += [(f"two_launch_l2p{p}", 0, 0, 0, True, (*shipped_dependent[:3], p)) for p in DEPENDENT_PREFETCHES
-                     if p != shipped_dependent[3]]
+        variants += [(f"two_launch_l2p{p}", 0, 0, 0, True, (*shipped_dependent[:3], p, shipped_dependent[4]))
+                     for p in DEPENDENT_PREFETCHES if p != shipped_dependent[3]]
+        variants += [(f"two_launch_st{st}", 0, 0, 0, True, (*shipped_dependent[:4], st)) for st in DEPENDENT_STAGES
+                     if st != shipped_dependent[4]]
         variants += [("two_launch_plain", 0, 0, 0, False, shipped_dependent),
                      ("fused", 16, 0, 0, True, shipped_dependent)]
         variants += [(f"cooperative_b{b}", 0, 16, b, True, shipped_dependent) for b in COOPERATIVE_BLOCKS]
@@ -343,7 +348,7 @@ def fused_decode(copy: float) -> list[dict]:
             plans.DEPENDENT_GEMM, plans.FUSED_MIN_K, plans.FUSED_MIN_N = dependent, 0, 0
             plans.FUSED_ANY_SHAPE_MAX_M, plans.FUSED_ANY_SHAPE_MAX_WEIGHT = fused_max_m, 1 << 62
             (gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS,
-             gemm.DEPENDENT_PREFETCH_L2) = knobs
+             gemm.DEPENDENT_PREFETCH_L2, gemm.DEPENDENT_STAGED) = knobs
             gemm.COOPERATIVE_MIN_BLOCKS = blocks
             clear_plan_cache()
             outputs[label] = bn.quantized_linear(x, w, ws, bias=bias)
@@ -356,7 +361,7 @@ def fused_decode(copy: float) -> list[dict]:
          plans.FUSED_MIN_N, plans.FUSED_ANY_SHAPE_MAX_M, plans.FUSED_ANY_SHAPE_MAX_WEIGHT) = shipped_limits
         gemm.COOPERATIVE_MIN_BLOCKS = shipped_blocks
         (gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS,
-         gemm.DEPENDENT_PREFETCH_L2) = shipped_dependent
+         gemm.DEPENDENT_PREFETCH_L2, gemm.DEPENDENT_STAGED) = shipped_dependent
         shipped()
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
         row["shipped"] = plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, out))

@@ -235,6 +235,46 @@ def test_gemm_variants_match_reference(monkeypatch, m, n, k, skinny_chunks, skin
     clear_plan_cache()
 
 
+# The dependent GEMM with weight staged in shared memory before it waits for the quantizer (cp.async, one
+# commit group per iteration): every iteration staged (more asked than K has), some staged and the rest
+# through the registers (an odd remainder: the last pair's second half empty), ragged N and K past the
+# last chunk (zero-filled pieces), 1 and 4 column tiles.
+@pytest.mark.parametrize(("m", "n", "k", "skinny_chunks", "skinny_tiles", "staged", "effective"), [
+    (1, 24, 2064, 2, 2, 8, 3),  # 33 chunks: 3 iterations of 16, all staged
+    (3, 24, 2064, 2, 2, 1, 1),  # one staged, two through the registers
+    (17, 20, 208, 2, 2, 1, 1),  # 4 chunks: one iteration, partly past K
+    (5, 13, 1040, 1, 4, 2, 2),  # 17 chunks: 3 iterations of 8, 4 column tiles for 13 columns
+    (2, 9, 3072, 1, 1, 5, 5),  # 48 chunks: 6 iterations of 8, 5 staged, the sixth alone
+])
+def test_dependent_gemm_staging_weight_in_shared_memory_matches_reference(monkeypatch, m, n, k, skinny_chunks,
+                                                                          skinny_tiles, staged, effective):
+    from baracuda_numba.kernels import linear as gemm
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    monkeypatch.setattr(gemm, "VECTOR_CHUNKS", skinny_chunks)
+    monkeypatch.setattr(gemm, "SKINNY_TILES", skinny_tiles)
+    monkeypatch.setattr(gemm, "DEPENDENT_STAGED", staged)
+    monkeypatch.setattr(plans, "FUSED_MAX_M", 0)
+    monkeypatch.setattr(plans, "FUSED_ANY_SHAPE_MAX_M", 0)
+    monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 0)
+    clear_plan_cache()
+    rng = np.random.default_rng(m * n + k + staged)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w, ws = weights(rng, n, k)
+    bias = rng.standard_normal(n).astype(np.float32)
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32", True))
+    out = np.zeros((m, n), np.float32)
+    args = bn.QuantizedLinearArgs(x, w, ws, out, bias)
+    assert plan.kernel_variant(args) == "skinny_vector"
+    launcher = plan._variants["skinny_vector"][0]
+    assert launcher.dependent and f"_st{effective}_" in launcher._compile.__self__.py_func.__name__
+    assert launcher._shared_bytes == effective * 16 * skinny_chunks * skinny_tiles * gemm.SKINNY_THREADS
+    plan.run(args)
+    np.testing.assert_array_equal(out, ref.linear.quantized_linear(x, w, ws, bias))
+    clear_plan_cache()
+
+
 def _torch_w8a8(torch, x, w, ws, bias):
     """``quantized_linear`` in torch ops, each rounded on its own: per-token quantize (our dynamic
     quantizer, itself tested against torch), exact int32 products, then the float32 epilogue."""
@@ -304,13 +344,14 @@ def test_gpu_cuda_graph_replay_equals_eager(m, n, k):
 
 
 @requires_gpu
-@pytest.mark.parametrize(("m", "n", "k", "prefetch"), [(1, 4096, 4096, 0), (16, 4096, 4096, 2), (9, 11008, 4096, 1),
-                                                      (64, 264, 8192, 4), (3, 520, 2064, 9),
-                                                      (2, 4096, 11008, None)])
-def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch):
+@pytest.mark.parametrize(("m", "n", "k", "prefetch", "staged"), [
+    (1, 4096, 4096, 0, 0), (1, 4096, 4096, 0, 4), (16, 4096, 4096, 2, 8), (9, 11008, 4096, 1, 2),
+    (64, 264, 8192, 4, 0), (3, 520, 2064, 9, 1), (2, 4096, 11008, None, None), (4, 8192, 8192, None, 3)])
+def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch, staged):
     """The two-launch path's GEMM starts as the quantizer's programmatic dependent and loads weight
-    (and asks L2 for ``prefetch`` more iterations of it, some past K; None: the shipped rule) before the
-    quantizer is done (at K = 11008 one block of 256 threads x 8 chunks per row).
+    (and asks L2 for ``prefetch`` more iterations of it, some past K; None: the shipped rule; and stages
+    ``staged`` iterations in shared memory first, None: the shipped rule) before the quantizer is done
+    (at K = 11008 one block of 256 threads x 8 chunks per row).
     Calls queued back to back on one stream (no host sync between them, the plan's one workspace
     reused) with a new ``x`` each must each give their own ``x``'s result, bit for bit against torch:
     a GEMM reading the workspace before its quantizer finished would see the previous call's rows."""
@@ -328,6 +369,7 @@ def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch):
         monkeypatch.setattr(plans, "FUSED_ANY_SHAPE_MAX_M", 0)
         monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 0)
         monkeypatch.setattr(gemm, "DEPENDENT_PREFETCH_L2", prefetch)
+        monkeypatch.setattr(gemm, "DEPENDENT_STAGED", staged)
         clear_plan_cache()
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
         outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in xs]

@@ -94,6 +94,13 @@ DEPENDENT_MIN_BLOCKS = 0
 # registers held) before it waits for the quantizer, where dependent_prefetch() asks for them (None:
 # its rule, else this many at every shape)
 DEPENDENT_PREFETCH_L2: int | None = None
+# main-loop iterations of weight the dependent GEMM copies into shared memory (``cp.async``, no register
+# held, one commit group each) before it waits for the quantizer, where dependent_staged() stages them
+# (None: its rule, else this many at every shape, as far as DEPENDENT_STAGE_BYTES allow)
+DEPENDENT_STAGED: int | None = None
+DEPENDENT_STAGE_BYTES = 96 * 1024  # per block: two blocks of 128 registers x 256 threads per multiprocessor
+STAGED_MIN_BLOCKS = 2  # launch bounds of the staging kernel (ptxas takes 130-136 registers without them)
+STAGED_MAX = 8  # commit groups a thread can count down (cp.async.wait_group takes a constant)
 # (Loading both buffers before the one-launch prologue, 2 iterations in flight while x is quantized,
 # was 0.4-2.9 points slower at every shape: notes/gemm.md.)
 # cooperative skinny with 2 column tiles: 91 registers (2 blocks per multiprocessor, where the unfused
@@ -192,6 +199,22 @@ def dependent_prefetch(m: int, n: int, k: int) -> int:
     if DEPENDENT_PREFETCH_L2 is not None:
         return DEPENDENT_PREFETCH_L2
     return 1 if n <= 4096 and (k >= 8192 or m <= 4) else 0
+
+
+def staged_iteration_bytes(chunks_in_flight: int, n_tiles: int) -> int:
+    """Shared bytes one staged main-loop iteration of the skinny kernel takes: every thread's
+    ``chunks_in_flight x n_tiles`` 16-byte weight pieces."""
+    return 16 * chunks_in_flight * n_tiles * SKINNY_THREADS
+
+
+def dependent_staged(m: int, n: int, k: int, chunks_in_flight: int, n_tiles: int) -> int:
+    """Main-loop iterations of weight the dependent decode GEMM stages in shared memory before it waits
+    for the quantizer (``DEPENDENT_STAGED`` when set, else the rule), at most the iterations ``k`` has,
+    ``STAGED_MAX`` and what ``DEPENDENT_STAGE_BYTES`` holds."""
+    iterations = -(-k // (CHUNK_K * chunks_in_flight * SKINNY_WARPS))
+    fits = DEPENDENT_STAGE_BYTES // staged_iteration_bytes(chunks_in_flight, n_tiles)
+    wanted = DEPENDENT_STAGED if DEPENDENT_STAGED is not None else 0
+    return max(0, min(wanted, iterations, fits, STAGED_MAX))
 
 
 def skinny_chunks(one_launch: bool = False, dependent: bool = False) -> int:
@@ -576,7 +599,7 @@ def _fused_quantizer(x_element: ElementKind):
 
 def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: ElementKind | None = None,
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
-            dependent: int = 0):
+            dependent: int = 0, staged: int = 0):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -609,7 +632,13 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     buffers of weight fragments (which the quantizer does not write) and asks L2 for the next
     ``prefetch_l2`` iterations' pieces, then waits for the quantizer's
     grid (:func:`~baracuda_numba.kernels.device.grid_dependency_wait`) before it reads ``a`` and the row
-    scales. The launch gap and the quantizer's run then overlap those iterations' loads."""
+    scales. The launch gap and the quantizer's run then overlap those iterations' loads. With ``staged``
+    (at most ``STAGED_MAX``) it first copies the main loop's first ``staged`` iterations of weight into
+    the dynamic shared memory (``cp.async``, ``staged_iteration_bytes`` each, one commit group per
+    iteration; each thread's own pieces, at slot ``((iteration * chunks + chunk) * tiles + tile) *
+    threads + thread``, so no barrier is needed to read them back), and the ``dependent`` buffers
+    preloaded into registers are the iterations after those: with the whole weight staged, its stream
+    runs under the quantizer."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
     outputs = -(-32 * slots // SKINNY_THREADS)  # outputs per thread (1 tile: half the threads store none)
     _, row_param, column_params, store_with = epilogue
@@ -654,6 +683,65 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                 row, kc = n_block + SKINNY_N * j + group, k + c * CHUNK_K * SKINNY_WARPS
                 if row < N and kc < K:
                     device.prefetch_l2(w_pairs, (row * K + kc) // 16)
+
+    waits = [device.cp_async_wait_group(pending) for pending in range(STAGED_MAX)]
+    wait0, wait1, wait2, wait3, wait4, wait5, wait6, wait7 = waits
+
+    @device_function
+    def wait_staged(pending):
+        """Wait until at most ``pending`` of this thread's staged iterations are still in flight."""
+        if pending <= 0:
+            wait0()
+        elif pending == 1:
+            wait1()
+        elif pending == 2:
+            wait2()
+        elif pending == 3:
+            wait3()
+        elif pending == 4:
+            wait4()
+        elif pending == 5:
+            wait5()
+        elif pending == 6:
+            wait6()
+        else:
+            wait7()
+
+    @device_function
+    def staged_slot(it, c, j, tid):
+        """The stage's pair holding piece ``(c, j)`` of iteration ``it`` for thread ``tid``."""
+        return ((it * chunks_in_flight + c) * n_tiles + j) * SKINNY_THREADS + tid
+
+    @device_function
+    def stage_weights(stage, w_pairs, n_block, group, N, K, first_k, chunks, tid):
+        """Start copying the pieces ``load_weights`` would load for the first ``staged`` iterations
+        (from ``first_k`` on) into ``stage``, one commit group per iteration (empty past ``chunks``)."""
+        for it in range(staged):
+            if it * step < chunks:
+                for c in range(chunks_in_flight):
+                    for j in range(n_tiles):
+                        row, kc = n_block + SKINNY_N * j + group, first_k + CHUNK_K * (it * step + c * SKINNY_WARPS)
+                        valid = row < N and kc < K
+                        device.cp_async_16(stage, staged_slot(it, c, j, tid), w_pairs,
+                                           (row * K + kc) >> 4 if valid else 0, valid)
+            device.cp_async_commit()
+
+    @device_function
+    def mma_staged(acc, w_frag, stage, scratch, a_bytes, a_pairs, M, K, m_block, first_k, chunks, aligned, tid):
+        """``acc`` = the staged iterations' share of the block's tile: each iteration's pieces read back
+        from ``stage`` once its group has landed, against the matching activation chunks."""
+        for i in range(slots):
+            acc[i] = 0
+        for it in range(staged):
+            if it * step < chunks:  # the same for every warp
+                wait_staged(staged - 1 - it)
+                for c in range(chunks_in_flight):
+                    for j in range(n_tiles):
+                        slot, w = staged_slot(it, c, j, tid), 2 * (c * n_tiles + j)
+                        w_frag[w] = stage[2 * slot]
+                        w_frag[w + 1] = stage[2 * slot + 1]
+                mma_weights(acc, w_frag, scratch, a_bytes, a_pairs, M, K, m_block, first_k + CHUNK_K * it * step,
+                            aligned, tid)
 
     @device_function
     def next_piece(r, s, per_row):
@@ -760,18 +848,20 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
 
     @device_function
     def stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
-                       aligned, preloaded, tid):
+                       aligned, preloaded, first_chunk, tid):
         """``acc`` = this lane's share of the block's 16 x ``8 n_tiles`` tile over its warp's chunks of
         ``K``; the activations from ``a_bytes`` / ``a_pairs`` (quantized rows ``(K + 16) // 16`` pairs
         apart in shared memory when fused, ``K / 16`` apart in global memory when cooperative);
         ``preloaded``: ``w_frag`` already holds (1) the first iteration's weight, and ``w_next`` (2) the
         second's. With ``double_buffer`` the next iteration's weight loads (into ``w_next``, then back
         into ``w_frag``) are issued before the current iteration's mmas, so a warp's loads are in flight
-        while it computes."""
+        while it computes. From chunk ``first_chunk`` on (a multiple of the iteration's chunks): past 0,
+        ``acc`` already holds the earlier chunks' sums."""
         warp, lane = tid // 32, tid % 32
         group, t = lane // 4, lane % 4
-        for i in range(slots):
-            acc[i] = 0
+        if first_chunk == 0:
+            for i in range(slots):
+                acc[i] = 0
         chunks = (K + CHUNK_K - 1) // CHUNK_K
         # warps take chunks round robin, `chunks_in_flight` per iteration, all weight loads first
         # (each activation fragment then feeds the block's `n_tiles` column tiles); every warp runs
@@ -779,10 +869,11 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         # synchronises the block
         if double_buffer:
             if preloaded == 0:
-                load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * warp + 16 * t, K, aligned)
-            for first in range(0, chunks, 2 * step):
+                load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * (first_chunk + warp) + 16 * t, K,
+                             aligned)
+            for first in range(first_chunk, chunks, 2 * step):
                 k = CHUNK_K * (first + warp) + 16 * t
-                if preloaded < 2 or first > 0:
+                if preloaded < 2 or first > first_chunk:
                     load_weights(w_next, w_bytes, w_pairs, n_block, group, N, k + CHUNK_K * step, K, aligned)
                 mma_weights(acc, w_frag, scratch, a_bytes, a_pairs, M, K, m_block, k, aligned, tid)
                 if first + step < chunks:  # the same for every warp
@@ -790,9 +881,9 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                     mma_weights(acc, w_next, scratch, a_bytes, a_pairs, M, K, m_block, k + CHUNK_K * step,
                                 aligned, tid)
             return
-        for first in range(0, chunks, step):
+        for first in range(first_chunk, chunks, step):
             k = CHUNK_K * (first + warp) + 16 * t
-            if preloaded == 0 or first > 0:
+            if preloaded == 0 or first > first_chunk:
                 load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, k, K, aligned)
             mma_weights(acc, w_frag, scratch, a_bytes, a_pairs, M, K, m_block, k, aligned, tid)
 
@@ -862,6 +953,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         acc = cuda.local.array(slots, np.int32)
         w_frag = cuda.local.array(w_words, np.uint64)
         w_next = cuda.local.array(w_words, np.uint64)
+        w_stage = cuda.local.array(w_words, np.uint64)  # staged: an iteration read back from shared memory
         col_pre = cuda.local.array(outputs, np.float32)
         bias_pre = cuda.local.array(outputs, np.float32)
         row_pre = cuda.local.array(outputs, np.float32)
@@ -885,22 +977,32 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                           scales, piece_lo, piece_hi, warp_max, shuffle_scratch, tid)
             cuda.syncthreads()
             stream_weights(acc, w_frag, w_next, scratch, a_bytes, xq_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
-                           aligned, 1, tid)
+                           aligned, 1, 0, tid)
         elif dependent:
             first_k = CHUNK_K * warp + 16 * t
-            load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, first_k, K, aligned)
-            if dependent > 1:
-                load_weights(w_next, w_bytes, w_pairs, n_block, group, N, first_k + CHUNK_K * step, K, aligned)
-            for ahead in range(dependent, dependent + prefetch_l2):
+            chunks = (K + CHUNK_K - 1) // CHUNK_K
+            rest = staged * step  # the first chunk the registers take
+            if staged:
+                stage_weights(xq_pairs, w_pairs, n_block, group, N, K, first_k, chunks, tid)
+            if not staged or rest < chunks:
+                load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, first_k + CHUNK_K * rest, K, aligned)
+                if dependent > 1:
+                    load_weights(w_next, w_bytes, w_pairs, n_block, group, N, first_k + CHUNK_K * (rest + step), K,
+                                 aligned)
+            for ahead in range(staged + dependent, staged + dependent + prefetch_l2):
                 prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
             device.grid_dependency_wait()  # the quantizer's rows and scales are complete past this
             load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
                           tensor_scale, False, True, tid)
-            stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
-                           aligned, dependent, tid)
+            if staged:
+                mma_staged(acc, w_stage, xq_pairs, scratch, a_bytes, a_pairs, M, K, m_block, first_k, chunks, aligned,
+                           tid)
+            if not staged or rest < chunks:
+                stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block,
+                               n_block, aligned, dependent, rest, tid)
         else:
             stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
-                           aligned, 0, tid)
+                           aligned, 0, 0, tid)
         reduce_and_store(acc, partial, scales, row_scale, col_pre, bias_pre, row_pre, out_elems, M, N, m_block,
                          n_block, tensor_scale, not fused, tid)
 
@@ -950,7 +1052,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             cuda.threadfence()
         cuda.syncthreads()
         stream_weights(acc, w_frag, w_next, scratch, x_elems, xq_pairs, w_bytes, w_pairs, M, N, K, 0, n_block,
-                       aligned, 1, tid)
+                       aligned, 1, 0, tid)
         reduce_and_store(acc, partial, row_scale, row_scale, col_pre, bias_pre, col_pre, out_elems, M, N, 0,
                          n_block, tensor_scale, False, tid)
         if tid == 0 and cuda.atomic.add(counters, 2, 1) == cuda.gridDim.x - 1:
@@ -966,7 +1068,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   pipeline: PipelineShape | None = None, skinny_chunks: int = SKINNY_CHUNKS,
                   skinny_tiles: int = 2, fused_input: ElementKind | None = None,
                   fused_prefetch: int = 0, fused_min_blocks: int = 0, cooperative: bool = False,
-                  double_buffer: bool = False, vector_only: bool = False, dependent: int = 0) -> ElementwiseKernel:
+                  double_buffer: bool = False, vector_only: bool = False, dependent: int = 0,
+                  staged: int = 0) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -986,7 +1089,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     ``vector_only`` (skinny): operands known to be 16-byte aligned with ``K % 16 == 0`` (no byte path;
     always so for ``fused_input``); ``dependent`` > 0 (skinny, double-buffered, per-token rows): launched
     as a programmatic dependent of the activation quantizer, it waits for it after loading that many
-    buffers of weight (see :func:`_skinny`)."""
+    buffers of weight (see :func:`_skinny`), and ``staged`` iterations of it copied into its dynamic
+    shared memory before those (``staged * staged_iteration_bytes(skinny_chunks, skinny_tiles)`` bytes)."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
     options: tuple = ()
     extra = ""
@@ -1006,10 +1110,16 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
             raise ValueError("the dependent skinny kernel is double-buffered: double_buffer=True")
         if fused_prefetch and not (dependent and vector_only):
             raise ValueError("of the unfused skinny kernels, only the dependent one on aligned operands prefetches")
+        if staged and not (dependent and vector_only and 0 < staged <= STAGED_MAX):
+            raise ValueError(f"only the dependent skinny kernel on aligned operands stages weight (1 .. {STAGED_MAX} "
+                             f"iterations), not {staged}")
+        if staged and not fused_min_blocks:
+            fused_min_blocks = STAGED_MIN_BLOCKS  # the registers of the blocks DEPENDENT_STAGE_BYTES is sized for
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, prefetch_l2=fused_prefetch, double_buffer=double_buffer,
-                         vector_only=vector_only, dependent=dependent)
+                         vector_only=vector_only, dependent=dependent, staged=staged)
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
-                 f"{f'_dep{dependent}' if dependent else ''}{f'_l2p{fused_prefetch}' if fused_prefetch else ''}"
+                 f"{f'_dep{dependent}' if dependent else ''}{f'_st{staged}' if staged else ''}"
+                 f"{f'_l2p{fused_prefetch}' if fused_prefetch else ''}"
                  f"{f'_b{fused_min_blocks}' if fused_min_blocks else ''}")
         if fused_min_blocks:
             options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)

@@ -178,12 +178,14 @@ class _LinearPlan(Plan):
             variant("skinny", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS)
             dependent = self._dependent_gemm()
             chunks = gemm.skinny_chunks(False, dependent)
+            staged = gemm.dependent_staged(desc.m, desc.n, desc.k, chunks, tiles) if dependent else 0
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, tiles,
                                    double_buffer=True, vector_only=True,
                                    fused_prefetch=gemm.dependent_prefetch(desc.m, desc.n, desc.k) if dependent else 0,
                                    fused_min_blocks=gemm.DEPENDENT_MIN_BLOCKS if dependent else 0,
-                                   dependent=gemm.DEPENDENT_PRELOAD if dependent else 0)
-            variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS, dependent=dependent)
+                                   dependent=gemm.DEPENDENT_PRELOAD if dependent else 0, staged=staged)
+            variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
+                    staged * gemm.staged_iteration_bytes(chunks, tiles), dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
             chunks = gemm.skinny_chunks(one_launch=True)
             if self._fuses_quantize():
