@@ -292,7 +292,7 @@ COOPERATIVE_BLOCKS: tuple[int, ...] = ()
 DEPENDENT_PREFETCHES: tuple = ()  # None: kernels.linear.dependent_prefetch's rule (session 16: None, 0, 1, 2)
 # iterations of weight the dependent GEMM stages in shared memory before the wait, timed (as far as
 # kernels.linear.DEPENDENT_STAGE_BYTES holds them)
-DEPENDENT_STAGES = (1, 2, 4, 8)
+DEPENDENT_STAGES = (1, 2, 3, 4)
 FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096), (4096, 11008))
                 for m in (1, 2, 4, 8, 16)]
 

@@ -640,6 +640,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     preloaded into registers are the iterations after those: with the whole weight staged, its stream
     runs under the quantizer."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
+    x_words = max(4 * chunks_in_flight * staged, 1)  # staged: both activation rows' pieces of every staged chunk
     outputs = -(-32 * slots // SKINNY_THREADS)  # outputs per thread (1 tile: half the threads store none)
     _, row_param, column_params, store_with = epilogue
     vector_only = vector_only or x_element is not None  # the one-launch kernels take aligned operands only
@@ -727,21 +728,27 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             device.cp_async_commit()
 
     @device_function
-    def mma_staged(acc, w_frag, stage, scratch, a_bytes, a_pairs, M, K, m_block, first_k, chunks, aligned, tid):
-        """``acc`` = the staged iterations' share of the block's tile: each iteration's pieces read back
-        from ``stage`` once its group has landed, against the matching activation chunks."""
+    def mma_staged(acc, w_frag, x_frag, stage, scratch, a_pairs, M, K, m_block, first_k, chunks, tid):
+        """``acc`` = the staged iterations' share of the block's tile: every activation chunk they need
+        loaded at once into ``x_frag`` (one L2 round trip, not one per iteration), then each iteration's
+        weight pieces read back from ``stage`` once its group has landed."""
+        group = tid % 32 // 4
         for i in range(slots):
             acc[i] = 0
+        for it in range(staged):
+            for c in range(chunks_in_flight):
+                kc, x = first_k + CHUNK_K * (it * step + c * SKINNY_WARPS), 4 * (it * chunks_in_flight + c)
+                x_frag[x], x_frag[x + 1] = load_vector_chunk(a_pairs, m_block + group, M, kc, K)
+                x_frag[x + 2], x_frag[x + 3] = load_vector_chunk(a_pairs, m_block + group + 8, M, kc, K)
         for it in range(staged):
             if it * step < chunks:  # the same for every warp
                 wait_staged(staged - 1 - it)
                 for c in range(chunks_in_flight):
+                    x = 4 * (it * chunks_in_flight + c)
                     for j in range(n_tiles):
-                        slot, w = staged_slot(it, c, j, tid), 2 * (c * n_tiles + j)
-                        w_frag[w] = stage[2 * slot]
-                        w_frag[w + 1] = stage[2 * slot + 1]
-                mma_weights(acc, w_frag, scratch, a_bytes, a_pairs, M, K, m_block, first_k + CHUNK_K * it * step,
-                            aligned, tid)
+                        slot = staged_slot(it, c, j, tid)
+                        mma_chunk(acc, 4 * j, x_frag[x], x_frag[x + 1], x_frag[x + 2], x_frag[x + 3],
+                                  stage[2 * slot], stage[2 * slot + 1], scratch, tid)
 
     @device_function
     def next_piece(r, s, per_row):
@@ -954,6 +961,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         w_frag = cuda.local.array(w_words, np.uint64)
         w_next = cuda.local.array(w_words, np.uint64)
         w_stage = cuda.local.array(w_words, np.uint64)  # staged: an iteration read back from shared memory
+        x_stage = cuda.local.array(x_words, np.uint64)  # staged: their activations
         col_pre = cuda.local.array(outputs, np.float32)
         bias_pre = cuda.local.array(outputs, np.float32)
         row_pre = cuda.local.array(outputs, np.float32)
@@ -995,8 +1003,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
                           tensor_scale, False, True, tid)
             if staged:
-                mma_staged(acc, w_stage, xq_pairs, scratch, a_bytes, a_pairs, M, K, m_block, first_k, chunks, aligned,
-                           tid)
+                mma_staged(acc, w_stage, x_stage, xq_pairs, scratch, a_pairs, M, K, m_block, first_k, chunks, tid)
             if not staged or rest < chunks:
                 stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block,
                                n_block, aligned, dependent, rest, tid)
