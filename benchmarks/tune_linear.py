@@ -287,12 +287,14 @@ def decode(copy: float) -> list[dict]:
 # the cooperative kernel's launch bounds timed (blocks per multiprocessor; session 12: L2 prefetch
 # depths 1, 3 and 7 were slower than none; session 15: slower than the dependent two launches at every
 # shape, no longer timed)
-COOPERATIVE_BLOCKS: tuple[int, ...] = ()
+COOPERATIVE_BLOCKS: tuple[int, ...] = (3,)
 # L2 prefetch depths of the dependent GEMM timed (main-loop iterations asked of L2 before the wait)
 DEPENDENT_PREFETCHES: tuple = ()  # None: kernels.linear.dependent_prefetch's rule (session 16: None, 0, 1, 2)
 # iterations of weight the dependent GEMM stages in shared memory before the wait, timed (as far as
 # kernels.linear.DEPENDENT_STAGE_BYTES holds them)
-DEPENDENT_STAGES = (1, 2, 3, 4)
+DEPENDENT_STAGES = (4,)  # session 17, call 2: 1-3 slower than none or than 4 at every shape
+# ... and by the one-launch kernels before their prologue (fused, cooperative)
+ONE_LAUNCH_STAGES = (2, 4)
 FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096), (4096, 11008))
                 for m in (1, 2, 4, 8, 16)]
 
@@ -333,22 +335,25 @@ def fused_decode(copy: float) -> list[dict]:
         # before the wait; two_launch_plain: the GEMM launched after the quantizer. (Session 15 also
         # timed 1 chunk per buffer with launch bounds of 3 blocks, and the cooperative kernel: slower.)
         shipped_dependent = (gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS,
-                             gemm.DEPENDENT_PREFETCH_L2, gemm.DEPENDENT_STAGED)
+                             gemm.DEPENDENT_PREFETCH_L2, gemm.DEPENDENT_STAGED, gemm.FUSED_STAGED,
+                             gemm.COOPERATIVE_STAGED)
         variants = [("two_launch", 0, 0, 0, True, shipped_dependent)]
-        variants += [(f"two_launch_l2p{p}", 0, 0, 0, True, (*shipped_dependent[:3], p, shipped_dependent[4]))
+        variants += [(f"two_launch_l2p{p}", 0, 0, 0, True, (*shipped_dependent[:3], p, *shipped_dependent[4:]))
                      for p in DEPENDENT_PREFETCHES if p != shipped_dependent[3]]
-        variants += [(f"two_launch_st{st}", 0, 0, 0, True, (*shipped_dependent[:4], st)) for st in DEPENDENT_STAGES
-                     if st != shipped_dependent[4]]
-        variants += [("two_launch_plain", 0, 0, 0, False, shipped_dependent),
-                     ("fused", 16, 0, 0, True, shipped_dependent)]
+        variants += [(f"two_launch_st{st}", 0, 0, 0, True, (*shipped_dependent[:4], st, *shipped_dependent[5:]))
+                     for st in DEPENDENT_STAGES if st != shipped_dependent[4]]
+        variants += [("fused", 16, 0, 0, True, shipped_dependent)]
+        variants += [(f"fused_st{st}", 16, 0, 0, True, (*shipped_dependent[:5], st, shipped_dependent[6]))
+                     for st in ONE_LAUNCH_STAGES]
         variants += [(f"cooperative_b{b}", 0, 16, b, True, shipped_dependent) for b in COOPERATIVE_BLOCKS]
+        variants += [(f"cooperative_st{st}", 0, 16, 0, True, (*shipped_dependent[:6], st)) for st in ONE_LAUNCH_STAGES]
         outputs = {}
         for label, fused_max_m, cooperative_max_m, blocks, dependent, knobs in variants:
             plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M = fused_max_m, 1 << 30, cooperative_max_m
             plans.DEPENDENT_GEMM, plans.FUSED_MIN_K, plans.FUSED_MIN_N = dependent, 0, 0
             plans.FUSED_ANY_SHAPE_MAX_M, plans.FUSED_ANY_SHAPE_MAX_WEIGHT = fused_max_m, 1 << 62
             (gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS,
-             gemm.DEPENDENT_PREFETCH_L2, gemm.DEPENDENT_STAGED) = knobs
+             gemm.DEPENDENT_PREFETCH_L2, gemm.DEPENDENT_STAGED, gemm.FUSED_STAGED, gemm.COOPERATIVE_STAGED) = knobs
             gemm.COOPERATIVE_MIN_BLOCKS = blocks
             clear_plan_cache()
             outputs[label] = bn.quantized_linear(x, w, ws, bias=bias)
@@ -361,7 +366,8 @@ def fused_decode(copy: float) -> list[dict]:
          plans.FUSED_MIN_N, plans.FUSED_ANY_SHAPE_MAX_M, plans.FUSED_ANY_SHAPE_MAX_WEIGHT) = shipped_limits
         gemm.COOPERATIVE_MIN_BLOCKS = shipped_blocks
         (gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS,
-         gemm.DEPENDENT_PREFETCH_L2, gemm.DEPENDENT_STAGED) = shipped_dependent
+         gemm.DEPENDENT_PREFETCH_L2, gemm.DEPENDENT_STAGED, gemm.FUSED_STAGED,
+         gemm.COOPERATIVE_STAGED) = shipped_dependent
         shipped()
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
         row["shipped"] = plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, out))

@@ -235,29 +235,32 @@ def test_gemm_variants_match_reference(monkeypatch, m, n, k, skinny_chunks, skin
     clear_plan_cache()
 
 
-# The dependent GEMM with weight staged in shared memory before it waits for the quantizer (cp.async, one
-# commit group per iteration): every iteration staged (more asked than K has), some staged and the rest
-# through the registers (an odd remainder: the last pair's second half empty), ragged N and K past the
-# last chunk (zero-filled pieces), 1 and 4 column tiles.
-@pytest.mark.parametrize(("m", "n", "k", "skinny_chunks", "skinny_tiles", "staged", "effective"), [
-    (1, 24, 2064, 2, 2, 8, 3),  # 33 chunks: 3 iterations of 16, all staged
-    (3, 24, 2064, 2, 2, 1, 1),  # one staged, two through the registers
-    (17, 20, 208, 2, 2, 1, 1),  # 4 chunks: one iteration, partly past K
-    (5, 13, 1040, 1, 4, 2, 2),  # 17 chunks: 3 iterations of 8, 4 column tiles for 13 columns
-    (2, 9, 3072, 1, 1, 5, 5),  # 48 chunks: 6 iterations of 8, 5 staged, the sixth alone
+# Weight staged in shared memory (cp.async, one commit group per iteration) by the dependent GEMM before
+# it waits for the quantizer, and by the one-launch kernels before their prologue: every iteration staged
+# (more asked than K has), some staged and the rest through the registers (an odd remainder: the last
+# pair's second half empty), ragged N and K past the last chunk (zero-filled pieces), 1 and 4 column tiles.
+@pytest.mark.parametrize(("variant", "m", "n", "k", "chunks", "tiles", "staged", "effective"), [
+    ("skinny_vector", 1, 24, 2064, 2, 2, 8, 3),  # 33 chunks: 3 iterations of 16, all staged
+    ("skinny_vector", 3, 24, 2064, 2, 2, 1, 1),  # one staged, two through the registers
+    ("skinny_vector", 17, 20, 208, 2, 2, 1, 1),  # 4 chunks: one iteration, partly past K
+    ("skinny_vector", 5, 13, 1040, 1, 4, 2, 2),  # 17 chunks: 3 iterations of 8, 4 column tiles for 13 columns
+    ("skinny_vector", 2, 9, 3072, 1, 1, 5, 5),  # 48 chunks: 6 iterations of 8, 5 staged, the sixth alone
+    ("fused", 1, 24, 2064, 1, 2, 8, 5),  # 33 chunks: 5 iterations of 8, all staged past the quantized row
+    ("fused", 3, 13, 1040, 1, 4, 1, 1),  # one staged, two through the registers
+    ("cooperative", 2, 24, 2064, 1, 2, 3, 3),  # 3 of 5 iterations staged, an odd remainder
+    ("cooperative", 4, 9, 1040, 1, 1, 8, 3),
 ])
-def test_dependent_gemm_staging_weight_in_shared_memory_matches_reference(monkeypatch, m, n, k, skinny_chunks,
-                                                                          skinny_tiles, staged, effective):
+def test_staging_weight_in_shared_memory_matches_reference(monkeypatch, variant, m, n, k, chunks, tiles, staged,
+                                                           effective):
     from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
-    from baracuda_numba.plans import linear as plans
 
-    monkeypatch.setattr(gemm, "VECTOR_CHUNKS", skinny_chunks)
-    monkeypatch.setattr(gemm, "SKINNY_TILES", skinny_tiles)
-    monkeypatch.setattr(gemm, "DEPENDENT_STAGED", staged)
-    monkeypatch.setattr(plans, "FUSED_MAX_M", 0)
-    monkeypatch.setattr(plans, "FUSED_ANY_SHAPE_MAX_M", 0)
-    monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 0)
+    monkeypatch.setattr(gemm, "VECTOR_CHUNKS", chunks)
+    monkeypatch.setattr(gemm, "ONE_LAUNCH_CHUNKS", chunks)
+    monkeypatch.setattr(gemm, "SKINNY_TILES", tiles)
+    for knob in ("DEPENDENT_STAGED", "FUSED_STAGED", "COOPERATIVE_STAGED"):
+        monkeypatch.setattr(gemm, knob, staged)
+    _force_decode_variant(monkeypatch, "two_launch" if variant == "skinny_vector" else variant)
     clear_plan_cache()
     rng = np.random.default_rng(m * n + k + staged)
     x = rng.standard_normal((m, k)).astype(np.float32)
@@ -266,10 +269,11 @@ def test_dependent_gemm_staging_weight_in_shared_memory_matches_reference(monkey
     plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32", True))
     out = np.zeros((m, n), np.float32)
     args = bn.QuantizedLinearArgs(x, w, ws, out, bias)
-    assert plan.kernel_variant(args) == "skinny_vector"
-    launcher = plan._variants["skinny_vector"][0]
-    assert launcher.dependent and f"_st{effective}_" in launcher._compile.__self__.py_func.__name__
-    assert launcher._shared_bytes == effective * 16 * skinny_chunks * skinny_tiles * gemm.SKINNY_THREADS
+    assert plan.kernel_variant(args) == variant
+    launcher = plan._variants[variant][0]
+    assert f"_st{effective}_" in launcher._compile.__self__.py_func.__name__
+    rows = gemm.fused_shared_bytes(m, k) if variant == "fused" else 0
+    assert launcher._shared_bytes == rows + effective * 16 * chunks * tiles * gemm.SKINNY_THREADS
     plan.run(args)
     np.testing.assert_array_equal(out, ref.linear.quantized_linear(x, w, ws, bias))
     clear_plan_cache()

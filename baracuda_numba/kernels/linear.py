@@ -98,7 +98,13 @@ DEPENDENT_PREFETCH_L2: int | None = None
 # held, one commit group each) before it waits for the quantizer, where dependent_staged() stages them
 # (None: its rule, else this many at every shape, as far as DEPENDENT_STAGE_BYTES allow)
 DEPENDENT_STAGED: int | None = None
-DEPENDENT_STAGE_BYTES = 96 * 1024  # per block: two blocks of 128 registers x 256 threads per multiprocessor
+# the same for the one-launch kernels, before their prologue (fused: past its quantized rows) / before
+# their quantize and wait (cooperative)
+FUSED_STAGED = 0
+COOPERATIVE_STAGED = 0
+# dynamic shared bytes per block the staging kernels may take (two blocks of 256 threads and up to 128
+# registers per multiprocessor: STAGED_MIN_BLOCKS)
+DEPENDENT_STAGE_BYTES = 96 * 1024
 STAGED_MIN_BLOCKS = 2  # launch bounds of the staging kernel (ptxas takes 130-136 registers without them)
 STAGED_MAX = 8  # commit groups a thread can count down (cp.async.wait_group takes a constant)
 # (Loading both buffers before the one-launch prologue, 2 iterations in flight while x is quantized,
@@ -207,14 +213,28 @@ def staged_iteration_bytes(chunks_in_flight: int, n_tiles: int) -> int:
     return 16 * chunks_in_flight * n_tiles * SKINNY_THREADS
 
 
+def staged_iterations(wanted: int, k: int, chunks_in_flight: int, n_tiles: int, other_bytes: int = 0) -> int:
+    """``wanted`` staged iterations of the skinny kernel, at most the iterations ``k`` has, ``STAGED_MAX``
+    and what ``DEPENDENT_STAGE_BYTES`` holds next to ``other_bytes`` of dynamic shared memory."""
+    iterations = -(-k // (CHUNK_K * chunks_in_flight * SKINNY_WARPS))
+    fits = (DEPENDENT_STAGE_BYTES - other_bytes) // staged_iteration_bytes(chunks_in_flight, n_tiles)
+    return max(0, min(wanted, iterations, fits, STAGED_MAX))
+
+
 def dependent_staged(m: int, n: int, k: int, chunks_in_flight: int, n_tiles: int) -> int:
     """Main-loop iterations of weight the dependent decode GEMM stages in shared memory before it waits
-    for the quantizer (``DEPENDENT_STAGED`` when set, else the rule), at most the iterations ``k`` has,
-    ``STAGED_MAX`` and what ``DEPENDENT_STAGE_BYTES`` holds."""
-    iterations = -(-k // (CHUNK_K * chunks_in_flight * SKINNY_WARPS))
-    fits = DEPENDENT_STAGE_BYTES // staged_iteration_bytes(chunks_in_flight, n_tiles)
+    for the quantizer: ``DEPENDENT_STAGED`` when set, else the rule, within :func:`staged_iterations`."""
     wanted = DEPENDENT_STAGED if DEPENDENT_STAGED is not None else 0
-    return max(0, min(wanted, iterations, fits, STAGED_MAX))
+    return staged_iterations(wanted, k, chunks_in_flight, n_tiles)
+
+
+def one_launch_staged(m: int, n: int, k: int, chunks_in_flight: int, n_tiles: int, cooperative: bool) -> int:
+    """Main-loop iterations of weight the fused (next to its quantized rows) or ``cooperative`` kernel
+    stages in shared memory before its prologue: ``FUSED_STAGED`` / ``COOPERATIVE_STAGED`` within
+    :func:`staged_iterations`."""
+    if cooperative:
+        return staged_iterations(COOPERATIVE_STAGED, k, chunks_in_flight, n_tiles)
+    return staged_iterations(FUSED_STAGED, k, chunks_in_flight, n_tiles, fused_shared_bytes(m, k))
 
 
 def skinny_chunks(one_launch: bool = False, dependent: bool = False) -> int:
@@ -640,7 +660,8 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     preloaded into registers are the iterations after those: with the whole weight staged, its stream
     runs under the quantizer."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
-    x_words = max(4 * chunks_in_flight * staged, 1)  # staged: both activation rows' pieces of every staged chunk
+    # staged, activations in global memory: both rows' pieces of every staged chunk
+    x_words = max(4 * chunks_in_flight * staged, 1) if x_element is None or cooperative else 1
     outputs = -(-32 * slots // SKINNY_THREADS)  # outputs per thread (1 tile: half the threads store none)
     _, row_param, column_params, store_with = epilogue
     vector_only = vector_only or x_element is not None  # the one-launch kernels take aligned operands only
@@ -709,12 +730,13 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             wait7()
 
     @device_function
-    def staged_slot(it, c, j, tid):
-        """The stage's pair holding piece ``(c, j)`` of iteration ``it`` for thread ``tid``."""
-        return ((it * chunks_in_flight + c) * n_tiles + j) * SKINNY_THREADS + tid
+    def staged_slot(base, it, c, j, tid):
+        """The stage's pair holding piece ``(c, j)`` of iteration ``it`` for thread ``tid`` (the stage
+        starts at pair ``base`` of the dynamic shared memory)."""
+        return base + ((it * chunks_in_flight + c) * n_tiles + j) * SKINNY_THREADS + tid
 
     @device_function
-    def stage_weights(stage, w_pairs, n_block, group, N, K, first_k, chunks, tid):
+    def stage_weights(stage, base, w_pairs, n_block, group, N, K, first_k, chunks, tid):
         """Start copying the pieces ``load_weights`` would load for the first ``staged`` iterations
         (from ``first_k`` on) into ``stage``, one commit group per iteration (empty past ``chunks``)."""
         for it in range(staged):
@@ -723,32 +745,37 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                     for j in range(n_tiles):
                         row, kc = n_block + SKINNY_N * j + group, first_k + CHUNK_K * (it * step + c * SKINNY_WARPS)
                         valid = row < N and kc < K
-                        device.cp_async_16(stage, staged_slot(it, c, j, tid), w_pairs,
+                        device.cp_async_16(stage, staged_slot(base, it, c, j, tid), w_pairs,
                                            (row * K + kc) >> 4 if valid else 0, valid)
             device.cp_async_commit()
 
     @device_function
-    def mma_staged(acc, w_frag, x_frag, stage, scratch, a_pairs, M, K, m_block, first_k, chunks, tid):
-        """``acc`` = the staged iterations' share of the block's tile: every activation chunk they need
-        loaded at once into ``x_frag`` (one L2 round trip, not one per iteration), then each iteration's
-        weight pieces read back from ``stage`` once its group has landed."""
-        group = tid % 32 // 4
+    def mma_staged(acc, x_frag, stage, base, scratch, a_bytes, a_pairs, M, K, m_block, first_k, chunks, aligned,
+                   tid):
+        """``acc`` = the staged iterations' share of the block's tile: each iteration's weight pieces read
+        back from ``stage`` once its group has landed. Activations in global memory are all loaded at
+        once first into ``x_frag`` (one L2 round trip, not one per iteration); the fused kernel's, in
+        shared memory, as each iteration needs them."""
         for i in range(slots):
             acc[i] = 0
-        for it in range(staged):
-            for c in range(chunks_in_flight):
-                kc, x = first_k + CHUNK_K * (it * step + c * SKINNY_WARPS), 4 * (it * chunks_in_flight + c)
-                x_frag[x], x_frag[x + 1] = load_vector_chunk(a_pairs, m_block + group, M, kc, K)
-                x_frag[x + 2], x_frag[x + 3] = load_vector_chunk(a_pairs, m_block + group + 8, M, kc, K)
+        if not fused:
+            for it in range(staged):
+                for c in range(chunks_in_flight):
+                    kc, x = first_k + CHUNK_K * (it * step + c * SKINNY_WARPS), 4 * (it * chunks_in_flight + c)
+                    x_frag[x], x_frag[x + 1], x_frag[x + 2], x_frag[x + 3] = load_activations(
+                        a_bytes, a_pairs, M, K, m_block, kc, aligned, tid)
         for it in range(staged):
             if it * step < chunks:  # the same for every warp
                 wait_staged(staged - 1 - it)
                 for c in range(chunks_in_flight):
-                    x = 4 * (it * chunks_in_flight + c)
+                    kc, x = first_k + CHUNK_K * (it * step + c * SKINNY_WARPS), 4 * (it * chunks_in_flight + c)
+                    if fused:
+                        x0, x1, y0, y1 = load_activations(a_bytes, a_pairs, M, K, m_block, kc, aligned, tid)
+                    else:
+                        x0, x1, y0, y1 = x_frag[x], x_frag[x + 1], x_frag[x + 2], x_frag[x + 3]
                     for j in range(n_tiles):
-                        slot = staged_slot(it, c, j, tid)
-                        mma_chunk(acc, 4 * j, x_frag[x], x_frag[x + 1], x_frag[x + 2], x_frag[x + 3],
-                                  stage[2 * slot], stage[2 * slot + 1], scratch, tid)
+                        slot = staged_slot(base, it, c, j, tid)
+                        mma_chunk(acc, 4 * j, x0, x1, y0, y1, stage[2 * slot], stage[2 * slot + 1], scratch, tid)
 
     @device_function
     def next_piece(r, s, per_row):
@@ -832,23 +859,31 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                 r0, s0 = next_piece(r0, s0, per_row)
 
     @device_function
+    def load_activations(a_bytes, a_pairs, M, K, m_block, kc, aligned, tid):
+        """This lane's 16 bytes at ``kc`` of its two activation rows (``group`` and ``group + 8`` of the
+        block's tile): quantized rows ``(K + 16) // 16`` pairs apart in shared memory when fused, ``K /
+        16`` apart in global memory when cooperative, else ``a``'s rows."""
+        group = tid % 32 // 4
+        row_pairs = (K + 16) // 16 if fused else K // 16
+        if quantizes:  # rows past M and k past K read as zeros, as load_chunk's do
+            x0 = x1 = y0 = y1 = _U64(0)
+            if kc < K:
+                if m_block + group < M:
+                    x0, x1 = device.load_u64x2(a_pairs, group * row_pairs + kc // 16)
+                if m_block + group + 8 < M:
+                    y0, y1 = device.load_u64x2(a_pairs, (group + 8) * row_pairs + kc // 16)
+        else:
+            x0, x1 = load_operand_chunk(a_bytes, a_pairs, m_block + group, M, kc, K, aligned)
+            y0, y1 = load_operand_chunk(a_bytes, a_pairs, m_block + group + 8, M, kc, K, aligned)
+        return x0, x1, y0, y1
+
+    @device_function
     def mma_weights(acc, w_frag, scratch, a_bytes, a_pairs, M, K, m_block, k, aligned, tid):
         """``acc +=`` one main-loop iteration: the activation chunks matching ``w_frag``'s weight pieces
         (from ``k`` on, see :func:`load_weights`) against them, every column tile."""
-        group = tid % 32 // 4
-        row_pairs = (K + 16) // 16 if fused else K // 16
         for c in range(chunks_in_flight):
             kc = k + c * CHUNK_K * SKINNY_WARPS
-            if quantizes:  # rows past M and k past K read as zeros, as load_chunk's do
-                x0 = x1 = y0 = y1 = _U64(0)
-                if kc < K:
-                    if m_block + group < M:
-                        x0, x1 = device.load_u64x2(a_pairs, group * row_pairs + kc // 16)
-                    if m_block + group + 8 < M:
-                        y0, y1 = device.load_u64x2(a_pairs, (group + 8) * row_pairs + kc // 16)
-            else:
-                x0, x1 = load_operand_chunk(a_bytes, a_pairs, m_block + group, M, kc, K, aligned)
-                y0, y1 = load_operand_chunk(a_bytes, a_pairs, m_block + group + 8, M, kc, K, aligned)
+            x0, x1, y0, y1 = load_activations(a_bytes, a_pairs, M, K, m_block, kc, aligned, tid)
             for j in range(n_tiles):
                 w = 2 * (c * n_tiles + j)
                 mma_chunk(acc, 4 * j, x0, x1, y0, y1, w_frag[w], w_frag[w + 1], scratch, tid)
@@ -960,7 +995,6 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         acc = cuda.local.array(slots, np.int32)
         w_frag = cuda.local.array(w_words, np.uint64)
         w_next = cuda.local.array(w_words, np.uint64)
-        w_stage = cuda.local.array(w_words, np.uint64)  # staged: an iteration read back from shared memory
         x_stage = cuda.local.array(x_words, np.uint64)  # staged: their activations
         col_pre = cuda.local.array(outputs, np.float32)
         bias_pre = cuda.local.array(outputs, np.float32)
@@ -973,25 +1007,34 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         n_block = n_tile * (SKINNY_N * n_tiles)
         load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block, tensor_scale,
                       True, not fused and not dependent, tid)
+        first_k = CHUNK_K * warp + 16 * t
+        chunks = (K + CHUNK_K - 1) // CHUNK_K
+        rest = staged * step  # the first chunk the registers take
         if fused:
-            # the first iteration's weight (and L2 prefetches of the next ones) before the prologue,
-            # so that HBM works while x is reduced and quantized
-            load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * warp + 16 * t, K, aligned)
-            for ahead in range(1, prefetch_l2 + 1):
+            # the first iterations' weight (staged ones into shared memory past the quantized rows, the
+            # next into registers, and L2 prefetches of the ones after) before the prologue, so that HBM
+            # works while x is reduced and quantized
+            base = min(M, SKINNY_M) * ((K + 16) // 16)
+            if staged:
+                stage_weights(xq_pairs, base, w_pairs, n_block, group, N, K, first_k, chunks, tid)
+            if not staged or rest < chunks:
+                load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, first_k + CHUNK_K * rest, K, aligned)
+            for ahead in range(staged + 1, staged + prefetch_l2 + 1):
                 prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
             if tid < SKINNY_M:
                 scales[tid] = S(1)  # rows past M: never stored, but read by the epilogue
             quantize_rows(a_pairs, m_block, 1, min(SKINNY_M, M - m_block), K, xq_words, 0, (K + 16) // per_pair,
                           scales, piece_lo, piece_hi, warp_max, shuffle_scratch, tid)
             cuda.syncthreads()
-            stream_weights(acc, w_frag, w_next, scratch, a_bytes, xq_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
-                           aligned, 1, 0, tid)
-        elif dependent:
-            first_k = CHUNK_K * warp + 16 * t
-            chunks = (K + CHUNK_K - 1) // CHUNK_K
-            rest = staged * step  # the first chunk the registers take
             if staged:
-                stage_weights(xq_pairs, w_pairs, n_block, group, N, K, first_k, chunks, tid)
+                mma_staged(acc, x_stage, xq_pairs, base, scratch, a_bytes, xq_pairs, M, K, m_block, first_k, chunks,
+                           aligned, tid)
+            if not staged or rest < chunks:
+                stream_weights(acc, w_frag, w_next, scratch, a_bytes, xq_pairs, w_bytes, w_pairs, M, N, K, m_block,
+                               n_block, aligned, 1, rest, tid)
+        elif dependent:
+            if staged:
+                stage_weights(xq_pairs, 0, w_pairs, n_block, group, N, K, first_k, chunks, tid)
             if not staged or rest < chunks:
                 load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, first_k + CHUNK_K * rest, K, aligned)
                 if dependent > 1:
@@ -1003,7 +1046,8 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
                           tensor_scale, False, True, tid)
             if staged:
-                mma_staged(acc, w_stage, x_stage, xq_pairs, scratch, a_pairs, M, K, m_block, first_k, chunks, tid)
+                mma_staged(acc, x_stage, xq_pairs, 0, scratch, a_bytes, a_pairs, M, K, m_block, first_k, chunks,
+                           aligned, tid)
             if not staged or rest < chunks:
                 stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block,
                                n_block, aligned, dependent, rest, tid)
@@ -1021,6 +1065,8 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         warp_max = cuda.shared.array((SKINNY_WARPS, SKINNY_M), S)
         shuffle_scratch = cuda.shared.array(SKINNY_THREADS, S)  # used only by the simulator's shuffles
         ticket = cuda.shared.array(1, np.uint32)
+        stage = cuda.shared.array(0, _DYNAMIC_STAGE_DTYPE, alignment=STAGE_ALIGNMENT)  # staged weight (launch-sized)
+        x_stage = cuda.local.array(x_words, np.uint64)
         piece_lo = cuda.local.array(ABSMAX_LOADS, np.uint64)
         piece_hi = cuda.local.array(ABSMAX_LOADS, np.uint64)
         acc = cuda.local.array(slots, np.int32)
@@ -1031,10 +1077,17 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         warp, lane = tid // 32, tid % 32
         group, t = lane // 4, lane % 4
         n_block = cuda.blockIdx.x * (SKINNY_N * n_tiles)  # M <= 16: one row tile
-        # the first iteration's weight is in flight while the rows are quantized and awaited, and with
-        # `prefetch_l2` the next iterations' are on their way into L2
-        load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * warp + 16 * t, K, aligned)
-        for ahead in range(1, prefetch_l2 + 1):
+        # the first iterations' weight is in flight while the rows are quantized and awaited (the staged
+        # ones into shared memory, the next into registers), and with `prefetch_l2` the next iterations'
+        # are on their way into L2
+        first_k = CHUNK_K * warp + 16 * t
+        chunks = (K + CHUNK_K - 1) // CHUNK_K
+        rest = staged * step  # the first chunk the registers take
+        if staged:
+            stage_weights(stage, 0, w_pairs, n_block, group, N, K, first_k, chunks, tid)
+        if not staged or rest < chunks:
+            load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, first_k + CHUNK_K * rest, K, aligned)
+        for ahead in range(staged + 1, staged + prefetch_l2 + 1):
             prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
         # the row scales are the quantizers' results: read after the wait
         load_epilogue(col_pre, bias_pre, col_pre, row_scale, col_scale, bias, M, N, 0, n_block, tensor_scale,
@@ -1058,8 +1111,11 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                     cuda.nanosleep(SPIN_NANOSECONDS)  # fewer polls of the counter the quantizers add to
             cuda.threadfence()
         cuda.syncthreads()
-        stream_weights(acc, w_frag, w_next, scratch, x_elems, xq_pairs, w_bytes, w_pairs, M, N, K, 0, n_block,
-                       aligned, 1, 0, tid)
+        if staged:
+            mma_staged(acc, x_stage, stage, 0, scratch, x_elems, xq_pairs, M, K, 0, first_k, chunks, aligned, tid)
+        if not staged or rest < chunks:
+            stream_weights(acc, w_frag, w_next, scratch, x_elems, xq_pairs, w_bytes, w_pairs, M, N, K, 0, n_block,
+                           aligned, 1, rest, tid)
         reduce_and_store(acc, partial, row_scale, row_scale, col_pre, bias_pre, col_pre, out_elems, M, N, 0,
                          n_block, tensor_scale, False, tid)
         if tid == 0 and cuda.atomic.add(counters, 2, 1) == cuda.gridDim.x - 1:
@@ -1096,15 +1152,23 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     ``vector_only`` (skinny): operands known to be 16-byte aligned with ``K % 16 == 0`` (no byte path;
     always so for ``fused_input``); ``dependent`` > 0 (skinny, double-buffered, per-token rows): launched
     as a programmatic dependent of the activation quantizer, it waits for it after loading that many
-    buffers of weight (see :func:`_skinny`), and ``staged`` iterations of it copied into its dynamic
-    shared memory before those (``staged * staged_iteration_bytes(skinny_chunks, skinny_tiles)`` bytes)."""
+    buffers of weight (see :func:`_skinny`). ``staged`` (the dependent, fused and cooperative kernels):
+    that many main-loop iterations of weight copied into dynamic shared memory first (``staged *
+    staged_iteration_bytes(skinny_chunks, skinny_tiles)`` bytes, the fused kernel's past its quantized
+    rows), under launch bounds of ``STAGED_MIN_BLOCKS`` blocks per multiprocessor."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
     options: tuple = ()
     extra = ""
     if fused_input is not None:
+        if staged and not (double_buffer and 0 < staged <= STAGED_MAX):
+            raise ValueError(f"the one-launch kernels stage weight double-buffered, 1 .. {STAGED_MAX} iterations, "
+                             f"not {staged}")
+        if staged:
+            fused_min_blocks = STAGED_MIN_BLOCKS  # the registers of the blocks DEPENDENT_STAGE_BYTES is sized for
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, fused_input, fused_prefetch, cooperative,
-                         double_buffer)
+                         double_buffer, staged=staged)
         shape = f"skinny{skinny_chunks}x{skinny_tiles}_{'cooperative' if cooperative else 'fused'}_{fused_input.short}"
+        shape += f"_st{staged}" if staged else ""
         shape += f"_l2p{fused_prefetch}" if fused_prefetch else ""
         shape += f"_b{fused_min_blocks}" if fused_min_blocks else ""
         shape += "_db" if double_buffer else ""

@@ -189,20 +189,23 @@ class _LinearPlan(Plan):
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
             chunks = gemm.skinny_chunks(one_launch=True)
             if self._fuses_quantize():
+                staged = gemm.one_launch_staged(desc.m, desc.n, desc.k, chunks, tiles, False)
                 kernel = linear_kernel(out, desc.has_bias, False, True, None, chunks, tiles,
                                        fused_input=self.entry.input_element, fused_prefetch=gemm.FUSED_PREFETCH_L2,
                                        fused_min_blocks=gemm.fused_min_blocks(tiles, self.entry.input_element),
-                                       double_buffer=True)
+                                       double_buffer=True, staged=staged)
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
-                        gemm.fused_shared_bytes(desc.m, desc.k))
+                        gemm.fused_shared_bytes(desc.m, desc.k) + staged * gemm.staged_iteration_bytes(chunks, tiles))
                 self._aligned_variant, self._fused = "fused", True
             elif self._cooperates():
+                staged = gemm.one_launch_staged(desc.m, desc.n, desc.k, chunks, tiles, True)
                 kernel = linear_kernel(out, desc.has_bias, False, True, None, chunks, tiles,
                                        fused_input=self.entry.input_element,
                                        fused_prefetch=gemm.COOPERATIVE_PREFETCH_L2, cooperative=True,
                                        fused_min_blocks=gemm.fused_min_blocks(tiles, self.entry.input_element, True),
-                                       double_buffer=True)
-                variant("cooperative", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS, arrays=11)
+                                       double_buffer=True, staged=staged)
+                variant("cooperative", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
+                        staged * gemm.staged_iteration_bytes(chunks, tiles), arrays=11)
                 self._aligned_variant, self._cooperative = "cooperative", True
         else:
             # 16-byte aligned operands with K % 16 == 0 go through the cp.async pipeline; others
