@@ -287,14 +287,21 @@ def decode(copy: float) -> list[dict]:
 # the cooperative kernel's launch bounds timed (blocks per multiprocessor; session 12: L2 prefetch
 # depths 1, 3 and 7 were slower than none; session 15: slower than the dependent two launches at every
 # shape, no longer timed)
-COOPERATIVE_BLOCKS: tuple[int, ...] = (3,)
+COOPERATIVE_BLOCKS: tuple[int, ...] = ()
 # L2 prefetch depths of the dependent GEMM timed (main-loop iterations asked of L2 before the wait)
 DEPENDENT_PREFETCHES: tuple = ()  # None: kernels.linear.dependent_prefetch's rule (session 16: None, 0, 1, 2)
 # iterations of weight the dependent GEMM stages in shared memory before the wait, timed (as far as
 # kernels.linear.DEPENDENT_STAGE_BYTES holds them)
-DEPENDENT_STAGES = (4,)  # session 17, call 2: 1-3 slower than none or than 4 at every shape
-# ... and by the one-launch kernels before their prologue (fused, cooperative)
-ONE_LAUNCH_STAGES = (2, 4)
+DEPENDENT_STAGES: tuple[int, ...] = ()  # session 17: 1-4 slower than none at nearly every shape
+# ... and by the one-launch kernels before their prologue (fused, cooperative; session 17: slower)
+ONE_LAUNCH_STAGES: tuple[int, ...] = ()
+# register caps of the dependent GEMM timed (0: ptxas's choice)
+DEPENDENT_REGISTERS = (104, 96, 88)
+FUSED_VARIANT = True  # time the fused kernel too
+# the kernels.linear knobs the variants override (each restored after)
+GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "DEPENDENT_PREFETCH_L2",
+              "DEPENDENT_STAGED", "DEPENDENT_MAX_REGISTERS", "FUSED_STAGED", "COOPERATIVE_STAGED",
+              "COOPERATIVE_MIN_BLOCKS")
 FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096), (4096, 11008))
                 for m in (1, 2, 4, 8, 16)]
 
@@ -311,7 +318,6 @@ def fused_decode(copy: float) -> list[dict]:
     shipped_limits = (plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM,
                       plans.FUSED_MIN_K, plans.FUSED_MIN_N, plans.FUSED_ANY_SHAPE_MAX_M,
                       plans.FUSED_ANY_SHAPE_MAX_WEIGHT)
-    shipped_blocks = gemm.COOPERATIVE_MIN_BLOCKS
     rows = []
     for m, n, k in FUSED_DECODE:
         x, w, ws, bias, weights, xq, sx, out = decode_problem(m, n, k, seed=m + n)
@@ -330,31 +336,30 @@ def fused_decode(copy: float) -> list[dict]:
             pairs = itertools.cycle([(wi, torch.empty_like(wi)) for wi in weights])
             ms = graph_ms(lambda pairs=pairs: (lambda src, dst: dst.copy_(src))(*next(pairs)), calls=10 * len(weights))
             row["copy_of_weight_pct"] = 100 * 2 * n * k / ms / 1e6 / copy
-        # two_launch: the GEMM as the quantizer's programmatic dependent (as shipped: DEPENDENT_PRELOAD,
-        # DEPENDENT_CHUNKS, DEPENDENT_MIN_BLOCKS, DEPENDENT_PREFETCH_L2); _l2p<i>: i iterations asked of L2
-        # before the wait; two_launch_plain: the GEMM launched after the quantizer. (Session 15 also
-        # timed 1 chunk per buffer with launch bounds of 3 blocks, and the cooperative kernel: slower.)
-        shipped_dependent = (gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS,
-                             gemm.DEPENDENT_PREFETCH_L2, gemm.DEPENDENT_STAGED, gemm.FUSED_STAGED,
-                             gemm.COOPERATIVE_STAGED)
-        variants = [("two_launch", 0, 0, 0, True, shipped_dependent)]
-        variants += [(f"two_launch_l2p{p}", 0, 0, 0, True, (*shipped_dependent[:3], p, *shipped_dependent[4:]))
-                     for p in DEPENDENT_PREFETCHES if p != shipped_dependent[3]]
-        variants += [(f"two_launch_st{st}", 0, 0, 0, True, (*shipped_dependent[:4], st, *shipped_dependent[5:]))
-                     for st in DEPENDENT_STAGES if st != shipped_dependent[4]]
-        variants += [("fused", 16, 0, 0, True, shipped_dependent)]
-        variants += [(f"fused_st{st}", 16, 0, 0, True, (*shipped_dependent[:5], st, shipped_dependent[6]))
+        # two_launch: the GEMM as the quantizer's programmatic dependent, as shipped; the other variants
+        # override knobs of kernels.linear (GEMM_KNOBS): _l2p<i>: i iterations asked of L2 before the
+        # wait; _st<i>: i iterations staged in shared memory; _r<i>: compiled to i registers; fused /
+        # cooperative: the one-launch kernels (_b<i>: launch bounds, _st<i>: staged)
+        saved_knobs = {name: getattr(gemm, name) for name in GEMM_KNOBS}
+        variants = [("two_launch", 0, 0, True, {})]
+        variants += [(f"two_launch_l2p{p}", 0, 0, True, {"DEPENDENT_PREFETCH_L2": p}) for p in DEPENDENT_PREFETCHES
+                     if p != gemm.DEPENDENT_PREFETCH_L2]
+        variants += [(f"two_launch_st{st}", 0, 0, True, {"DEPENDENT_STAGED": st}) for st in DEPENDENT_STAGES
+                     if st != gemm.DEPENDENT_STAGED]
+        variants += [(f"two_launch_r{r}", 0, 0, True, {"DEPENDENT_MAX_REGISTERS": r}) for r in DEPENDENT_REGISTERS
+                     if r != gemm.DEPENDENT_MAX_REGISTERS]
+        variants += [("fused", 16, 0, True, {})] if FUSED_VARIANT else []
+        variants += [(f"fused_st{st}", 16, 0, True, {"FUSED_STAGED": st}) for st in ONE_LAUNCH_STAGES]
+        variants += [(f"cooperative_b{b}", 0, 16, True, {"COOPERATIVE_MIN_BLOCKS": b}) for b in COOPERATIVE_BLOCKS]
+        variants += [(f"cooperative_st{st}", 0, 16, True, {"COOPERATIVE_STAGED": st, "COOPERATIVE_MIN_BLOCKS": 0})
                      for st in ONE_LAUNCH_STAGES]
-        variants += [(f"cooperative_b{b}", 0, 16, b, True, shipped_dependent) for b in COOPERATIVE_BLOCKS]
-        variants += [(f"cooperative_st{st}", 0, 16, 0, True, (*shipped_dependent[:6], st)) for st in ONE_LAUNCH_STAGES]
         outputs = {}
-        for label, fused_max_m, cooperative_max_m, blocks, dependent, knobs in variants:
+        for label, fused_max_m, cooperative_max_m, dependent, knobs in variants:
             plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M = fused_max_m, 1 << 30, cooperative_max_m
             plans.DEPENDENT_GEMM, plans.FUSED_MIN_K, plans.FUSED_MIN_N = dependent, 0, 0
             plans.FUSED_ANY_SHAPE_MAX_M, plans.FUSED_ANY_SHAPE_MAX_WEIGHT = fused_max_m, 1 << 62
-            (gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS,
-             gemm.DEPENDENT_PREFETCH_L2, gemm.DEPENDENT_STAGED, gemm.FUSED_STAGED, gemm.COOPERATIVE_STAGED) = knobs
-            gemm.COOPERATIVE_MIN_BLOCKS = blocks
+            for name, value in {**saved_knobs, **knobs}.items():
+                setattr(gemm, name, value)
             clear_plan_cache()
             outputs[label] = bn.quantized_linear(x, w, ws, bias=bias)
             calls = itertools.cycle(weights)
@@ -364,10 +369,8 @@ def fused_decode(copy: float) -> list[dict]:
             row[f"{label}_pct"] = 100 * n * k / ms / 1e6 / copy
         (plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM, plans.FUSED_MIN_K,
          plans.FUSED_MIN_N, plans.FUSED_ANY_SHAPE_MAX_M, plans.FUSED_ANY_SHAPE_MAX_WEIGHT) = shipped_limits
-        gemm.COOPERATIVE_MIN_BLOCKS = shipped_blocks
-        (gemm.DEPENDENT_PRELOAD, gemm.DEPENDENT_CHUNKS, gemm.DEPENDENT_MIN_BLOCKS,
-         gemm.DEPENDENT_PREFETCH_L2, gemm.DEPENDENT_STAGED, gemm.FUSED_STAGED,
-         gemm.COOPERATIVE_STAGED) = shipped_dependent
+        for name, value in saved_knobs.items():
+            setattr(gemm, name, value)
         shipped()
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
         row["shipped"] = plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, out))

@@ -90,6 +90,10 @@ ONE_LAUNCH_CHUNKS = 1
 DEPENDENT_PRELOAD = 1
 DEPENDENT_CHUNKS: int | None = None  # None: VECTOR_CHUNKS
 DEPENDENT_MIN_BLOCKS = 0
+# registers per thread the dependent GEMM is compiled to (0: ptxas's choice, 128 with 2 column tiles).
+# Two blocks of 128 take a multiprocessor's whole register file, so where a quantizer block runs (99
+# registers x 128 threads at K = 4096) one GEMM block cannot start until the quantizer is done.
+DEPENDENT_MAX_REGISTERS = 0
 # main-loop iterations after the preloaded ones that each thread asks L2 for (``prefetch.L2``, no
 # registers held) before it waits for the quantizer, where dependent_prefetch() asks for them (None:
 # its rule, else this many at every shape)
@@ -1132,7 +1136,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   skinny_tiles: int = 2, fused_input: ElementKind | None = None,
                   fused_prefetch: int = 0, fused_min_blocks: int = 0, cooperative: bool = False,
                   double_buffer: bool = False, vector_only: bool = False, dependent: int = 0,
-                  staged: int = 0) -> ElementwiseKernel:
+                  staged: int = 0, max_registers: int = 0) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -1155,7 +1159,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     buffers of weight (see :func:`_skinny`). ``staged`` (the dependent, fused and cooperative kernels):
     that many main-loop iterations of weight copied into dynamic shared memory first (``staged *
     staged_iteration_bytes(skinny_chunks, skinny_tiles)`` bytes, the fused kernel's past its quantized
-    rows), under launch bounds of ``STAGED_MIN_BLOCKS`` blocks per multiprocessor."""
+    rows), under launch bounds of ``STAGED_MIN_BLOCKS`` blocks per multiprocessor. ``max_registers`` (the
+    unfused skinny kernels): compiled to at most that many registers per thread."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
     options: tuple = ()
     extra = ""
@@ -1191,9 +1196,11 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
                  f"{f'_dep{dependent}' if dependent else ''}{f'_st{staged}' if staged else ''}"
                  f"{f'_l2p{fused_prefetch}' if fused_prefetch else ''}"
-                 f"{f'_b{fused_min_blocks}' if fused_min_blocks else ''}")
+                 f"{f'_b{fused_min_blocks}' if fused_min_blocks else ''}{f'_r{max_registers}' if max_registers else ''}")
         if fused_min_blocks:
             options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)
+        if max_registers:
+            options += (("max_registers", max_registers),)
     elif pipeline is not None:
         kernel, shape = _pipelined(epilogue.store, pipeline), f"pipelined_{pipeline.name}"
     else:

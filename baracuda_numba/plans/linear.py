@@ -183,7 +183,8 @@ class _LinearPlan(Plan):
                                    double_buffer=True, vector_only=True,
                                    fused_prefetch=gemm.dependent_prefetch(desc.m, desc.n, desc.k) if dependent else 0,
                                    fused_min_blocks=gemm.DEPENDENT_MIN_BLOCKS if dependent else 0,
-                                   dependent=gemm.DEPENDENT_PRELOAD if dependent else 0, staged=staged)
+                                   dependent=gemm.DEPENDENT_PRELOAD if dependent else 0, staged=staged,
+                                   max_registers=gemm.DEPENDENT_MAX_REGISTERS if dependent else 0)
             variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                     staged * gemm.staged_iteration_bytes(chunks, tiles), dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
