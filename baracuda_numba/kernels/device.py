@@ -83,6 +83,8 @@ unsigned integers (Numba types that mix as float64).
   dependent kernel calls it before its first access to what the previous kernel writes.
   ``launch_dependents()`` lets the dependent kernel start once every block of this one has called it
   (or exited); it orders nothing. The simulator runs launches in order: both do nothing there.
+- ``global_timer()``: ``%globaltimer`` as uint64 nanoseconds, one clock for every SM (the profiling
+  hooks' stamps). The simulator returns 0.
 - ``shared_address(stage)`` / ``global_address(words)``: the address of a shared / global uint64 array's
   first element, as the 32-bit ``.shared`` window offset / the 64-bit global address. The ``*_at``
   functions below take addresses made from these plus byte offsets, so a kernel computes them once and
@@ -147,6 +149,7 @@ __all__ = [
     "streaming_store",
     "grid_dependency_wait",
     "launch_dependents",
+    "global_timer",
     "vector_copy",
     "shared_address",
     "global_address",
@@ -756,6 +759,9 @@ if SIMULATOR:
     def launch_dependents():
         pass
 
+    def global_timer():
+        return np.uint64(0)
+
 else:
     # the shared destination as a state-space address; src-size 0 makes the copy write zeros
     _CP_ASYNC = ("{ .reg .u64 dst; cvta.to.shared.u64 dst, $0; "
@@ -802,6 +808,14 @@ else:
         return _asm_statement(f"cp.async.wait_group {int(n)};")
 
     grid_dependency_wait = _asm_statement("griddepcontrol.wait;")
+
+    @intrinsic
+    def global_timer(typingctx):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(_I64, []), "mov.u64 $0, %globaltimer;", "=l", side_effect=True)
+            return builder.call(asm, [])
+
+        return types.uint64(), codegen
     launch_dependents = _asm_statement("griddepcontrol.launch_dependents;")
 
     @intrinsic

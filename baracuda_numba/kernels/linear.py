@@ -623,7 +623,7 @@ def _fused_quantizer(x_element: ElementKind):
 
 def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: ElementKind | None = None,
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
-            dependent: int = 0, staged: int = 0):
+            dependent: int = 0, staged: int = 0, trace: bool = False):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -662,7 +662,12 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     iteration; each thread's own pieces, at slot ``((iteration * chunks + chunk) * tiles + tile) *
     threads + thread``, so no barrier is needed to read them back), and the ``dependent`` buffers
     preloaded into registers are the iterations after those: with the whole weight staged, its stream
-    runs under the quantizer."""
+    runs under the quantizer.
+
+    ``trace`` (the unfused kernel without bias, a profiling build): thread 0 of block ``b`` stores the
+    low 32 bits of ``%globaltimer`` (as float32 bit patterns) into ``bias[4b .. 4b + 3]`` when the block
+    starts, when its wait returns (dependent; else again at the start), when its weight stream ends and
+    after its stores."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
     # staged, activations in global memory: both rows' pieces of every staged chunk
     x_words = max(4 * chunks_in_flight * staged, 1) if x_element is None or cooperative else 1
@@ -780,6 +785,12 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                     for j in range(n_tiles):
                         slot = staged_slot(base, it, c, j, tid)
                         mma_chunk(acc, 4 * j, x0, x1, y0, y1, stage[2 * slot], stage[2 * slot + 1], scratch, tid)
+
+    @device_function
+    def stamp(trace_out, slot, tid):
+        """A profiling build's timestamp ``slot`` of this block (see ``trace``)."""
+        if trace and tid == 0:
+            trace_out[4 * cuda.blockIdx.x + slot] = device.bits_to_f32(device.global_timer())
 
     @device_function
     def next_piece(r, s, per_row):
@@ -985,6 +996,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
         tid = cuda.threadIdx.x
+        stamp(bias, 0, tid)
         scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
         partial = cuda.shared.array((SKINNY_WARPS, slots, 32), np.int32)
         scales = cuda.shared.array(SKINNY_M, S)  # fused: the block's per-token scales (epilogue)
@@ -1047,6 +1059,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             for ahead in range(staged + dependent, staged + dependent + prefetch_l2):
                 prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
             device.grid_dependency_wait()  # the quantizer's rows and scales are complete past this
+            stamp(bias, 1, tid)
             load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
                           tensor_scale, False, True, tid)
             if staged:
@@ -1056,10 +1069,13 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                 stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block,
                                n_block, aligned, dependent, rest, tid)
         else:
+            stamp(bias, 1, tid)
             stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
                            aligned, 0, 0, tid)
+        stamp(bias, 2, tid)
         reduce_and_store(acc, partial, scales, row_scale, col_pre, bias_pre, row_pre, out_elems, M, N, m_block,
                          n_block, tensor_scale, not fused, tid)
+        stamp(bias, 3, tid)
 
     def cooperative_kernel(x_elems, x_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                            xq_words, xq_pairs, counters, M, N, K, tiles_m, aligned, tensor_scale):
@@ -1136,7 +1152,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   skinny_tiles: int = 2, fused_input: ElementKind | None = None,
                   fused_prefetch: int = 0, fused_min_blocks: int = 0, cooperative: bool = False,
                   double_buffer: bool = False, vector_only: bool = False, dependent: int = 0,
-                  staged: int = 0, max_registers: int = 0) -> ElementwiseKernel:
+                  staged: int = 0, max_registers: int = 0, trace: bool = False) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -1160,7 +1176,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     that many main-loop iterations of weight copied into dynamic shared memory first (``staged *
     staged_iteration_bytes(skinny_chunks, skinny_tiles)`` bytes, the fused kernel's past its quantized
     rows), under launch bounds of ``STAGED_MIN_BLOCKS`` blocks per multiprocessor. ``max_registers`` (the
-    unfused skinny kernels): compiled to at most that many registers per thread."""
+    unfused skinny kernels): compiled to at most that many registers per thread. ``trace`` (the unfused
+    skinny kernel, ``has_bias`` False): the profiling build of :func:`_skinny` (timestamps into ``bias``)."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
     options: tuple = ()
     extra = ""
@@ -1186,17 +1203,20 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
             raise ValueError("the dependent skinny kernel is double-buffered: double_buffer=True")
         if fused_prefetch and not (dependent and vector_only):
             raise ValueError("of the unfused skinny kernels, only the dependent one on aligned operands prefetches")
+        if trace and has_bias:
+            raise ValueError("the profiling build stores its timestamps where the bias would be: has_bias=False")
         if staged and not (dependent and vector_only and 0 < staged <= STAGED_MAX):
             raise ValueError(f"only the dependent skinny kernel on aligned operands stages weight (1 .. {STAGED_MAX} "
                              f"iterations), not {staged}")
         if staged and not fused_min_blocks:
             fused_min_blocks = STAGED_MIN_BLOCKS  # the registers of the blocks DEPENDENT_STAGE_BYTES is sized for
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, prefetch_l2=fused_prefetch, double_buffer=double_buffer,
-                         vector_only=vector_only, dependent=dependent, staged=staged)
+                         vector_only=vector_only, dependent=dependent, staged=staged, trace=trace)
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
                  f"{f'_dep{dependent}' if dependent else ''}{f'_st{staged}' if staged else ''}"
                  f"{f'_l2p{fused_prefetch}' if fused_prefetch else ''}"
-                 f"{f'_b{fused_min_blocks}' if fused_min_blocks else ''}{f'_r{max_registers}' if max_registers else ''}")
+                 f"{f'_b{fused_min_blocks}' if fused_min_blocks else ''}{f'_r{max_registers}' if max_registers else ''}"
+                 f"{'_trace' if trace else ''}")
         if fused_min_blocks:
             options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)
         if max_registers:
