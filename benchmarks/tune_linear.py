@@ -296,12 +296,25 @@ DEPENDENT_STAGES: tuple[int, ...] = ()  # session 17: 1-4 slower than none at ne
 # ... and by the one-launch kernels before their prologue (fused, cooperative; session 17: slower)
 ONE_LAUNCH_STAGES: tuple[int, ...] = ()
 # register caps of the dependent GEMM timed (0: ptxas's choice)
-DEPENDENT_REGISTERS = (104, 96, 88)
+DEPENDENT_REGISTERS: tuple[int, ...] = ()  # session 17: 104 / 96 / 88 no faster (co-residency with the quantizer)
 FUSED_VARIANT = True  # time the fused kernel too
-# the kernels.linear knobs the variants override (each restored after)
+# the knobs the variants override (each restored after): kernels.linear's, and plans.dynamic's /
+# plans.linear's under a "dynamic." / "plans." prefix
 GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "DEPENDENT_PREFETCH_L2",
               "DEPENDENT_STAGED", "DEPENDENT_MAX_REGISTERS", "FUSED_STAGED", "COOPERATIVE_STAGED",
-              "COOPERATIVE_MIN_BLOCKS")
+              "COOPERATIVE_MIN_BLOCKS", "dynamic.SEGMENTS_DEPENDENT", "plans.FUSED_DEPENDENT")
+# launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
+# dependents of the kernel before them)
+PLAIN_LAUNCH_VARIANTS = True
+
+
+def knob_module(name: str):
+    """The module a GEMM_KNOBS name lives in, and the attribute."""
+    from baracuda_numba.plans import dynamic as plans_dynamic
+    from baracuda_numba.plans import linear as plans_linear
+
+    prefix, _, attribute = name.rpartition(".")
+    return {"": gemm, "dynamic": plans_dynamic, "plans": plans_linear}[prefix], attribute
 FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096), (4096, 11008))
                 for m in (1, 2, 4, 8, 16)]
 
@@ -340,7 +353,7 @@ def fused_decode(copy: float) -> list[dict]:
         # override knobs of kernels.linear (GEMM_KNOBS): _l2p<i>: i iterations asked of L2 before the
         # wait; _st<i>: i iterations staged in shared memory; _r<i>: compiled to i registers; fused /
         # cooperative: the one-launch kernels (_b<i>: launch bounds, _st<i>: staged)
-        saved_knobs = {name: getattr(gemm, name) for name in GEMM_KNOBS}
+        saved_knobs = {name: getattr(*knob_module(name)) for name in GEMM_KNOBS}
         variants = [("two_launch", 0, 0, True, {})]
         variants += [(f"two_launch_l2p{p}", 0, 0, True, {"DEPENDENT_PREFETCH_L2": p}) for p in DEPENDENT_PREFETCHES
                      if p != gemm.DEPENDENT_PREFETCH_L2]
@@ -348,7 +361,11 @@ def fused_decode(copy: float) -> list[dict]:
                      if st != gemm.DEPENDENT_STAGED]
         variants += [(f"two_launch_r{r}", 0, 0, True, {"DEPENDENT_MAX_REGISTERS": r}) for r in DEPENDENT_REGISTERS
                      if r != gemm.DEPENDENT_MAX_REGISTERS]
+        variants += [("two_launch_qplain", 0, 0, True, {"dynamic.SEGMENTS_DEPENDENT": False})
+                     ] if PLAIN_LAUNCH_VARIANTS else []
         variants += [("fused", 16, 0, True, {})] if FUSED_VARIANT else []
+        variants += [("fused_plain", 16, 0, True, {"plans.FUSED_DEPENDENT": False})
+                     ] if FUSED_VARIANT and PLAIN_LAUNCH_VARIANTS else []
         variants += [(f"fused_st{st}", 16, 0, True, {"FUSED_STAGED": st}) for st in ONE_LAUNCH_STAGES]
         variants += [(f"cooperative_b{b}", 0, 16, True, {"COOPERATIVE_MIN_BLOCKS": b}) for b in COOPERATIVE_BLOCKS]
         variants += [(f"cooperative_st{st}", 0, 16, True, {"COOPERATIVE_STAGED": st, "COOPERATIVE_MIN_BLOCKS": 0})
@@ -359,7 +376,7 @@ def fused_decode(copy: float) -> list[dict]:
             plans.DEPENDENT_GEMM, plans.FUSED_MIN_K, plans.FUSED_MIN_N = dependent, 0, 0
             plans.FUSED_ANY_SHAPE_MAX_M, plans.FUSED_ANY_SHAPE_MAX_WEIGHT = fused_max_m, 1 << 62
             for name, value in {**saved_knobs, **knobs}.items():
-                setattr(gemm, name, value)
+                setattr(*knob_module(name), value)
             clear_plan_cache()
             outputs[label] = bn.quantized_linear(x, w, ws, bias=bias)
             calls = itertools.cycle(weights)
@@ -370,7 +387,7 @@ def fused_decode(copy: float) -> list[dict]:
         (plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M, plans.DEPENDENT_GEMM, plans.FUSED_MIN_K,
          plans.FUSED_MIN_N, plans.FUSED_ANY_SHAPE_MAX_M, plans.FUSED_ANY_SHAPE_MAX_WEIGHT) = shipped_limits
         for name, value in saved_knobs.items():
-            setattr(gemm, name, value)
+            setattr(*knob_module(name), value)
         shipped()
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
         row["shipped"] = plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, out))

@@ -387,6 +387,51 @@ def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch, 
         assert torch.equal(out.view(torch.int16), _torch_w8a8(torch, x, w, ws, None).view(torch.int16))
 
 
+@requires_gpu
+@pytest.mark.parametrize(("m", "variant"), [(1, "fused"), (1, "two_launch"), (4, "two_launch"), (16, "two_launch")])
+def test_gpu_chained_calls_read_the_previous_calls_output(m, variant):
+    """Layers chained on one stream with no sync: each call's ``x`` is the previous call's output (or a
+    torch kernel's result from it), so a quantizer or fused kernel launched as a programmatic dependent
+    that read ``x`` (or wrote the shared workspace) before the kernel before it completed would differ.
+    Bit for bit against the same chain run one synchronized op at a time."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.ops.common import clear_plan_cache
+
+    k = 4096
+    g = torch.Generator(device="cuda").manual_seed(m)
+    weights = [torch.randint(-128, 128, (k, k), device="cuda", generator=g, dtype=torch.int8) for _ in range(3)]
+    scales = [torch.rand(k, device="cuda", generator=g) * 1e-3 + 1e-4 for _ in range(3)]
+    x0 = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+
+    def chain(sync: bool):
+        x, outs = x0, []
+        for i in range(12):
+            y = bn.quantized_linear(x, weights[i % 3], scales[i % 3])
+            outs.append(y)
+            x = y * 2.0 if i % 2 else y  # every other layer through a torch kernel first
+            if sync:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        return outs
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _force_decode_variant(monkeypatch, variant)
+        clear_plan_cache()
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, k, k, "bf16", "bf16"))
+        expected = "fused" if variant == "fused" else "skinny_vector"
+        out = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
+        assert plan.kernel_variant(bn.QuantizedLinearArgs(x0, weights[0], scales[0], out)) == expected
+        queued, stepped = chain(False), chain(True)
+        for _ in range(3):
+            queued_again = chain(False)
+            assert all(torch.equal(a, b) for a, b in zip(queued_again, stepped, strict=True))
+    clear_plan_cache()
+    assert all(torch.equal(a, b) for a, b in zip(queued, stepped, strict=True))
+    # and the first layer against torch ops
+    reference = _torch_w8a8(torch, x0, weights[0], scales[0], None)
+    assert torch.equal(stepped[0].view(torch.int16), reference.view(torch.int16))
+
+
 def test_pipeline_shape_fills_waves():
     from baracuda_numba.kernels import linear as gemm
 

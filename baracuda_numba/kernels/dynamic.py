@@ -358,8 +358,12 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         return hi, lo
 
     def segment_kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
-        # a kernel launched as dependent on this one (the W8A8 linear's GEMM) may start its loads of
-        # what this one does not write: it waits for this grid before reading the results
+        # Launched as a programmatic dependent (plans.dynamic.SEGMENTS_DEPENDENT), this kernel may start
+        # while the kernel before it runs: nothing is read or written before that kernel is complete.
+        # Then a kernel launched as dependent on this one (the W8A8 linear's GEMM) may start its loads
+        # of what this one does not write: it waits for this grid before reading the results. (Its
+        # trigger comes after the wait, so that its early loads also see the kernel before this one.)
+        device.grid_dependency_wait()
         device.launch_dependents()
         tid = cuda.threadIdx.x
         scratch_hi = cuda.shared.array(tpb, M)  # used only by the simulator's shuffles
@@ -446,7 +450,8 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         stage_size = stage_words if staged else 2  # the resident kernel keeps its shared memory free
 
         def kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
-            device.launch_dependents()  # as in segment_kernel
+            device.grid_dependency_wait()  # as in segment_kernel
+            device.launch_dependents()
             tid = cuda.threadIdx.x
             scratch_hi = cuda.shared.array(tpb, M)  # used only by the simulator's shuffles
             scratch_lo = cuda.shared.array(tpb, M)

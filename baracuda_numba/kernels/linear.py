@@ -997,6 +997,15 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                M, N, K, tiles_m, aligned, tensor_scale):
         tid = cuda.threadIdx.x
         stamp(bias, 0, tid)
+        if dependent:
+            # the next kernel, if launched as a programmatic dependent (the next call's quantizer), may
+            # start now: it waits for this grid before it touches memory
+            device.launch_dependents()
+        elif fused:
+            # launched as a programmatic dependent (plans.linear.FUSED_DEPENDENT): wait for the kernel
+            # before (which writes x) before anything, then let the next kernel start
+            device.grid_dependency_wait()
+            device.launch_dependents()
         scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
         partial = cuda.shared.array((SKINNY_WARPS, slots, 32), np.int32)
         scales = cuda.shared.array(SKINNY_M, S)  # fused: the block's per-token scales (epilogue)

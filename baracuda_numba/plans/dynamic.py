@@ -66,6 +66,11 @@ class DynamicTuning:
 
 
 # The simulator runs one Python thread per CUDA thread: small grids there (several blocks still meet).
+# The per-token / per-group kernels (segments) launch as programmatic dependents of the kernel before
+# them (cuLaunchKernelEx, sm_90): their launch overlaps that kernel's run, and they wait for it
+# (griddepcontrol.wait) before they touch memory. Where that kernel lets its dependents start early (the
+# W8A8 linear's decode GEMM does), the launch gap between the two disappears. False: plain launches.
+SEGMENTS_DEPENDENT = True
 TUNING = (DynamicTuning(resident_blocks_per_sm=2, tensor_partial_blocks_per_sm=2, tensor_quantize_blocks_per_sm=2,
                         column_threads_per_sm=64, wide_segment_threads=128) if SIMULATOR else DynamicTuning())
 
@@ -350,7 +355,8 @@ class DynamicRangeQuantizePlan(Plan):
     def _segment_launchers(self, M: Any) -> dict[str, KernelLauncher]:
         """``"segment"``: the kernel of aligned segments (the chunk path, which the linear plan's fast
         path also launches with ``_threads`` per block); ``"unaligned"``: the element path's."""
-        aligned, unaligned = (KernelLauncher(kernel.compiled, 6, (np.int64,) * 4 + (M,) * 3)
+        aligned, unaligned = (KernelLauncher(kernel.compiled, 6, (np.int64,) * 4 + (M,) * 3,
+                                             dependent=SEGMENTS_DEPENDENT)
                               for kernel in self._segment_kernels)
         return {"segment": aligned, "unaligned": unaligned}
 

@@ -115,6 +115,9 @@ DEPENDENT_GEMM = True
 # their host time, so an eager decode waits on the GPU, where they are faster (session 16, call 8,
 # fused / two launches: 11008 x 4096 79.9 / 84.1, 4096 x 11008 71.2 / 76.0; 4096^2 64.0 / 65.8).
 FUSED_MAX_M = 2
+# The fused kernel launches as a programmatic dependent of the kernel before it (it waits for that
+# kernel first thing, then lets its own dependents start): its launch overlaps that kernel's run.
+FUSED_DEPENDENT = True
 FUSED_ANY_SHAPE_MAX_M = 1
 FUSED_ANY_SHAPE_MAX_WEIGHT = 32 << 20
 FUSED_MIN_K = 8192
@@ -196,7 +199,8 @@ class _LinearPlan(Plan):
                                        fused_min_blocks=gemm.fused_min_blocks(tiles, self.entry.input_element),
                                        double_buffer=True, staged=staged)
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
-                        gemm.fused_shared_bytes(desc.m, desc.k) + staged * gemm.staged_iteration_bytes(chunks, tiles))
+                        gemm.fused_shared_bytes(desc.m, desc.k) + staged * gemm.staged_iteration_bytes(chunks, tiles),
+                        dependent=FUSED_DEPENDENT)
                 self._aligned_variant, self._fused = "fused", True
             elif self._cooperates():
                 staged = gemm.one_launch_staged(desc.m, desc.n, desc.k, chunks, tiles, True)
