@@ -302,7 +302,7 @@ FUSED_VARIANT = True  # time the fused kernel too
 # plans.linear's under a "dynamic." / "plans." prefix
 GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "DEPENDENT_PREFETCH_L2",
               "DEPENDENT_STAGED", "DEPENDENT_MAX_REGISTERS", "FUSED_STAGED", "COOPERATIVE_STAGED",
-              "COOPERATIVE_MIN_BLOCKS", "dynamic.SEGMENTS_DEPENDENT", "plans.FUSED_DEPENDENT")
+              "COOPERATIVE_MIN_BLOCKS", "dynamic.DEPENDENT_SEGMENTS_MAX", "plans.FUSED_DEPENDENT_MIN_K")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
 # dependents of the kernel before them)
 PLAIN_LAUNCH_VARIANTS = True
@@ -361,10 +361,12 @@ def fused_decode(copy: float) -> list[dict]:
                      if st != gemm.DEPENDENT_STAGED]
         variants += [(f"two_launch_r{r}", 0, 0, True, {"DEPENDENT_MAX_REGISTERS": r}) for r in DEPENDENT_REGISTERS
                      if r != gemm.DEPENDENT_MAX_REGISTERS]
-        variants += [("two_launch_qplain", 0, 0, True, {"dynamic.SEGMENTS_DEPENDENT": False})
+        variants += [("two_launch_qplain", 0, 0, True, {"dynamic.DEPENDENT_SEGMENTS_MAX": 0}),
+                     ("two_launch_qdep", 0, 0, True, {"dynamic.DEPENDENT_SEGMENTS_MAX": 64})
                      ] if PLAIN_LAUNCH_VARIANTS else []
         variants += [("fused", 16, 0, True, {})] if FUSED_VARIANT else []
-        variants += [("fused_plain", 16, 0, True, {"plans.FUSED_DEPENDENT": False})
+        variants += [("fused_plain", 16, 0, True, {"plans.FUSED_DEPENDENT_MIN_K": 1 << 30}),
+                     ("fused_dep", 16, 0, True, {"plans.FUSED_DEPENDENT_MIN_K": 0})
                      ] if FUSED_VARIANT and PLAIN_LAUNCH_VARIANTS else []
         variants += [(f"fused_st{st}", 16, 0, True, {"FUSED_STAGED": st}) for st in ONE_LAUNCH_STAGES]
         variants += [(f"cooperative_b{b}", 0, 16, True, {"COOPERATIVE_MIN_BLOCKS": b}) for b in COOPERATIVE_BLOCKS]

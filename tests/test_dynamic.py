@@ -315,6 +315,31 @@ def test_every_kernel_path(tuning, fields, shape, kwargs, offset, dtype):
             assert_same(r.zero_point, zero_point)
 
 
+def test_few_segments_launch_as_programmatic_dependents(monkeypatch):
+    """Up to ``DEPENDENT_SEGMENTS_MAX`` segments (the decode quantizer's rows) the segment kernels launch
+    as programmatic dependents of the kernel before them; more, or with the knob at 0, plainly. The
+    results are the reference's either way."""
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import dynamic as plans_dynamic
+
+    limit = plans_dynamic.DEPENDENT_SEGMENTS_MAX
+    assert limit >= 1
+    for rows, knob, dependent in ((1, limit, True), (limit, limit, True), (limit + 1, limit, False), (1, 0, False)):
+        monkeypatch.setattr(plans_dynamic, "DEPENDENT_SEGMENTS_MAX", knob)
+        clear_plan_cache()
+        plan = bn.DynamicRangeQuantizePlan.select(bn.DynamicRangeQuantizeDescriptor(
+            (rows, 96), bn.plans.dynamic.DynamicRangeMode.SYMMETRIC, bn.plans.dynamic.DynamicRangeScope.token(),
+            -127, 127, "f32", "s8"))
+        assert plan._launchers["segment"].dependent is dependent, rows
+        assert plan._launchers["unaligned"].dependent is dependent, rows
+        x = _special((rows, 96), np.float32)
+        r = bn.dynamic_range_quantize(x)
+        q, scale, _ = ref_dynamic.dynamic_range_quantize(x, "symmetric", "token", -127, 127, np.dtype(np.int8))
+        assert_same(r.scale, scale)
+        assert_same(r.q, q)
+    clear_plan_cache()
+
+
 @pytest.mark.parametrize("wide_keep", [2, 8])
 def test_few_long_segments_take_one_wide_resident_block_each(tuning, wide_keep):
     """Segments longer than the resident block holds, no more of them than SMs: one block per segment,

@@ -388,16 +388,20 @@ def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch, 
 
 
 @requires_gpu
-@pytest.mark.parametrize(("m", "variant"), [(1, "fused"), (1, "two_launch"), (4, "two_launch"), (16, "two_launch")])
-def test_gpu_chained_calls_read_the_previous_calls_output(m, variant):
+@pytest.mark.parametrize(("m", "k", "variant"), [(1, 4096, "fused"), (2, 8192, "fused"), (1, 4096, "two_launch"),
+                                               (4, 4096, "two_launch"), (16, 4096, "two_launch")])
+def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant):
     """Layers chained on one stream with no sync: each call's ``x`` is the previous call's output (or a
     torch kernel's result from it), so a quantizer or fused kernel launched as a programmatic dependent
     that read ``x`` (or wrote the shared workspace) before the kernel before it completed would differ.
     Bit for bit against the same chain run one synchronized op at a time."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import dynamic as plans_dynamic
+    from baracuda_numba.plans import linear as plans
 
-    k = 4096
+    assert (k >= plans.FUSED_DEPENDENT_MIN_K) == (k == 8192)  # one case each way
+    assert (m <= plans_dynamic.DEPENDENT_SEGMENTS_MAX) == (m < 16)
     g = torch.Generator(device="cuda").manual_seed(m)
     weights = [torch.randint(-128, 128, (k, k), device="cuda", generator=g, dtype=torch.int8) for _ in range(3)]
     scales = [torch.rand(k, device="cuda", generator=g) * 1e-3 + 1e-4 for _ in range(3)]

@@ -358,7 +358,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         return hi, lo
 
     def segment_kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
-        # Launched as a programmatic dependent (plans.dynamic.SEGMENTS_DEPENDENT), this kernel may start
+        # Launched as a programmatic dependent (plans.dynamic.DEPENDENT_SEGMENTS_MAX), this kernel may start
         # while the kernel before it runs: nothing is read or written before that kernel is complete.
         # Then a kernel launched as dependent on this one (the W8A8 linear's GEMM) may start its loads
         # of what this one does not write: it waits for this grid before reading the results. (Its

@@ -1002,7 +1002,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             # start now: it waits for this grid before it touches memory
             device.launch_dependents()
         elif fused:
-            # launched as a programmatic dependent (plans.linear.FUSED_DEPENDENT): wait for the kernel
+            # launched as a programmatic dependent (plans.linear.FUSED_DEPENDENT_MIN_K): wait for the kernel
             # before (which writes x) before anything, then let the next kernel start
             device.grid_dependency_wait()
             device.launch_dependents()

@@ -66,11 +66,15 @@ class DynamicTuning:
 
 
 # The simulator runs one Python thread per CUDA thread: small grids there (several blocks still meet).
-# The per-token / per-group kernels (segments) launch as programmatic dependents of the kernel before
-# them (cuLaunchKernelEx, sm_90): their launch overlaps that kernel's run, and they wait for it
-# (griddepcontrol.wait) before they touch memory. Where that kernel lets its dependents start early (the
-# W8A8 linear's decode GEMM does), the launch gap between the two disappears. False: plain launches.
-SEGMENTS_DEPENDENT = True
+# Plans of at most this many segments (per-token rows, groups) launch their kernel as a programmatic
+# dependent of the kernel before it (cuLaunchKernelEx, sm_90): the launch overlaps that kernel's run,
+# and the segment kernels wait for it (griddepcontrol.wait) before they touch memory. Where that kernel
+# lets its dependents start early (the W8A8 linear's decode GEMM does), the launch gap between the two
+# disappears: the decode quantizer's few rows, where that gap is much of the time. Session 17 (H100,
+# quantized_linear back to back, GPU time, % of copy, plain -> dependent quantizer): M = 1 / 2 / 4 at
+# 4096^2 67.4 / 66.6 / 66.6 -> 70.9 / 67.8 / 67.9, 11008 x 4096 84.1 / 84.3 / 83.5 -> 86.2 / 86.0 /
+# 85.3; M = 16 at 4096^2 60.9 -> 55.3 (faster at the other shapes). 0: plain launches everywhere.
+DEPENDENT_SEGMENTS_MAX = 4
 TUNING = (DynamicTuning(resident_blocks_per_sm=2, tensor_partial_blocks_per_sm=2, tensor_quantize_blocks_per_sm=2,
                         column_threads_per_sm=64, wide_segment_threads=128) if SIMULATOR else DynamicTuning())
 
@@ -355,8 +359,8 @@ class DynamicRangeQuantizePlan(Plan):
     def _segment_launchers(self, M: Any) -> dict[str, KernelLauncher]:
         """``"segment"``: the kernel of aligned segments (the chunk path, which the linear plan's fast
         path also launches with ``_threads`` per block); ``"unaligned"``: the element path's."""
-        aligned, unaligned = (KernelLauncher(kernel.compiled, 6, (np.int64,) * 4 + (M,) * 3,
-                                             dependent=SEGMENTS_DEPENDENT)
+        dependent = 0 < self._segments[0] <= DEPENDENT_SEGMENTS_MAX
+        aligned, unaligned = (KernelLauncher(kernel.compiled, 6, (np.int64,) * 4 + (M,) * 3, dependent=dependent)
                               for kernel in self._segment_kernels)
         return {"segment": aligned, "unaligned": unaligned}
 

@@ -115,9 +115,12 @@ DEPENDENT_GEMM = True
 # their host time, so an eager decode waits on the GPU, where they are faster (session 16, call 8,
 # fused / two launches: 11008 x 4096 79.9 / 84.1, 4096 x 11008 71.2 / 76.0; 4096^2 64.0 / 65.8).
 FUSED_MAX_M = 2
-# The fused kernel launches as a programmatic dependent of the kernel before it (it waits for that
-# kernel first thing, then lets its own dependents start): its launch overlaps that kernel's run.
-FUSED_DEPENDENT = True
+# With K of at least FUSED_DEPENDENT_MIN_K the fused kernel launches as a programmatic dependent of the
+# kernel before it (it waits for that kernel first thing, then lets its own dependents start): its launch
+# overlaps that kernel's run. Session 17 (back to back, plain -> dependent, % of copy): M = 1 / 2 at
+# 8192^2 94.9 / 86.2 -> 97.1 / 87.6, 11008 x 4096 (K = 4096) 80.2 -> 82.4, but 4096^2 63.9 / 58.3 -> 62.8
+# / 56.6.
+FUSED_DEPENDENT_MIN_K = 8192
 FUSED_ANY_SHAPE_MAX_M = 1
 FUSED_ANY_SHAPE_MAX_WEIGHT = 32 << 20
 FUSED_MIN_K = 8192
@@ -200,7 +203,7 @@ class _LinearPlan(Plan):
                                        double_buffer=True, staged=staged)
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                         gemm.fused_shared_bytes(desc.m, desc.k) + staged * gemm.staged_iteration_bytes(chunks, tiles),
-                        dependent=FUSED_DEPENDENT)
+                        dependent=desc.k >= FUSED_DEPENDENT_MIN_K)
                 self._aligned_variant, self._fused = "fused", True
             elif self._cooperates():
                 staged = gemm.one_launch_staged(desc.m, desc.n, desc.k, chunks, tiles, True)
