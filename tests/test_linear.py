@@ -389,7 +389,8 @@ def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch, 
 
 @requires_gpu
 @pytest.mark.parametrize(("m", "k", "variant"), [(1, 4096, "fused"), (2, 8192, "fused"), (1, 4096, "two_launch"),
-                                               (4, 4096, "two_launch"), (16, 4096, "two_launch")])
+                                               (4, 4096, "two_launch"), (8, 4096, "two_launch"),
+                                               (16, 4096, "two_launch")])
 def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant):
     """Layers chained on one stream with no sync: each call's ``x`` is the previous call's output (or a
     torch kernel's result from it), so a quantizer or fused kernel launched as a programmatic dependent

@@ -71,10 +71,11 @@ class DynamicTuning:
 # and the segment kernels wait for it (griddepcontrol.wait) before they touch memory. Where that kernel
 # lets its dependents start early (the W8A8 linear's decode GEMM does), the launch gap between the two
 # disappears: the decode quantizer's few rows, where that gap is much of the time. Session 17 (H100,
-# quantized_linear back to back, GPU time, % of copy, plain -> dependent quantizer): M = 1 / 2 / 4 at
-# 4096^2 67.4 / 66.6 / 66.6 -> 70.9 / 67.8 / 67.9, 11008 x 4096 84.1 / 84.3 / 83.5 -> 86.2 / 86.0 /
-# 85.3; M = 16 at 4096^2 60.9 -> 55.3 (faster at the other shapes). 0: plain launches everywhere.
-DEPENDENT_SEGMENTS_MAX = 4
+# quantized_linear back to back, GPU time, % of copy, plain -> dependent quantizer, calls 7 and 9):
+# M = 1 / 2 / 4 / 8 at 4096^2 66.4 / 66.8 / 67.0 / 64.5 -> 71.3 / 68.2 / 68.4 / 67.5, 11008 x 4096 84.0
+# / 84.2 / 82.9 / 82.2 -> 86.6 / 86.2 / 85.0 / 83.6, 8192^2 and 4096 x 11008 +0.1 to +2.5; M = 16 at
+# 4096^2 61.5 -> 56.6 (1-2 points faster at the other shapes). 0: plain launches everywhere.
+DEPENDENT_SEGMENTS_MAX = 8
 TUNING = (DynamicTuning(resident_blocks_per_sm=2, tensor_partial_blocks_per_sm=2, tensor_quantize_blocks_per_sm=2,
                         column_threads_per_sm=64, wide_segment_threads=128) if SIMULATOR else DynamicTuning())
 
