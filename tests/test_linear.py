@@ -222,17 +222,23 @@ def test_gemm_variants_match_reference(monkeypatch, m, n, k, skinny_chunks, skin
     monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 0)
     monkeypatch.setattr(gemm, "SKINNY_TILES", skinny_tiles)
     clear_plan_cache()
-    rng = np.random.default_rng(m * n + k)
+    plan, args = _f32_linear_problem(m, n, k, m * n + k)
+    assert plan.kernel_variant(args) == variant
+    plan.run(args)
+    np.testing.assert_array_equal(args.output, ref.linear.quantized_linear(args.input, args.weight, args.weight_scale,
+                                                                          args.bias))
+    clear_plan_cache()
+
+
+def _f32_linear_problem(m: int, n: int, k: int, seed: int):
+    """A selected f32 ``QuantizedLinearPlan`` with bias and its args (random ``x``, weight, scales, bias;
+    a zeroed output)."""
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal((m, k)).astype(np.float32)
     w, ws = weights(rng, n, k)
     bias = rng.standard_normal(n).astype(np.float32)
     plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32", True))
-    out = np.zeros((m, n), np.float32)
-    args = bn.QuantizedLinearArgs(x, w, ws, out, bias)
-    assert plan.kernel_variant(args) == variant
-    plan.run(args)
-    np.testing.assert_array_equal(out, ref.linear.quantized_linear(x, w, ws, bias))
-    clear_plan_cache()
+    return plan, bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, n), np.float32), bias)
 
 
 # Weight staged in shared memory (cp.async, one commit group per iteration) by the dependent GEMM before
@@ -262,20 +268,15 @@ def test_staging_weight_in_shared_memory_matches_reference(monkeypatch, variant,
         monkeypatch.setattr(gemm, knob, staged)
     _force_decode_variant(monkeypatch, "two_launch" if variant == "skinny_vector" else variant)
     clear_plan_cache()
-    rng = np.random.default_rng(m * n + k + staged)
-    x = rng.standard_normal((m, k)).astype(np.float32)
-    w, ws = weights(rng, n, k)
-    bias = rng.standard_normal(n).astype(np.float32)
-    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32", True))
-    out = np.zeros((m, n), np.float32)
-    args = bn.QuantizedLinearArgs(x, w, ws, out, bias)
+    plan, args = _f32_linear_problem(m, n, k, m * n + k + staged)
     assert plan.kernel_variant(args) == variant
     launcher = plan._variants[variant][0]
     assert f"_st{effective}_" in launcher._compile.__self__.py_func.__name__
     rows = gemm.fused_shared_bytes(m, k) if variant == "fused" else 0
     assert launcher._shared_bytes == rows + effective * 16 * chunks * tiles * gemm.SKINNY_THREADS
     plan.run(args)
-    np.testing.assert_array_equal(out, ref.linear.quantized_linear(x, w, ws, bias))
+    np.testing.assert_array_equal(args.output, ref.linear.quantized_linear(args.input, args.weight, args.weight_scale,
+                                                                          args.bias))
     clear_plan_cache()
 
 
