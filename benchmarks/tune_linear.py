@@ -302,7 +302,8 @@ FUSED_VARIANT = True  # time the fused kernel too
 # plans.linear's under a "dynamic." / "plans." prefix
 GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "DEPENDENT_PREFETCH_L2",
               "DEPENDENT_STAGED", "DEPENDENT_MAX_REGISTERS", "FUSED_STAGED", "COOPERATIVE_STAGED",
-              "COOPERATIVE_MIN_BLOCKS", "dynamic.DEPENDENT_SEGMENTS_MAX", "plans.FUSED_DEPENDENT_MIN_K")
+              "COOPERATIVE_MIN_BLOCKS", "dynamic.DEPENDENT_SEGMENTS_MAX", "plans.FUSED_DEPENDENT_MIN_K",
+              "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
 # dependents of the kernel before them)
 PLAIN_LAUNCH_VARIANTS = True
@@ -361,7 +362,8 @@ def fused_decode(copy: float) -> list[dict]:
                      if st != gemm.DEPENDENT_STAGED]
         variants += [(f"two_launch_r{r}", 0, 0, True, {"DEPENDENT_MAX_REGISTERS": r}) for r in DEPENDENT_REGISTERS
                      if r != gemm.DEPENDENT_MAX_REGISTERS]
-        variants += [("two_launch_qplain", 0, 0, True, {"dynamic.DEPENDENT_SEGMENTS_MAX": 0}),
+        variants += [("two_launch_qplain", 0, 0, True, {"dynamic.DEPENDENT_SEGMENTS_MAX": 0,
+                                                         "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT": 1 << 62}),
                      ("two_launch_qdep", 0, 0, True, {"dynamic.DEPENDENT_SEGMENTS_MAX": 64})
                      ] if PLAIN_LAUNCH_VARIANTS else []
         variants += [("fused", 16, 0, True, {})] if FUSED_VARIANT else []

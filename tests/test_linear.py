@@ -391,7 +391,7 @@ def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch, 
 @requires_gpu
 @pytest.mark.parametrize(("m", "k", "variant"), [(1, 4096, "fused"), (2, 8192, "fused"), (1, 4096, "two_launch"),
                                                (4, 4096, "two_launch"), (8, 4096, "two_launch"),
-                                               (16, 4096, "two_launch")])
+                                               (16, 4096, "two_launch"), (16, 8192, "two_launch")])
 def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant):
     """Layers chained on one stream with no sync: each call's ``x`` is the previous call's output (or a
     torch kernel's result from it), so a quantizer or fused kernel launched as a programmatic dependent
@@ -402,8 +402,11 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant):
     from baracuda_numba.plans import dynamic as plans_dynamic
     from baracuda_numba.plans import linear as plans
 
-    assert (k >= plans.FUSED_DEPENDENT_MIN_K) == (k == 8192)  # one case each way
+    # the cases cover each launch rule both ways: the fused kernel's by K, the quantizer's by rows and
+    # (16 rows) by the weight's bytes
+    assert (k >= plans.FUSED_DEPENDENT_MIN_K) == (k == 8192)
     assert (m <= plans_dynamic.DEPENDENT_SEGMENTS_MAX) == (m < 16)
+    assert (k * k >= plans.QUANTIZER_DEPENDENT_MIN_WEIGHT) == (k == 8192)
     g = torch.Generator(device="cuda").manual_seed(m)
     weights = [torch.randint(-128, 128, (k, k), device="cuda", generator=g, dtype=torch.int8) for _ in range(3)]
     scales = [torch.rand(k, device="cuda", generator=g) * 1e-3 + 1e-4 for _ in range(3)]
@@ -427,7 +430,14 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant):
         expected = "fused" if variant == "fused" else "skinny_vector"
         out = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
         assert plan.kernel_variant(bn.QuantizedLinearArgs(x0, weights[0], scales[0], out)) == expected
+        quantizer = plan._quantizer if variant == "two_launch" else None
+        forced = []
+        if quantizer is not None:  # count the quantizer's launches forced to be programmatic dependents
+            launcher = quantizer._launchers["segment_dependent"]
+            launch = launcher.launch_patched
+            monkeypatch.setattr(launcher, "launch_patched", lambda *a, **kw: (forced.append(1), launch(*a, **kw)))
         queued, stepped = chain(False), chain(True)
+        assert bool(forced) == (variant == "two_launch" and k * k >= plans.QUANTIZER_DEPENDENT_MIN_WEIGHT)
         for _ in range(3):
             queued_again = chain(False)
             assert all(torch.equal(a, b) for a, b in zip(queued_again, stepped, strict=True))

@@ -338,7 +338,8 @@ class DynamicRangeQuantizePlan(Plan):
                   *array_values(0, nseg, np.dtype(self._math).itemsize), *array_values(0, nseg, 4),
                   nseg, seg_len, cps, self._tps, *self._q_scalars]
         no_scalars = range(7 * 6 + 4, 7 * 6 + 4)  # the scalars stay as packed
-        self._launchers["segment"].set_template(values, (slice(4, 42, 7),), no_scalars, self._math)
+        for name in ("segment", "segment_dependent"):
+            self._launchers[name].set_template(values, (slice(4, 42, 7),), no_scalars, self._math)
         self._fast_segments = True
 
     def fast_alignment(self) -> int | None:
@@ -350,20 +351,24 @@ class DynamicRangeQuantizePlan(Plan):
         return min(self._kernels.chunk * self.desc.input_element.itemsize, 16)
 
     def launch_segments_fast(self, x_ptr: int, q_ptr: int, scale_ptr: int, zp_ptr: int, stream: int,
-                             device: int) -> None:
+                             device: int, dependent: bool = False) -> None:
         """Run on raw device addresses, unchecked: ``x`` (aligned to :meth:`fast_alignment`), ``q``,
         ``scale`` and an int32 ``zero_point`` array (scratch in symmetric mode), of this plan's sizes
-        on ``device``. For callers that have checked them (the op's and the W8A8 linear's fast paths)."""
-        self._launchers["segment"].launch_patched(self._segment_blocks, self._threads, stream,
-                                                  (x_ptr, x_ptr, q_ptr, q_ptr, scale_ptr, zp_ptr), (), device)
+        on ``device``. For callers that have checked them (the op's and the W8A8 linear's fast paths).
+        ``dependent``: launched as a programmatic dependent of the kernel before whatever
+        ``DEPENDENT_SEGMENTS_MAX`` says (else as it says)."""
+        self._launchers["segment_dependent" if dependent else "segment"].launch_patched(
+            self._segment_blocks, self._threads, stream, (x_ptr, x_ptr, q_ptr, q_ptr, scale_ptr, zp_ptr), (), device)
 
     def _segment_launchers(self, M: Any) -> dict[str, KernelLauncher]:
         """``"segment"``: the kernel of aligned segments (the chunk path, which the linear plan's fast
-        path also launches with ``_threads`` per block); ``"unaligned"``: the element path's."""
+        path also launches with ``_threads`` per block); ``"unaligned"``: the element path's;
+        ``"segment_dependent"``: the aligned one always launched as a programmatic dependent."""
         dependent = 0 < self._segments[0] <= DEPENDENT_SEGMENTS_MAX
         aligned, unaligned = (KernelLauncher(kernel.compiled, 6, (np.int64,) * 4 + (M,) * 3, dependent=dependent)
                               for kernel in self._segment_kernels)
-        return {"segment": aligned, "unaligned": unaligned}
+        always = KernelLauncher(self._segment_kernels[0].compiled, 6, (np.int64,) * 4 + (M,) * 3, dependent=True)
+        return {"segment": aligned, "unaligned": unaligned, "segment_dependent": always}
 
     # -- queries ---------------------------------------------------------------------------------
 

@@ -123,6 +123,11 @@ FUSED_MAX_M = 2
 FUSED_DEPENDENT_MIN_K = 8192
 FUSED_ANY_SHAPE_MAX_M = 1
 FUSED_ANY_SHAPE_MAX_WEIGHT = 32 << 20
+# Past this many bytes of weight the fast path launches the decode quantizer as a programmatic dependent
+# at every M (plans.dynamic.DEPENDENT_SEGMENTS_MAX takes up to 8 rows everywhere). Session 17, call 9, M =
+# 16, plain -> dependent quantizer, % of copy: 11008 x 4096 78.3 -> 80.0 (80.2 in call 7), 4096 x 11008
+# 74.0 -> 74.8, 8192^2 81.8 -> 82.0, but 4096^2 (16 MiB) 61.5 -> 56.6.
+QUANTIZER_DEPENDENT_MIN_WEIGHT = (16 << 20) + 1
 FUSED_MIN_K = 8192
 FUSED_MIN_N = 8192  # 4096 rows at K = 11008: 128 blocks of 4 column tiles, fewer than the SMs
 FUSED_MAX_N = 11008  # wider weights (more waves of blocks, each paying the prologue) are unmeasured
@@ -515,7 +520,8 @@ class QuantizedLinearPlan(_LinearPlan):
             return True
         q = self._quantizer
         zp_ptr = ws_ptr + self._quantizer_offset
-        q.launch_segments_fast(pointers[0], ws_ptr, scale_ptr, zp_ptr, stream, device)
+        q.launch_segments_fast(pointers[0], ws_ptr, scale_ptr, zp_ptr, stream, device,
+                               self.desc.n * self.desc.k >= QUANTIZER_DEPENDENT_MIN_WEIGHT)
         self._launch_fast(pointers, device, _ZERO_F32, stream, ws_ptr, scale_ptr)
         return True
 
