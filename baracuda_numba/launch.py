@@ -47,6 +47,10 @@ _FRAME_WORDS = _CONFIG_AT + _CONFIG_WORDS + _ATTRIBUTE_WORDS
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6
 _NO_FLOATS = (0.0,)  # the floats of a launch that patches none (the record says how many it reads)
 _NO_INTS = (0,)
+# Launch the CUfunction of the current context (cuKernelGetFunction, resolved once per device) rather than
+# the CUkernel numba's library load gives: with a CUkernel the driver resolves it to the context's function
+# on every launch.
+CONTEXT_FUNCTIONS = True
 
 
 class ArrayArg(tuple):
@@ -244,6 +248,8 @@ class KernelLauncher:
                     if error:
                         raise BaracudaError(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, "
                                             f"{allowed}) failed with CUresult {error}")
+                if CONTEXT_FUNCTIONS:
+                    function = _driver().context_function(function)
                 self._functions[device_id] = function
         return function
 
@@ -340,6 +346,9 @@ class _Driver:
         self._func_set_attribute = libcuda.cuFuncSetAttribute
         self._func_set_attribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         self._func_set_attribute.restype = ctypes.c_int
+        self._kernel_get_function = libcuda.cuKernelGetFunction
+        self._kernel_get_function.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        self._kernel_get_function.restype = ctypes.c_int
         self._kernel_set_attribute = libcuda.cuKernelSetAttribute
         self._kernel_set_attribute.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
         self._kernel_set_attribute.restype = ctypes.c_int
@@ -355,6 +364,15 @@ class _Driver:
         if error:
             error = self._func_set_attribute(function, _MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
         return error
+
+    def context_function(self, kernel: int) -> int:
+        """The ``CUfunction`` of the ``CUkernel`` ``kernel`` in the current context (loaded into it if it
+        is not yet), or ``kernel`` itself where the driver cannot resolve it (a handle that already is a
+        ``CUfunction``)."""
+        function = ctypes.c_void_p()
+        if self._kernel_get_function(ctypes.byref(function), kernel) or not function.value:
+            return kernel
+        return function.value
 
     def current_device(self) -> int:
         """Ordinal of the current context's device, or -1 when no context is current."""
