@@ -298,15 +298,12 @@ ONE_LAUNCH_STAGES: tuple[int, ...] = ()
 # register caps of the dependent GEMM timed (0: ptxas's choice)
 DEPENDENT_REGISTERS: tuple[int, ...] = ()  # session 17: 104 / 96 / 88 no faster (co-residency with the quantizer)
 FUSED_VARIANT = True  # time the fused kernel too
-# the fused kernel loading x before its weight (kernels.linear.FUSED_X_FIRST), with these many iterations
-# of weight staged in shared memory behind it (0: none, the registers' first iteration only)
-X_FIRST_STAGES: tuple[int, ...] = ()
 # the knobs the variants override (each restored after): kernels.linear's, and plans.dynamic's /
 # plans.linear's under a "dynamic." / "plans." prefix
 GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "DEPENDENT_PREFETCH_L2",
               "DEPENDENT_STAGED", "DEPENDENT_MAX_REGISTERS", "FUSED_STAGED", "COOPERATIVE_STAGED",
               "COOPERATIVE_MIN_BLOCKS", "dynamic.DEPENDENT_SEGMENTS_MAX", "plans.FUSED_DEPENDENT_MIN_K",
-              "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT", "FUSED_X_FIRST")
+              "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
 # dependents of the kernel before them)
 PLAIN_LAUNCH_VARIANTS = True
@@ -374,8 +371,6 @@ def fused_decode(copy: float) -> list[dict]:
                      ("fused_dep", 16, 0, True, {"plans.FUSED_DEPENDENT_MIN_K": 0})
                      ] if FUSED_VARIANT and PLAIN_LAUNCH_VARIANTS else []
         variants += [(f"fused_st{st}", 16, 0, True, {"FUSED_STAGED": st}) for st in ONE_LAUNCH_STAGES]
-        variants += [(f"fused_xf_st{st}", 16, 0, True, {"FUSED_X_FIRST": True, "FUSED_STAGED": st})
-                     for st in X_FIRST_STAGES]
         variants += [(f"cooperative_b{b}", 0, 16, True, {"COOPERATIVE_MIN_BLOCKS": b}) for b in COOPERATIVE_BLOCKS]
         variants += [(f"cooperative_st{st}", 0, 16, True, {"COOPERATIVE_STAGED": st, "COOPERATIVE_MIN_BLOCKS": 0})
                      for st in ONE_LAUNCH_STAGES]

@@ -280,28 +280,6 @@ def test_staging_weight_in_shared_memory_matches_reference(monkeypatch, variant,
     clear_plan_cache()
 
 
-# x loaded before the weight (FUSED_X_FIRST): rows whose pieces fit one batch per thread take the early
-# loads (f32 x, 4 elements a piece: 1 row at K = 2064 is 3 slots per thread, 2 rows at K = 1040 are 4),
-# more fall back to the loads inside the prologue (3 rows at K = 1040: 6 slots)
-@pytest.mark.parametrize(("m", "n", "k", "staged"), [(1, 24, 2064, 0), (1, 24, 2064, 3), (2, 13, 1040, 0),
-                                                     (3, 13, 1040, 1)])
-def test_fused_kernel_loading_x_first_matches_reference(monkeypatch, m, n, k, staged):
-    from baracuda_numba.kernels import linear as gemm
-    from baracuda_numba.ops.common import clear_plan_cache
-
-    monkeypatch.setattr(gemm, "FUSED_X_FIRST", True)
-    monkeypatch.setattr(gemm, "FUSED_STAGED", staged)
-    _force_decode_variant(monkeypatch, "fused")
-    clear_plan_cache()
-    plan, args = _f32_linear_problem(m, n, k, m * n + k + 7 * staged)
-    assert plan.kernel_variant(args) == "fused"
-    assert "_xf_" in plan._variants["fused"][0]._compile.__self__.py_func.__name__
-    plan.run(args)
-    np.testing.assert_array_equal(args.output, ref.linear.quantized_linear(args.input, args.weight, args.weight_scale,
-                                                                          args.bias))
-    clear_plan_cache()
-
-
 def _torch_w8a8(torch, x, w, ws, bias):
     """``quantized_linear`` in torch ops, each rounded on its own: per-token quantize (our dynamic
     quantizer, itself tested against torch), exact int32 products, then the float32 epilogue."""

@@ -106,9 +106,6 @@ DEPENDENT_STAGED: int | None = None
 # their quantize and wait (cooperative)
 FUSED_STAGED = 0
 COOPERATIVE_STAGED = 0
-# fused skinny: each thread issues its loads of x (when they all fit in one batch of ABSMAX_LOADS pieces)
-# before the weight loads, so that the prologue's L2 reads are not queued behind the weight stream's
-FUSED_X_FIRST = False
 # dynamic shared bytes per block the staging kernels may take (two blocks of 256 threads and up to 128
 # registers per multiprocessor: STAGED_MIN_BLOCKS)
 DEPENDENT_STAGE_BYTES = 96 * 1024
@@ -626,7 +623,7 @@ def _fused_quantizer(x_element: ElementKind):
 
 def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: ElementKind | None = None,
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
-            dependent: int = 0, staged: int = 0, trace: bool = False, x_first: bool = False):
+            dependent: int = 0, staged: int = 0, trace: bool = False):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -824,12 +821,10 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
 
     @device_function
     def quantize_rows(x_pairs, row0, row_step, live, K, xq_words, out_row0, row_words, scales_out,
-                      piece_lo, piece_hi, warp_max, shuffle_scratch, loaded, tid):
+                      piece_lo, piece_hi, warp_max, shuffle_scratch, tid):
         """Quantize ``live`` rows of ``x`` (``row0 + r * row_step``) per token with the whole block:
         row ``r``'s bytes to ``xq_words`` from word ``(out_row0 + r * row_step) * row_words`` on and
-        its scale to ``scales_out[out_row0 + r * row_step]``. Ends before the stores are fenced.
-        ``loaded``: ``piece_lo`` / ``piece_hi`` already hold all of this thread's pieces (one batch,
-        :func:`load_pieces` from slot 0 of local row 0)."""
+        its scale to ``scales_out[out_row0 + r * row_step]``. Ends before the stores are fenced."""
         warp, lane = tid // 32, tid % 32
         pieces = K // per_pair
         per_row = (pieces + SKINNY_THREADS - 1) // SKINNY_THREADS
@@ -839,8 +834,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         hi = S(0)
         r0, s0 = 0, 0
         for _ in range(0, batch, ABSMAX_LOADS):
-            if not loaded:
-                load_pieces(x_pairs, piece_lo, piece_hi, r0, s0, row0, row_step, live, per_row, pieces, tid)
+            load_pieces(x_pairs, piece_lo, piece_hi, r0, s0, row0, row_step, live, per_row, pieces, tid)
             for u in range(ABSMAX_LOADS):
                 if r0 < live:
                     if tid + SKINNY_THREADS * s0 < pieces:
@@ -1046,14 +1040,6 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             # next into registers, and L2 prefetches of the ones after) before the prologue, so that HBM
             # works while x is reduced and quantized
             base = min(M, SKINNY_M) * ((K + 16) // 16)
-            live = min(SKINNY_M, M - m_block)
-            x_loaded = False
-            if x_first:
-                pieces = K // per_pair
-                per_row = (pieces + SKINNY_THREADS - 1) // SKINNY_THREADS
-                if live * per_row <= ABSMAX_LOADS:  # every piece of this thread in one batch: load it now
-                    load_pieces(a_pairs, piece_lo, piece_hi, 0, 0, m_block, 1, live, per_row, pieces, tid)
-                    x_loaded = True
             if staged:
                 stage_weights(xq_pairs, base, w_pairs, n_block, group, N, K, first_k, chunks, tid)
             if not staged or rest < chunks:
@@ -1062,8 +1048,8 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                 prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
             if tid < SKINNY_M:
                 scales[tid] = S(1)  # rows past M: never stored, but read by the epilogue
-            quantize_rows(a_pairs, m_block, 1, live, K, xq_words, 0, (K + 16) // per_pair,
-                          scales, piece_lo, piece_hi, warp_max, shuffle_scratch, x_loaded, tid)
+            quantize_rows(a_pairs, m_block, 1, min(SKINNY_M, M - m_block), K, xq_words, 0, (K + 16) // per_pair,
+                          scales, piece_lo, piece_hi, warp_max, shuffle_scratch, tid)
             cuda.syncthreads()
             if staged:
                 mma_staged(acc, x_stage, xq_pairs, base, scratch, a_bytes, xq_pairs, M, K, m_block, first_k, chunks,
@@ -1143,7 +1129,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         mine = ticket[0]
         if mine < quantizers:
             quantize_rows(x_pairs, mine, quantizers, (M - mine + quantizers - 1) // quantizers, K, xq_words,
-                          mine, K // per_pair, row_scale, piece_lo, piece_hi, warp_max, shuffle_scratch, False, tid)
+                          mine, K // per_pair, row_scale, piece_lo, piece_hi, warp_max, shuffle_scratch, tid)
             cuda.threadfence()  # every thread's stores, before the block counts itself done
             cuda.syncthreads()
             if tid == 0:
@@ -1175,8 +1161,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   skinny_tiles: int = 2, fused_input: ElementKind | None = None,
                   fused_prefetch: int = 0, fused_min_blocks: int = 0, cooperative: bool = False,
                   double_buffer: bool = False, vector_only: bool = False, dependent: int = 0,
-                  staged: int = 0, max_registers: int = 0, trace: bool = False,
-                  x_first: bool = False) -> ElementwiseKernel:
+                  staged: int = 0, max_registers: int = 0, trace: bool = False) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -1212,13 +1197,12 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
         if staged:
             fused_min_blocks = STAGED_MIN_BLOCKS  # the registers of the blocks DEPENDENT_STAGE_BYTES is sized for
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, fused_input, fused_prefetch, cooperative,
-                         double_buffer, staged=staged, x_first=x_first and not cooperative)
+                         double_buffer, staged=staged)
         shape = f"skinny{skinny_chunks}x{skinny_tiles}_{'cooperative' if cooperative else 'fused'}_{fused_input.short}"
         shape += f"_st{staged}" if staged else ""
         shape += f"_l2p{fused_prefetch}" if fused_prefetch else ""
         shape += f"_b{fused_min_blocks}" if fused_min_blocks else ""
         shape += "_db" if double_buffer else ""
-        shape += "_xf" if x_first and not cooperative else ""
         if fused_min_blocks:
             options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)
         if cooperative:

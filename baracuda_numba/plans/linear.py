@@ -205,7 +205,7 @@ class _LinearPlan(Plan):
                 kernel = linear_kernel(out, desc.has_bias, False, True, None, chunks, tiles,
                                        fused_input=self.entry.input_element, fused_prefetch=gemm.FUSED_PREFETCH_L2,
                                        fused_min_blocks=gemm.fused_min_blocks(tiles, self.entry.input_element),
-                                       double_buffer=True, staged=staged, x_first=gemm.FUSED_X_FIRST)
+                                       double_buffer=True, staged=staged)
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                         gemm.fused_shared_bytes(desc.m, desc.k) + staged * gemm.staged_iteration_bytes(chunks, tiles),
                         dependent=desc.k >= FUSED_DEPENDENT_MIN_K)
