@@ -92,12 +92,13 @@ class Variant(NamedTuple):
     in_flight: int  # input bytes in flight per thread of the stationary loop
     vector_ops: frozenset  # ops whose last-axis channel kernels read their scales as vectors
     vector_policy: tuple[int, int, int]  # (threads, blocks per SM cap, unroll) of those
+    waves: int = 1  # waves of blocks of the stationary kernel's grid (plans.base.STATIONARY_WAVES)
 
     def label(self) -> str:
         vectors = "all" if self.vector_ops == ALL_OPS else ",".join(sorted(o.value for o in self.vector_ops)) or "none"
         return (f"unroll {self.unroll} (pow2 {self.pow2}), bounds {self.bounds}, {self.per_sm}/SM, policy "
                 f"{self.policy or 'shipped'}, prefetch {self.prefetch}, stationary {self.in_flight} B, vectors "
-                f"{vectors} {self.vector_policy}")
+                f"{vectors} {self.vector_policy}, {self.waves} stationary waves")
 
 
 ALL_OPS = frozenset(elementwise.ElementwiseOp)
@@ -108,7 +109,8 @@ def shipped_variant() -> Variant:
                    SHIPPED_POW2_UNROLL, None, elementwise.POW2_PREFETCH, SHIPPED_STATIONARY_BYTES,
                    registry.CHANNEL_VECTOR_OPS, (registry.CHANNEL_VECTOR_POLICY.threads_per_block,
                                                                   registry.CHANNEL_VECTOR_POLICY.blocks_per_sm,
-                                                                  registry.CHANNEL_VECTOR_POLICY.unroll))
+                                                                  registry.CHANNEL_VECTOR_POLICY.unroll),
+                   base.STATIONARY_WAVES)
 
 
 def use_variant(v: Variant, original=base.stationary_blocks) -> None:
@@ -124,6 +126,7 @@ def use_variant(v: Variant, original=base.stationary_blocks) -> None:
     elementwise.CHANNEL_LAUNCH_BOUNDS = v.bounds
     elementwise.STATIONARY_LAUNCH_BOUNDS = (512, v.per_sm)
     base.stationary_blocks = original if v.stationary else (lambda blocks, *_: blocks)
+    base.STATIONARY_WAVES = v.waves
     registry.CHANNEL_VECTOR_OPS = v.vector_ops
     registry.CHANNEL_VECTOR_POLICY = registry.LaunchPolicy(*v.vector_policy)
     elementwise.elementwise_kernel.cache_clear()
@@ -136,7 +139,7 @@ def main() -> None:
     parser.add_argument("--ncu", action="store_true")
     parser.add_argument("--only", nargs="+", default=[""], help="run only the cases whose label contains one of these")
     parser.add_argument("--variants", choices=("channel", "unroll", "pow2", "policy", "prefetch", "stationary",
-                                                   "persistent", "vectors"),
+                                                   "persistent", "vectors", "waves"),
                         default="channel",
                         help="the channel kernels' launch bounds and grid, the chunks in flight of every kernel, "
                              "those of the power-of-two segment kernels, the stationary loop's bytes in flight, "
@@ -188,6 +191,10 @@ def main() -> None:
         # channel vectors for every op or none, in short blocks or on a resident grid
         # channel vectors for no op or every op (chunks of at most CHANNEL_VECTOR_MAX_CHUNK elements), in
         # short blocks or on a resident grid
+        # the stationary kernel's grid over several waves of shorter-lived blocks (its threads reload their
+        # parameters once per block), at its launch bounds' 2 and 3 blocks per SM
+        "waves": [shipped._replace(waves=w, per_sm=p) for p in (2, 3) for w in (1, 2, 4, 8, 16)
+                  if (w, p) != (shipped.waves, shipped.per_sm)],
         "vectors": [shipped._replace(vector_ops=o, vector_policy=p) for o, p in (
             (frozenset(), shipped.vector_policy), (ALL_OPS, (128, 4096, 1)), (ALL_OPS, (128, 1024, 2)),
             (ALL_OPS, (128, 512, 4)), (ALL_OPS, (256, 1024, 2)), (ALL_OPS, (512, 32, 2)))],

@@ -480,7 +480,7 @@ class ElementwisePlan(Plan):
             if nchunks and self._stationary_launcher is not None:
                 # One wave of resident threads, each looping over many chunks: a stationary thread
                 # loads G parameter triples once, which a 16-wave grid would repeat for ~4 chunks.
-                resident = self._resident_blocks * sm_count(device_id)
+                resident = self._resident_blocks * sm_count(device_id) * STATIONARY_WAVES
                 blocks = stationary_blocks(min(blocks, resident), policy.threads_per_block * self._chunk,
                                            seg_len * channels, policy.blocks_per_sm * sm_count(device_id))
             step_q, step_r = divmod(blocks * policy.threads_per_block * self._chunk, seg_len)
@@ -598,6 +598,11 @@ class ArrayScalePlan(ElementwisePlan):
             return scale, None
         zero_point = self._operand(args, "zero_point", ElementKind.I32, count) if self.READS_ZERO_POINT else None
         return scale, zero_point
+
+
+# Waves of blocks the thread-stationary channel kernel's grid spans (1: one resident wave, each thread
+# looping over its share; more: shorter-lived blocks, each thread loading its parameters once per block).
+STATIONARY_WAVES = 1
 
 
 def stationary_blocks(blocks: int, chunk_elements_per_block: int, period: int, cap: int) -> int:
