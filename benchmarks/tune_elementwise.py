@@ -23,6 +23,7 @@ COLS = 4096
 SHIPPED_POW2_UNROLL = elementwise.POW2_UNROLL
 SHIPPED_POW2_BOUNDS = elementwise.POW2_LAUNCH_BOUNDS
 SHIPPED_STATIONARY_BYTES = elementwise.STATIONARY_INPUT_BYTES
+SHIPPED_WAVES = dict(base.STATIONARY_WAVES)
 ORIGINAL_POW2 = base.ElementwisePlan._pow2_segments
 _SHIPPED_POLICIES: dict = {}
 
@@ -92,13 +93,13 @@ class Variant(NamedTuple):
     in_flight: int  # input bytes in flight per thread of the stationary loop
     vector_ops: frozenset  # ops whose last-axis channel kernels read their scales as vectors
     vector_policy: tuple[int, int, int]  # (threads, blocks per SM cap, unroll) of those
-    waves: int = 1  # waves of blocks of the stationary kernel's grid (plans.base.STATIONARY_WAVES)
+    waves: int | None = None  # waves of blocks of the stationary kernel's grid (None: plans.base.STATIONARY_WAVES)
 
     def label(self) -> str:
         vectors = "all" if self.vector_ops == ALL_OPS else ",".join(sorted(o.value for o in self.vector_ops)) or "none"
         return (f"unroll {self.unroll} (pow2 {self.pow2}), bounds {self.bounds}, {self.per_sm}/SM, policy "
                 f"{self.policy or 'shipped'}, prefetch {self.prefetch}, stationary {self.in_flight} B, vectors "
-                f"{vectors} {self.vector_policy}, {self.waves} stationary waves")
+                f"{vectors} {self.vector_policy}, {self.waves or 'shipped'} stationary waves")
 
 
 ALL_OPS = frozenset(elementwise.ElementwiseOp)
@@ -109,8 +110,7 @@ def shipped_variant() -> Variant:
                    SHIPPED_POW2_UNROLL, None, elementwise.POW2_PREFETCH, SHIPPED_STATIONARY_BYTES,
                    registry.CHANNEL_VECTOR_OPS, (registry.CHANNEL_VECTOR_POLICY.threads_per_block,
                                                                   registry.CHANNEL_VECTOR_POLICY.blocks_per_sm,
-                                                                  registry.CHANNEL_VECTOR_POLICY.unroll),
-                   base.STATIONARY_WAVES)
+                                                                  registry.CHANNEL_VECTOR_POLICY.unroll))
 
 
 def use_variant(v: Variant, original=base.stationary_blocks) -> None:
@@ -126,7 +126,7 @@ def use_variant(v: Variant, original=base.stationary_blocks) -> None:
     elementwise.CHANNEL_LAUNCH_BOUNDS = v.bounds
     elementwise.STATIONARY_LAUNCH_BOUNDS = (512, v.per_sm)
     base.stationary_blocks = original if v.stationary else (lambda blocks, *_: blocks)
-    base.STATIONARY_WAVES = v.waves
+    base.STATIONARY_WAVES = SHIPPED_WAVES if v.waves is None else {size: v.waves for size in (1, 2, 4, 8)}
     registry.CHANNEL_VECTOR_OPS = v.vector_ops
     registry.CHANNEL_VECTOR_POLICY = registry.LaunchPolicy(*v.vector_policy)
     elementwise.elementwise_kernel.cache_clear()
@@ -193,8 +193,7 @@ def main() -> None:
         # short blocks or on a resident grid
         # the stationary kernel's grid over several waves of shorter-lived blocks (its threads reload their
         # parameters once per block), at its launch bounds' 2 and 3 blocks per SM
-        "waves": [shipped._replace(waves=w, per_sm=p) for p in (2, 3) for w in (1, 2, 4, 8, 16)
-                  if (w, p) != (shipped.waves, shipped.per_sm)],
+        "waves": [shipped._replace(waves=w, per_sm=p) for p in (2, 3) for w in (1, 2, 4, 8, 16)],
         "vectors": [shipped._replace(vector_ops=o, vector_policy=p) for o, p in (
             (frozenset(), shipped.vector_policy), (ALL_OPS, (128, 4096, 1)), (ALL_OPS, (128, 1024, 2)),
             (ALL_OPS, (128, 512, 4)), (ALL_OPS, (256, 1024, 2)), (ALL_OPS, (512, 32, 2)))],

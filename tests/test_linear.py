@@ -392,15 +392,16 @@ def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch, 
 @pytest.mark.parametrize(("m", "k", "variant"), [(1, 4096, "fused"), (2, 8192, "fused"), (1, 4096, "two_launch"),
                                                (4, 4096, "two_launch"), (8, 4096, "two_launch"),
                                                (16, 4096, "two_launch"), (16, 8192, "two_launch")])
-def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, monkeypatch):
+def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant):
     """Layers chained on one stream with no sync: each call's ``x`` is the previous call's output (or a
     torch kernel's result from it), so a quantizer or fused kernel launched as a programmatic dependent
     that read ``x`` (or wrote the shared workspace) before the kernel before it completed would differ.
     Bit for bit against the same chain run one synchronized op at a time."""
     torch = pytest.importorskip("torch")
-    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.ops.common import clear_plan_cache, select_plan
     from baracuda_numba.plans import dynamic as plans_dynamic
     from baracuda_numba.plans import linear as plans
+    from baracuda_numba.vocabulary import ElementKind
 
     # the cases cover each launch rule both ways: the fused kernel's by K, the quantizer's by rows and
     # (16 rows) by the weight's bytes
@@ -426,7 +427,9 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, monkeyp
     with pytest.MonkeyPatch.context() as monkeypatch:
         _force_decode_variant(monkeypatch, variant)
         clear_plan_cache()
-        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, k, k, "bf16", "bf16"))
+        # the plan quantized_linear() itself selects (its cache), whose quantizer the chain launches
+        plan = select_plan(bn.QuantizedLinearPlan, bn.QuantizedLinearDescriptor(m, k, k, ElementKind.BF16,
+                                                                                  ElementKind.BF16, False))
         expected = "fused" if variant == "fused" else "skinny_vector"
         out = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
         assert plan.kernel_variant(bn.QuantizedLinearArgs(x0, weights[0], scales[0], out)) == expected

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import requires_gpu
 from hypothesis import given
 from hypothesis import strategies as st
 from test_per_tensor import assert_same, make_values
@@ -287,6 +288,37 @@ def test_last_axis_channels_thread_stationary_and_not(shape, dtype):
         assert launcher in (plan._launcher, plan._stationary_launcher)
         if SIMULATOR:  # a 2-block grid: stationary exactly where 8 or 16 divide the 32-thread stride
             assert (step_q == step_r == 0) == (period in (8, 16))
+
+
+@requires_gpu
+def test_gpu_stationary_grid_over_several_waves_matches_reference():
+    # bf16 along the last of 4096 channels: the thread-stationary kernel over more blocks than one resident
+    # wave (plans.base.STATIONARY_WAVES), each thread's parameters loaded once per block; every op
+    # against the float64 reference, the zero scale and +-inf / NaN included
+    from baracuda_numba.plans import base
+    from baracuda_numba.plans.base import sm_count
+
+    rng = np.random.default_rng(4096)
+    shape = (2048, 4096)
+    f = bn.element_kind("bfloat16").numpy_dtype
+    scales = rng.choice([0.5, 2.0**-6, 0.013, 0.1, 1.7], 4096).astype(np.float32)
+    scales[17] = 0
+    zps = rng.integers(-6, 6, 4096).astype(np.int32)
+    full_s, full_z = ref.expand_channels(scales, shape, 1), ref.expand_channels(zps, shape, 1)
+    x = (rng.standard_normal(shape) * 2).astype(np.float32).astype(f)
+    x[3, :3] = np.inf, -np.inf, np.nan
+    dy = rng.standard_normal(shape).astype(np.float32).astype(f)
+    q = bn.quantize_per_channel(x, scales, zps, 1)
+    assert_same(q, ref.quantize(x, full_s, full_z, -128, 127, np.int8))
+    assert_same(bn.dequantize_per_channel(q, scales, zps, 1, dtype="bfloat16"), ref.dequantize(q, full_s, full_z, f))
+    assert_same(bn.quantize_per_channel_backward(dy, x, scales, zps, 1),
+                ref.quantize_backward(dy, x, full_s, full_z, -128, 127))
+    assert base.STATIONARY_WAVES.get(2, 1) > 1
+    for plan in (bn.QuantizePerChannelPlan.select(bn.QuantizePerChannelDescriptor(shape, 1, -128, 127, "bf16", "s8")),
+                 bn.DequantizePerChannelPlan.select(bn.DequantizePerChannelDescriptor(shape, 1, "s8", "bf16"))):
+        blocks, step_q, step_r, launcher = plan._geometry(plan._n // plan._chunk, 0)
+        assert launcher is plan._stationary_launcher and step_q == step_r == 0
+        assert blocks > plan._resident_blocks * sm_count(0)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])

@@ -480,7 +480,8 @@ class ElementwisePlan(Plan):
             if nchunks and self._stationary_launcher is not None:
                 # One wave of resident threads, each looping over many chunks: a stationary thread
                 # loads G parameter triples once, which a 16-wave grid would repeat for ~4 chunks.
-                resident = self._resident_blocks * sm_count(device_id) * STATIONARY_WAVES
+                waves = STATIONARY_WAVES.get(max(e.itemsize for e in self._elements), 1)
+                resident = self._resident_blocks * sm_count(device_id) * waves
                 blocks = stationary_blocks(min(blocks, resident), policy.threads_per_block * self._chunk,
                                            seg_len * channels, policy.blocks_per_sm * sm_count(device_id))
             step_q, step_r = divmod(blocks * policy.threads_per_block * self._chunk, seg_len)
@@ -600,9 +601,14 @@ class ArrayScalePlan(ElementwisePlan):
         return scale, zero_point
 
 
-# Waves of blocks the thread-stationary channel kernel's grid spans (1: one resident wave, each thread
-# looping over its share; more: shorter-lived blocks, each thread loading its parameters once per block).
-STATIONARY_WAVES = 1
+# Waves of blocks the thread-stationary channel kernel's grid spans, by the bytes of the op's widest
+# element (1, the default: one resident wave, each thread looping over its share; more: shorter-lived
+# blocks, each thread loading its parameters once per block). H100, copy 2868-3007 GB/s, 2^28 elements
+# along the last of 4096 channels (benchmarks/tune_elementwise.py --variants waves, notes/membound-2026-11-23.md,
+# session 18): bf16 quantize / dequantize / quantize backward 91.6 / 89.1 / 95.2% of copy at 1 wave,
+# 95.4 / 89.7 / 95.6% at 4, 94.9 / 90.4 / 96.8% at 8, 95.1 / 89.9 / 97.7% at 16; f32 quantize 98.7% at
+# 1, 97.5-98.1% at 2-16 (its dequantize and backward take the channel-vector kernels).
+STATIONARY_WAVES: dict[int, int] = {2: 8}
 
 
 def stationary_blocks(blocks: int, chunk_elements_per_block: int, period: int, cap: int) -> int:
