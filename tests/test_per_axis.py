@@ -315,7 +315,7 @@ def test_gpu_stationary_grid_over_several_waves_matches_reference():
                 ref.quantize_backward(dy, x, full_s, full_z, -128, 127))
     assert base.STATIONARY_WAVES.get(2, 1) > 1
     for plan in (bn.QuantizePerChannelPlan.select(bn.QuantizePerChannelDescriptor(shape, 1, -128, 127, "bf16", "s8")),
-                 bn.DequantizePerChannelPlan.select(bn.DequantizePerChannelDescriptor(shape, 1, "s8", "bf16"))):
+                 bn.DequantizePerChannelPlan.select(bn.DequantizePerChannelDescriptor(shape, 1, "bf16", "s8"))):
         blocks, step_q, step_r, launcher = plan._geometry(plan._n // plan._chunk, 0)
         assert launcher is plan._stationary_launcher and step_q == step_r == 0
         assert blocks > plan._resident_blocks * sm_count(0)
