@@ -493,10 +493,11 @@ def test_remembered_launch_hands_the_driver_what_the_checked_path_does(mode, sco
     with pytest.MonkeyPatch.context() as monkeypatch:
         for module in (arrays, launch, base, dynamic_plans):
             monkeypatch.setattr(module, "SIMULATOR", False)
-        old = plan._launchers["segment"]
-        gpu = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types, old._shared_bytes)
-        gpu._functions[0] = 0xD00
-        plan._launchers["segment"] = gpu
+        for name in ("segment", "segment_dependent"):  # the plain / always-dependent launches of one kernel
+            old = plan._launchers[name]
+            gpu = launch.KernelLauncher(old._compile, old._n_arrays, old._scalar_types, old._shared_bytes)
+            gpu._functions[0] = 0xD00
+            plan._launchers[name] = gpu
         plan._install_segment_template()
         assert plan.fast_alignment() == 16
         driver = recording_driver()

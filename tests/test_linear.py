@@ -658,7 +658,8 @@ def _gpu_linear_plan(monkeypatch, plan):
         plan._variants[name] = (gpu_launcher(old, 0xF00 + i), tiles_m, blocks, threads)
     quantizer = getattr(plan, "_quantizer", None)
     if quantizer is not None:
-        quantizer._launchers["segment"] = gpu_launcher(quantizer._launchers["segment"], 0xE00)
+        for name in ("segment", "segment_dependent"):  # the plain / always-dependent launches of one kernel
+            quantizer._launchers[name] = gpu_launcher(quantizer._launchers[name], 0xE00)
         quantizer._install_segment_template()
     plan._install_fast_template()
     driver = recording_driver()
