@@ -236,9 +236,12 @@ class KernelLauncher:
 
             with self._lock, cuda.gpus[device_id]:
                 dispatcher = self._compile()
-                overload = next(iter(dispatcher.overloads.values()))
-                function = int(overload._codelibrary.get_cufunc().handle)
-                static = overload.shared_mem_per_block
+                if hasattr(dispatcher, "kernel_handle"):  # loaded outside numba's dispatcher (kernels.hopper)
+                    function, static = dispatcher.kernel_handle()
+                else:
+                    overload = next(iter(dispatcher.overloads.values()))
+                    function = int(overload._codelibrary.get_cufunc().handle)
+                    static = overload.shared_mem_per_block
                 if self._shared_bytes and static + self._shared_bytes > _DEFAULT_SHARED_LIMIT:
                     # The attribute belongs to the function, which several launchers (plans of other
                     # shapes) share: allow all the device can give, not this launcher's bytes, so

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..arrays import Operand, adapt, allocate_like, finish, sub_operand
 from ..errors import InvalidProblem, problem_message
+from ..kernels import hopper
 from ..kernels import linear as gemm
 from ..kernels.linear import (
     MAX_EXACT_K,
@@ -136,6 +137,10 @@ FUSED_MAX_SHARED = 160 * 1024
 # kernels/linear.py `_skinny`) trails the dependent two launches at every shape above (0.5-19 points), so
 # no decode shape selects it (0 tokens); it stays selectable here (up to SKINNY_M tokens) and tested.
 COOPERATIVE_MAX_M = 0
+# Prefill (M > SKINNY_MAX_M) with aligned operands on an sm_90 device runs the warpgroup GEMM
+# (kernels/hopper.py: wgmma from shared memory, sm_90a PTX loaded outside numba's dispatcher) instead of
+# the mma.sync pipeline. False: the pipelined kernel everywhere.
+HOPPER_GEMM = True
 _STREAM_WORKSPACES = 16  # per plan: the streams whose workspace a QuantizedLinearPlan keeps
 
 def _pointer_slots(arrays: int) -> slice:
@@ -228,6 +233,11 @@ class _LinearPlan(Plan):
                     shape.tile_m, shape.tile_n, shape.threads, shape.shared_bytes)
             variant("tiled", linear_kernel(out, desc.has_bias, per_tensor_rows), TILE_M, TILE_N, TILE_THREADS)
             self._aligned_variant = "pipelined" if desc.k % 16 == 0 else "tiled"
+            if desc.k % 16 == 0 and HOPPER_GEMM and hopper.hopper_available():
+                wide = hopper.wgmma_shape(desc.m, desc.n, _multiprocessors())
+                variant("wgmma", hopper.wgmma_kernel(out, desc.has_bias, per_tensor_rows, wide), wide.tile_m,
+                        wide.tile_n, wide.threads, wide.shared_bytes)
+                self._aligned_variant = "wgmma"
             self._other_variant = "tiled"
         self._fast_specs: tuple | None = None
         if not SIMULATOR:
