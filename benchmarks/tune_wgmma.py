@@ -29,6 +29,7 @@ from baracuda_numba.kernels import hopper
 from baracuda_numba.ops.common import clear_plan_cache
 from benchmarks.tune_linear import PREFILL, bit_equal, copy_gbs, expected_output, gemm_runner, graph_ms, problem
 
+SMALL = [(128, 4096, 4096), (256, 4096, 4096), (512, 4096, 4096), (1024, 4096, 4096), (512, 11008, 4096)]
 RAGGED = [(65, 264, 512), (333, 264, 208), (200, 336, 4096), (257, 4096, 11008), (129, 520, 144),
           (4096, 4096, 4096)]
 
@@ -118,7 +119,7 @@ def diagnose(shape: hopper.WgmmaShape) -> None:
 
 def timing(shapes, copy: float) -> list[dict]:
     rows = []
-    for m, n, k in PREFILL:
+    for m, n, k in PREFILL + SMALL:
         x, w, ws, _ = problem(m, n, k)
         r = bn.dynamic_range_quantize(x)
         xq, sx = r.q, r.scale.float()

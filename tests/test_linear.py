@@ -850,3 +850,72 @@ def test_gpu_op_fast_path_repeats_and_falls_back():
     assert torch.equal(y, expected)
     with pytest.raises(bn.InvalidProblem, match="act_scale"):
         bn.smoothquant_linear(act, w, ws, 0.0, bias=bias, dtype="bfloat16")
+
+
+def test_warpgroup_gemm_is_gpu_only():
+    """The wgmma kernel needs a real sm_90 device: the simulator keeps the mma.sync kernels, whose
+    definitions it runs; its shape rule takes the wide tile only where the waves stay full."""
+    from baracuda_numba.kernels import hopper
+
+    if SIMULATOR:
+        assert not hopper.hopper_available()
+        desc = bn.QuantizedLinearDescriptor(300, 264, 512, "f32", "f32", False)
+        assert "wgmma" not in bn.QuantizedLinearPlan.select(desc)._variants
+    wide, narrow = hopper.WGMMA, hopper.WGMMA_NARROW
+    assert hopper.wgmma_shape(2048, 11008, 132) == wide  # 688 tiles
+    assert hopper.wgmma_shape(128, 33792, 132) == wide  # 132 tiles: every SM has one
+    assert hopper.wgmma_shape(300, 264, 132) == narrow  # 6 wide tiles: most SMs idle
+    for shape in (wide, narrow):
+        assert shape.shared_bytes <= 227 * 1024 and shape.threads == 128 * shape.warpgroups
+        assert shape.shared_bytes - hopper.SLOT_ALIGNMENT >= 4 * shape.tile_m * (shape.tile_n + hopper.EPILOGUE_PAD)
+
+
+@requires_gpu
+@pytest.mark.parametrize(("m", "n", "k"), [
+    (65, 264, 512), (200, 336, 144), (129, 520, 4096),  # ragged: M, N past the tiles, K % 128 != 0
+    (257, 4096, 11008), (2048, 4096, 4096),  # the wide tile, several K steps
+])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_gpu_warpgroup_gemm_equals_pipelined_and_torch(m, n, k, dtype):
+    """On an sm_90 device prefill takes the wgmma kernel; its output is the mma.sync pipeline's bit for
+    bit (every output dtype, bias or not, per-token and per-tensor activation scales) and, but for
+    float64, torch's ``_int_mm`` followed by the separately rounded epilogue."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.kernels import hopper
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    if not hopper.hopper_available():
+        pytest.skip("wgmma needs compute capability 9.0")
+    tdtype = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    x = torch.randn(m, k, device="cuda", generator=g).to(tdtype)
+    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
+    bias = torch.randn(n, device="cuda", generator=g) if m % 2 else None
+    act = torch.randint(-127, 128, (m, k), device="cuda", generator=g, dtype=torch.int8)
+    element = bn.element_kind(dtype)
+
+    def outputs():
+        clear_plan_cache()
+        y = bn.quantized_linear(x, w, ws, bias=bias)
+        s = bn.smoothquant_linear(act, w, ws, 0.0123, bias=bias, dtype=dtype)
+        torch.cuda.synchronize()
+        return y, s
+
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, element, element, bias is not None))
+    out = torch.empty(m, n, device="cuda", dtype=tdtype)
+    assert plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, out, bias)) == "wgmma"
+    y, s = outputs()
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(plans, "HOPPER_GEMM", False)
+        y_pipelined, s_pipelined = outputs()
+    clear_plan_cache()
+    bits = {torch.float32: torch.int32, torch.float64: torch.int64}.get(tdtype, torch.int16)
+    assert torch.equal(y.view(bits), y_pipelined.view(bits)) and torch.equal(s.view(bits), s_pipelined.view(bits))
+    if dtype != "float64":  # torch's epilogue rounds in float32 before the float64 cast
+        assert torch.equal(y.view(bits), _torch_w8a8(torch, x, w, ws, bias).view(bits))
+        acc = torch._int_mm(act, w.t()) if m > 16 else (act.double() @ w.double().t()).to(torch.int32)
+        expected = (acc.float() * torch.tensor(0.0123, device="cuda")) * ws[None, :]
+        expected = (expected + bias[None, :] if bias is not None else expected).to(tdtype)
+        assert torch.equal(s.view(bits), expected.view(bits))

@@ -100,14 +100,11 @@ WGMMA_NARROW: WgmmaShape | None = WgmmaShape(tile_n=128, stages=5)
 
 
 def wgmma_shape(m: int, n: int, multiprocessors: int) -> WgmmaShape:
-    """The ``wgmma`` kernel's shape for an ``m x n`` output: ``WGMMA`` when its last wave of blocks
-    is at least 90 % full (one block per multiprocessor), else ``WGMMA_NARROW``."""
+    """The ``wgmma`` kernel's shape for an ``m x n`` output: ``WGMMA``, unless its tiles would not
+    give every multiprocessor a block (then ``WGMMA_NARROW``, twice the blocks)."""
     narrow = WGMMA_NARROW
-    if narrow is not None:
-        tiles = -(-m // WGMMA.tile_m) * -(-n // WGMMA.tile_n)
-        waves = -(-tiles // multiprocessors)
-        if tiles < 0.9 * waves * multiprocessors:
-            return narrow
+    if narrow is not None and -(-m // WGMMA.tile_m) * -(-n // WGMMA.tile_n) < multiprocessors:
+        return narrow
     return WGMMA
 
 
@@ -310,7 +307,7 @@ def _wgmma_gemm(store, shape: WgmmaShape):
     return kernel
 
 
-_PTX_TARGET = re.compile(r"^\.target sm_90$", re.MULTILINE)
+_PTX_TARGET = re.compile(r"^\.target sm_90a?$", re.MULTILINE)  # NVVM 7 ignores the "a", newer ones keep it
 _PTX_ENTRY = re.compile(r"^\.visible \.entry (\S+)\(", re.MULTILINE)
 
 
@@ -332,7 +329,7 @@ class HopperKernel:
                 ptx, _ = cuda.compile_ptx(self.py_func, self.signature, cc=(9, 0, "a"), **dict(self.options))
                 ptx, replaced = _PTX_TARGET.subn(".target sm_90a", ptx)
                 if replaced != 1:
-                    raise RuntimeError(f"{self.py_func.__name__}: no '.target sm_90' line to retarget in its PTX")
+                    raise RuntimeError(f"{self.py_func.__name__}: no '.target sm_90(a)' line to retarget in its PTX")
                 self._ptx = ptx
             return self._ptx
 
