@@ -47,8 +47,10 @@ def use(shape: hopper.WgmmaShape | None) -> None:
 
 
 def parse(text: str) -> hopper.WgmmaShape:
-    n, stages = text.split("x")
-    return hopper.WgmmaShape(tile_n=int(n), stages=int(stages))
+    """``NxS`` or ``NxSbB``: tile_n N, S stages, launch bounds of B blocks per multiprocessor."""
+    n, rest = text.split("x")
+    stages, _, blocks = rest.partition("b")
+    return hopper.WgmmaShape(tile_n=int(n), stages=int(stages), min_blocks=int(blocks or 1))
 
 
 def exactness(shapes) -> bool:

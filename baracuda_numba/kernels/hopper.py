@@ -70,6 +70,7 @@ class WgmmaShape:
     tile_n: int = 256
     stages: int = 4
     warpgroups: int = 2
+    min_blocks: int = 1  # launch bounds: blocks per multiprocessor the registers must allow
 
     @property
     def tile_m(self) -> int:
@@ -92,7 +93,7 @@ class WgmmaShape:
 
     @property
     def name(self) -> str:
-        return f"{self.tile_m}x{self.tile_n}_s{self.stages}"
+        return f"{self.tile_m}x{self.tile_n}_s{self.stages}" + (f"_b{self.min_blocks}" if self.min_blocks > 1 else "")
 
 
 WGMMA = WgmmaShape()
@@ -202,6 +203,55 @@ if not SIMULATOR:
         return wait
 
 
+    @intrinsic
+    def array_address(typingctx, array):
+        """The address of element 0 of a 1-D array."""
+        if not isinstance(array, types.Array):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.ptrtoint(context.make_array(sig.args[0])(context, builder, args[0]).data, _I64)
+
+        return types.uint64(array), codegen
+
+    @intrinsic
+    def load_s32x4(typingctx, array, index):
+        """Elements ``index .. index + 3`` of an int32 array (16-byte aligned) as one vector load."""
+        if not (isinstance(array, types.Array) and array.dtype == types.int32 and isinstance(index, types.Integer)):
+            return None
+        result = types.UniTuple(types.int32, 4)
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[0])(context, builder, args[0]).data
+            at = context.cast(builder, args[1], sig.args[1], types.int64)
+            pointer = builder.bitcast(builder.gep(data, [at]), ir.VectorType(_I32, 4).as_pointer())
+            vector = builder.load(pointer, align=16)
+            items = [builder.extract_element(vector, ir.Constant(_I32, i)) for i in range(4)]
+            return context.make_tuple(builder, result, items)
+
+        return result(array, index), codegen
+
+    @intrinsic
+    def store_16_bytes(typingctx, array, index, lo, hi):
+        """``lo`` then ``hi`` (uint64) stored as one 16-byte access at element ``index`` of a 1-D array
+        (16-byte aligned there)."""
+        if not (isinstance(array, types.Array) and isinstance(index, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[0])(context, builder, args[0]).data
+            at = context.cast(builder, args[1], sig.args[1], types.int64)
+            pointer = builder.bitcast(builder.gep(data, [at]), ir.VectorType(_I64, 2).as_pointer())
+            vector = ir.Constant(ir.VectorType(_I64, 2), ir.Undefined)
+            for i, (value, ty) in enumerate(((args[2], sig.args[2]), (args[3], sig.args[3]))):
+                vector = builder.insert_element(vector, context.cast(builder, value, ty, types.uint64),
+                                                ir.Constant(_I32, i))
+            builder.store(vector, pointer, align=16)
+            return context.get_dummy_value()
+
+        return types.void(array, index, lo, hi), codegen
+
+
 # Matrix descriptor of a K-major operand in the 128-byte swizzle: start address / 16 in bits 0-13,
 # leading byte offset 16 (unused by this layout) in bits 16-29, 1024 bytes between 8-row groups
 # (/ 16) in bits 32-45, swizzle mode 1 (128 bytes) in bits 62-63.
@@ -214,7 +264,7 @@ def descriptor(address):
     return ((_U64(address) & _U64(0x3FFFF)) >> _U64(4)) | _DESCRIPTOR_FIELDS
 
 
-def _wgmma_gemm(store, shape: WgmmaShape):
+def _wgmma_gemm(epilogue, out: ElementKind, shape: WgmmaShape):
     tile_m, tile_n, threads, stages = shape.tile_m, shape.tile_n, shape.threads, shape.stages
     slot_bytes, count = shape.slot_bytes, tile_n // 2
     pieces = ROW_BYTES // 16  # 16-byte copies per staged row
@@ -223,9 +273,22 @@ def _wgmma_gemm(store, shape: WgmmaShape):
     assert a_copies * rows_per_pass == tile_m and w_copies * rows_per_pass == tile_n
     assert rows_per_pass % 8 == 0, "a thread's rows keep one swizzle phase"
     parked_row = tile_n + EPILOGUE_PAD
+    store, row_param, column_params, encoded = (epilogue.store, epilogue.row_param, epilogue.column_params,
+                                                epilogue.encoded)
+    # 16-bit outputs: a thread stores 8 consecutive columns as one 16-byte vector
+    vector_columns = 8 if out.itemsize == 2 else 0
+    column_groups = tile_n // 8
+    rows_per_vector_pass = threads // column_groups
     mma, wait_one, wait_done = wgmma_s8(tile_n), wgmma_wait(1), wgmma_wait(0, count)
     wait_copies, wait_all = device.cp_async_wait_group(stages - 3), device.cp_async_wait_group(0)
     w_offset = ROW_BYTES * tile_m  # the weight rows follow the activation rows in a slot
+
+    @device_function
+    def encoded4(a0, a1, a2, a3, rs, cs, bs, j):
+        """Four 16-bit outputs of columns ``j .. j + 3`` of a thread's group packed in a word, lowest first."""
+        return (encoded(a0, rs, cs[j], bs[j]) | (encoded(a1, rs, cs[j + 1], bs[j + 1]) << _U64(16))
+                | (encoded(a2, rs, cs[j + 2], bs[j + 2]) << _U64(32))
+                | (encoded(a3, rs, cs[j + 3], bs[j + 3]) << _U64(48)))
 
     @device_function
     def start_copies(stage, slot, pairs, origin, row0, rows, step, k_pairs, row_in, piece, swizzle, copies):
@@ -299,10 +362,29 @@ def _wgmma_gemm(store, shape: WgmmaShape):
                 parked[at] = acc[4 * j + 2 * i]
                 parked[at + 1] = acc[4 * j + 2 * i + 1]
         cuda.syncthreads()
-        for index in range(tid, tile_m * tile_n, threads):
-            r, c = index // tile_n, index % tile_n
-            store(np.int64(parked[first + r * parked_row + c]), m_block + r, n_block + c, M, N, row_scale, col_scale,
-                  bias, out_elems, tensor_scale)
+        if vector_columns and N % 8 == 0 and array_address(out_elems) % 16 == 0:
+            # each thread keeps one group of 8 columns: their parameters are loaded once
+            group_index = tid % column_groups
+            n0 = n_block + 8 * group_index
+            cs = cuda.local.array(8, np.float32)
+            bs = cuda.local.array(8, np.float32)
+            for j in range(8):
+                cs[j], bs[j] = column_params(n0 + j, N, col_scale, bias)
+            if n0 < N:  # then all 8 are (N % 8 == 0)
+                for r in range(tid // column_groups, tile_m, rows_per_vector_pass):
+                    m = m_block + r
+                    if m < M:
+                        rs = row_param(m, row_scale, tensor_scale)
+                        at = first + r * parked_row + 8 * group_index
+                        a0, a1, a2, a3 = load_s32x4(parked, at)
+                        a4, a5, a6, a7 = load_s32x4(parked, at + 4)
+                        store_16_bytes(out_elems, m * N + n0, encoded4(a0, a1, a2, a3, rs, cs, bs, 0),
+                                       encoded4(a4, a5, a6, a7, rs, cs, bs, 4))
+        else:
+            for index in range(tid, tile_m * tile_n, threads):
+                r, c = index // tile_n, index % tile_n
+                store(np.int64(parked[first + r * parked_row + c]), m_block + r, n_block + c, M, N, row_scale,
+                      col_scale, bias, out_elems, tensor_scale)
 
     return kernel
 
@@ -358,11 +440,11 @@ def wgmma_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, shape:
     :func:`.linear.linear_kernel`'s ``pipelined`` kernel (16-byte aligned operands, ``K % 16 == 0``),
     ``shape.threads`` threads and ``shape.shared_bytes`` of dynamic shared memory per block."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
-    kernel = _wgmma_gemm(epilogue.store, shape)
+    kernel = _wgmma_gemm(epilogue, out, shape)
     row = "float64" if out is ElementKind.F64 and not per_tensor_rows else "float32"
     signature = (f"void(uint8[::1], uint64[::1], uint8[::1], uint64[::1], {row}[::1], float32[::1], float32[::1], "
                  f"{uint_name(out.itemsize)}[::1], int64, int64, int64, int64, boolean, float32)")
     kernel.__name__ = kernel.__qualname__ = (f"w8a8_gemm_wgmma_{shape.name}_{out.short}{'_bias' if has_bias else ''}"
                                              f"{'_tensor' if per_tensor_rows else '_token'}")
-    return HopperKernel(kernel, signature, (("launch_bounds", (shape.threads, 1)),))
+    return HopperKernel(kernel, signature, (("launch_bounds", (shape.threads, shape.min_blocks)),))
 

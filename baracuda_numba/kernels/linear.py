@@ -312,6 +312,7 @@ class Epilogue(NamedTuple):
     row_param: Any
     column_params: Any
     store_with: Any
+    encoded: Any
 
 
 def _epilogue(out: ElementKind, has_bias: bool, per_tensor_rows: bool) -> Epilogue:
@@ -329,13 +330,18 @@ def _epilogue(out: ElementKind, has_bias: bool, per_tensor_rows: bool) -> Epilog
         return cs, b
 
     @device_function
+    def encoded(acc_value, rs, cs, b):
+        """The output element's bits of ``(f32(acc) * rs) * cs (+ b)``."""
+        value = f32(acc_value) * rs * cs
+        if has_bias:
+            value = device.add_rn(value, b)
+        return encode(value)
+
+    @device_function
     def store_with(acc_value, rs, cs, b, m, n, M, N, out_elems):
         """``out[m, n] = (f32(acc) * rs) * cs (+ b)`` inside the matrix."""
         if m < M and n < N:
-            value = f32(acc_value) * rs * cs
-            if has_bias:
-                value = device.add_rn(value, b)
-            out_elems[m * N + n] = encode(value)
+            out_elems[m * N + n] = encoded(acc_value, rs, cs, b)
 
     @device_function
     def row_param(m, row_scale, tensor_scale):
@@ -349,7 +355,7 @@ def _epilogue(out: ElementKind, has_bias: bool, per_tensor_rows: bool) -> Epilog
             cs, b = column_params(n, N, col_scale, bias)
             store_with(acc_value, row_param(m, row_scale, tensor_scale), cs, b, m, n, M, N, out_elems)
 
-    return Epilogue(store, row_param, column_params, store_with)
+    return Epilogue(store, row_param, column_params, store_with, encoded)
 
 
 def _tiled(store):
@@ -672,7 +678,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     # staged, activations in global memory: both rows' pieces of every staged chunk
     x_words = max(4 * chunks_in_flight * staged, 1) if x_element is None or cooperative else 1
     outputs = -(-32 * slots // SKINNY_THREADS)  # outputs per thread (1 tile: half the threads store none)
-    _, row_param, column_params, store_with = epilogue
+    _, row_param, column_params, store_with, _ = epilogue
     vector_only = vector_only or x_element is not None  # the one-launch kernels take aligned operands only
 
     @device_function
