@@ -204,6 +204,7 @@ def test_empty_problems():
 # which kernel ran is checked.
 @pytest.mark.parametrize(("m", "n", "k", "skinny_chunks", "skinny_tiles", "variant"), [
     (70, 9, 272, 2, 1, "pipelined"),
+    (70, 9, 272, 2, 1, "wgmma"),  # sm_90 devices only
     (70, 9, 200, 2, 1, "tiled"),
     (17, 20, 208, 2, 2, "skinny_vector"),
     (1, 24, 2064, 2, 2, "skinny_vector"),  # 33 chunks: 3 iterations of 16
@@ -211,10 +212,14 @@ def test_empty_problems():
     (3, 37, 200, 4, 4, "skinny"),
 ])
 def test_gemm_variants_match_reference(monkeypatch, m, n, k, skinny_chunks, skinny_tiles, variant):
+    from baracuda_numba.kernels import hopper
     from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
+    if variant == "wgmma" and not hopper.hopper_available():
+        pytest.skip("wgmma needs a compute capability 9.0 GPU")
+    monkeypatch.setattr(plans, "HOPPER_GEMM", variant == "wgmma")  # else the mma.sync kernels, on a GPU too
     monkeypatch.setattr(gemm, "SKINNY_CHUNKS", skinny_chunks)
     monkeypatch.setattr(gemm, "VECTOR_CHUNKS", skinny_chunks)
     monkeypatch.setattr(plans, "FUSED_MAX_M", 0)  # the GEMM kernels themselves (x quantized first)
@@ -862,9 +867,11 @@ def test_warpgroup_gemm_is_gpu_only():
         desc = bn.QuantizedLinearDescriptor(300, 264, 512, "f32", "f32", False)
         assert "wgmma" not in bn.QuantizedLinearPlan.select(desc)._variants
     wide, narrow = hopper.WGMMA, hopper.WGMMA_NARROW
-    assert hopper.wgmma_shape(2048, 11008, 132) == wide  # 688 tiles
-    assert hopper.wgmma_shape(128, 33792, 132) == wide  # 132 tiles: every SM has one
-    assert hopper.wgmma_shape(300, 264, 132) == narrow  # 6 wide tiles: most SMs idle
+    # the H100 measurements the rule reproduces (session 19, tune_wgmma call 3: the faster of the two)
+    for m, n in ((4096, 4096), (2048, 4096), (2048, 11008), (1024, 4096)):
+        assert hopper.wgmma_shape(m, n, 132) == wide
+    for m, n in ((128, 4096), (256, 4096), (512, 4096), (512, 11008), (300, 264)):
+        assert hopper.wgmma_shape(m, n, 132) == narrow
     for shape in (wide, narrow):
         assert shape.shared_bytes <= 227 * 1024 and shape.threads == 128 * shape.warpgroups
         assert shape.shared_bytes - hopper.SLOT_ALIGNMENT >= 4 * shape.tile_m * (shape.tile_n + hopper.EPILOGUE_PAD)

@@ -53,7 +53,8 @@ from .device import device_function
 from .elementwise import uint_name
 from .linear import _epilogue
 
-__all__ = ["WgmmaShape", "WGMMA", "WGMMA_NARROW", "HopperKernel", "wgmma_kernel", "wgmma_shape", "hopper_available"]
+__all__ = ["WgmmaShape", "WGMMA", "WGMMA_NARROW", "NARROW_TILE_TIME", "HopperKernel", "wgmma_kernel", "wgmma_shape",
+           "hopper_available"]
 
 ROW_BYTES = 128  # k bytes of one staged row per step: the width of the 128-byte swizzle
 WARPGROUP_ROWS = 64
@@ -98,15 +99,25 @@ class WgmmaShape:
 
 WGMMA = WgmmaShape()
 WGMMA_NARROW: WgmmaShape | None = WgmmaShape(tile_n=128, stages=5)
+# A narrow block's run against a wide one's: half the tile at 885 against 1136 TOPS per SM at 4096^3
+# (H100, session 19, benchmarks/tune_wgmma.py call 3), so 0.5 * 1136 / 885.
+NARROW_TILE_TIME = 0.64
 
 
 def wgmma_shape(m: int, n: int, multiprocessors: int) -> WgmmaShape:
-    """The ``wgmma`` kernel's shape for an ``m x n`` output: ``WGMMA``, unless its tiles would not
-    give every multiprocessor a block (then ``WGMMA_NARROW``, twice the blocks)."""
+    """The ``wgmma`` kernel's shape for an ``m x n`` output: the one whose waves of blocks (one block
+    per multiprocessor) end first, a narrow block taking ``NARROW_TILE_TIME`` of a wide one.
+    Measured on an H100 (TOPS wide / narrow): M = 128, 256, 512 at N = 4096 140 / 209, 286 / 431,
+    602 / 882, M = 512 at N = 11008 718 / 768: narrow; M = 1024 at 4096 1156 / 890, M = 2048 at 4096 and
+    11008 1109 / 867 and 1044 / 885, 4096^2 1136 / 885: wide."""
     narrow = WGMMA_NARROW
-    if narrow is not None and -(-m // WGMMA.tile_m) * -(-n // WGMMA.tile_n) < multiprocessors:
-        return narrow
-    return WGMMA
+    if narrow is None:
+        return WGMMA
+
+    def waves(shape: WgmmaShape) -> int:
+        return -(-(-(-m // shape.tile_m) * -(-n // shape.tile_n)) // multiprocessors)
+
+    return narrow if NARROW_TILE_TIME * waves(narrow) < waves(WGMMA) else WGMMA
 
 
 def hopper_available() -> bool:
