@@ -275,6 +275,24 @@ def descriptor(address):
     return ((_U64(address) & _U64(0x3FFFF)) >> _U64(4)) | _DESCRIPTOR_FIELDS
 
 
+@functools.cache
+def _copier(copies: int, rows_per_pass: int):
+    """The device function starting a thread's ``copies`` 16-byte copies of one ``k`` step."""
+
+    @device_function
+    def start_copies(stage, slot, pairs, origin, first, row_stride, live_copies, step, k_ok):
+        """Copy ``i`` from global address ``first + i * row_stride`` (the thread's rows are ``rows_per_pass``
+        apart) plus the step's 128 bytes, into shared address ``slot`` plus ``i`` passes of rows; zeros for
+        copies past ``live_copies`` (rows past the matrix) and where ``k_ok`` is false (the piece past ``K``)."""
+        offset = _U64(ROW_BYTES) * _U64(step)
+        for i in range(copies):
+            valid = k_ok and i < live_copies
+            source = first + _U64(i) * row_stride + offset if valid else origin
+            device.cp_async_16_at(stage, slot + i * (ROW_BYTES * rows_per_pass), pairs, source, valid)
+
+    return start_copies
+
+
 def _wgmma_gemm(epilogue, out: ElementKind, shape: WgmmaShape):
     tile_m, tile_n, threads, stages = shape.tile_m, shape.tile_n, shape.threads, shape.stages
     slot_bytes, count = shape.slot_bytes, tile_n // 2
@@ -301,16 +319,7 @@ def _wgmma_gemm(epilogue, out: ElementKind, shape: WgmmaShape):
                 | (encoded(a2, rs, cs[j + 2], bs[j + 2]) << _U64(32))
                 | (encoded(a3, rs, cs[j + 3], bs[j + 3]) << _U64(48)))
 
-    @device_function
-    def start_copies(stage, slot, pairs, origin, row0, rows, step, k_pairs, row_in, piece, swizzle, copies):
-        """Start this thread's copies of step ``step`` of ``copies`` rows (``row_in + rows_per_pass i``
-        of the tile starting at global row ``row0``) into the slot rows at shared address ``slot``."""
-        k_ok = pieces * step + piece < k_pairs
-        for i in range(copies):
-            row = row_in + i * rows_per_pass
-            valid = k_ok and row0 + row < rows
-            source = origin + _U64(16) * _U64((row0 + row) * k_pairs + pieces * step + piece) if valid else origin
-            device.cp_async_16_at(stage, slot + ROW_BYTES * row + swizzle, pairs, source, valid)
+    start_a, start_w = _copier(a_copies, rows_per_pass), _copier(w_copies, rows_per_pass)
 
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
@@ -325,7 +334,13 @@ def _wgmma_gemm(epilogue, out: ElementKind, shape: WgmmaShape):
         base = (raw + (SLOT_ALIGNMENT - 1)) & ~np.uint32(SLOT_ALIGNMENT - 1)
         a_origin, w_origin = device.global_address(a_pairs), device.global_address(w_pairs)
         piece, row_in = tid % pieces, tid // pieces
-        swizzle = 16 * (piece ^ (row_in % 8))
+        # what a thread's copies add to a slot's address, and where its first rows start in global memory
+        into_slot = ROW_BYTES * row_in + 16 * (piece ^ (row_in % 8))
+        row_stride = _U64(rows_per_pass) * _U64(K)
+        a_first = a_origin + _U64(m_block + row_in) * _U64(K) + _U64(16 * piece)
+        w_first = w_origin + _U64(n_block + row_in) * _U64(K) + _U64(16 * piece)
+        a_live = (M - m_block - row_in + rows_per_pass - 1) // rows_per_pass
+        w_live = (N - n_block - row_in + rows_per_pass - 1) // rows_per_pass
         warpgroup = tid // 128
         k_pairs = K // 16  # this kernel runs only for K % 16 == 0 and 16-byte aligned operands
         steps = (K + ROW_BYTES - 1) // ROW_BYTES
@@ -334,10 +349,10 @@ def _wgmma_gemm(epilogue, out: ElementKind, shape: WgmmaShape):
         # steps 0 .. stages - 3 in flight before the first multiply; one commit group per step, empty
         # or zero-filled past K, so that the group count stays in step
         for step in range(stages - 2):
-            slot = base + step * slot_bytes
-            start_copies(stage, slot, a_pairs, a_origin, m_block, M, step, k_pairs, row_in, piece, swizzle, a_copies)
-            start_copies(stage, slot + w_offset, w_pairs, w_origin, n_block, N, step, k_pairs, row_in, piece, swizzle,
-                         w_copies)
+            slot = base + step * slot_bytes + into_slot
+            k_ok = pieces * step + piece < k_pairs
+            start_a(stage, slot, a_pairs, a_origin, a_first, row_stride, a_live, step, k_ok)
+            start_w(stage, slot + w_offset, w_pairs, w_origin, w_first, row_stride, w_live, step, k_ok)
             device.cp_async_commit()
         for step in range(steps):
             # this thread's copies of `step` have landed (fenced for the tensor cores' reads); after
@@ -347,10 +362,10 @@ def _wgmma_gemm(epilogue, out: ElementKind, shape: WgmmaShape):
             fence_proxy_async()
             cuda.syncthreads()
             ahead = step + stages - 2
-            slot = base + (ahead % stages) * slot_bytes
-            start_copies(stage, slot, a_pairs, a_origin, m_block, M, ahead, k_pairs, row_in, piece, swizzle, a_copies)
-            start_copies(stage, slot + w_offset, w_pairs, w_origin, n_block, N, ahead, k_pairs, row_in, piece, swizzle,
-                         w_copies)
+            slot = base + (ahead % stages) * slot_bytes + into_slot
+            k_ok = pieces * ahead + piece < k_pairs
+            start_a(stage, slot, a_pairs, a_origin, a_first, row_stride, a_live, ahead, k_ok)
+            start_w(stage, slot + w_offset, w_pairs, w_origin, w_first, row_stride, w_live, ahead, k_ok)
             device.cp_async_commit()
             current = base + (step % stages) * slot_bytes
             desc_a = descriptor(current + ROW_BYTES * WARPGROUP_ROWS * warpgroup)
