@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import traceback
 from collections import Counter
@@ -163,11 +164,40 @@ def sass(shapes, out_dir: Path) -> None:
                                                   if "Used" in line or "spill" in line or "arn" in line), flush=True)
         text = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True).stdout
         (out_dir / f"wgmma_{shape.name}.sass").write_text(text)
-        ops = Counter(line.split()[1].split(".")[0] for line in text.splitlines()
-                      if line.strip().startswith("/*") and len(line.split()) > 1 and "*/" in line)
-        mix = {op: ops[op] for op in ("HGMMA", "IGMMA", "IMMA", "LDGSTS", "LDSM", "BAR", "WARPGROUP", "LDG", "STG",
-                                      "STS", "LDS") if ops.get(op)}
-        print(f"sass {shape.name}: {mix}", flush=True)
+        print(f"sass {shape.name}: kernel {mix_of(instructions(text))}; main loop {main_loop(text)}", flush=True)
+
+
+def instructions(text: str) -> list[tuple[int, str]]:
+    """``(address, instruction)`` of every SASS line (predicate dropped)."""
+    found = []
+    for line in text.splitlines():
+        match = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if match:
+            words = match.group(2).split()
+            if words and words[0].startswith("@"):
+                words = words[1:]
+            if words:
+                found.append((int(match.group(1), 16), " ".join(words)))
+    return found
+
+
+def mix_of(body: list[tuple[int, str]]) -> dict:
+    ops = Counter(op.split()[0].split(".")[0] for _, op in body)
+    keep = ("HGMMA", "IGMMA", "IMMA", "LDGSTS", "LDSM", "BAR", "WARPGROUP", "DEPBAR", "LDG", "STG", "STS", "LDS")
+    return {op: ops[op] for op in keep if ops.get(op)} | {"instructions": len(body)}
+
+
+def main_loop(text: str) -> dict:
+    """The mix of the innermost backward branch's body that holds the IGMMAs (the k loop)."""
+    code = instructions(text)
+    best = None
+    for address, op in code:
+        match = re.match(r"BRA (?:\S+ )?0x([0-9a-f]+)", op)
+        if match and int(match.group(1), 16) < address:
+            body = [(a, o) for a, o in code if int(match.group(1), 16) <= a <= address]
+            if any(o.startswith("IGMMA") for _, o in body) and (best is None or len(body) < len(best)):
+                best = body
+    return mix_of(best) if best else {}
 
 
 def main() -> None:

@@ -867,7 +867,7 @@ def test_warpgroup_gemm_is_gpu_only():
         desc = bn.QuantizedLinearDescriptor(300, 264, 512, "f32", "f32", False)
         assert "wgmma" not in bn.QuantizedLinearPlan.select(desc)._variants
     wide, narrow = hopper.WGMMA, hopper.WGMMA_NARROW
-    # the H100 measurements the rule reproduces (session 19, tune_wgmma call 3: the faster of the two)
+    # the H100 measurements the rule reproduces (session 19, tune_wgmma calls 3 and 5: the faster of the two)
     for m, n in ((4096, 4096), (2048, 4096), (2048, 11008), (1024, 4096)):
         assert hopper.wgmma_shape(m, n, 132) == wide
     for m, n in ((128, 4096), (256, 4096), (512, 4096), (512, 11008), (300, 264)):

@@ -99,17 +99,17 @@ class WgmmaShape:
 
 WGMMA = WgmmaShape()
 WGMMA_NARROW: WgmmaShape | None = WgmmaShape(tile_n=128, stages=5)
-# A narrow block's run against a wide one's: half the tile at 885 against 1136 TOPS per SM at 4096^3
-# (H100, session 19, benchmarks/tune_wgmma.py call 3), so 0.5 * 1136 / 885.
-NARROW_TILE_TIME = 0.64
+# A narrow block's run against a wide one's: half the tile at 921 against 1138 TOPS per SM at 4096^3
+# (H100, session 19, benchmarks/tune_wgmma.py call 5), so 0.5 * 1138 / 921.
+NARROW_TILE_TIME = 0.62
 
 
 def wgmma_shape(m: int, n: int, multiprocessors: int) -> WgmmaShape:
     """The ``wgmma`` kernel's shape for an ``m x n`` output: the one whose waves of blocks (one block
     per multiprocessor) end first, a narrow block taking ``NARROW_TILE_TIME`` of a wide one.
-    Measured on an H100 (TOPS wide / narrow): M = 128, 256, 512 at N = 4096 140 / 209, 286 / 431,
-    602 / 882, M = 512 at N = 11008 718 / 768: narrow; M = 1024 at 4096 1156 / 890, M = 2048 at 4096 and
-    11008 1109 / 867 and 1044 / 885, 4096^2 1136 / 885: wide."""
+    Measured on an H100 (TOPS wide / narrow, K = 4096, call 5): M = 128, 256, 512 at N = 4096 135 / 220,
+    287 / 488, 602 / 960, M = 512 at N = 11008 734 / 820: narrow; M = 1024 at 4096 1165 / 944, M = 2048
+    at 4096 and 11008 1132 / 924 and 1076 / 942, 4096^2 1138 / 921: wide."""
     narrow = WGMMA_NARROW
     if narrow is None:
         return WGMMA
