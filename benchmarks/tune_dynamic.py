@@ -89,7 +89,10 @@ VARIANTS = {  # name -> TUNING fields (the rest default); staged last: the riski
                             resident_min_blocks=2),
 }
 # variants that set module constants of kernels.dynamic instead (its kernels rebuilt under them)
-MODULE_VARIANTS = {"tensor cached stores": {"TENSOR_STREAMING_STORES": False}}
+MODULE_VARIANTS = {"tensor cached stores": {"TENSOR_STREAMING_STORES": False},
+                   "load hint": {"LOAD_HINT": True},
+                   "segment cs stores": {"SEGMENT_STREAMING_STORES": True},
+                   "hint + cs stores": {"LOAD_HINT": True, "SEGMENT_STREAMING_STORES": True}}
 VARIANTS.update({name: {} for name in MODULE_VARIANTS})
 SEGMENT_CASES = ("token", "token_asym", "group128", "token_e4m3")
 FAMILY_CASES = {"res": SEGMENT_CASES, "stg": SEGMENT_CASES, "tensor": ("tensor",),

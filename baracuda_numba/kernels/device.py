@@ -56,6 +56,9 @@ unsigned integers (Numba types that mix as float64).
   (``[threads, 6]`` int32), so every thread of the block must call it alike.
 - ``load_u64x2(words, c)`` / ``store_u64x2(words, c, lo, hi)``: words ``2c`` and ``2c + 1`` of a
   uint64 array as one 16-byte access (``ld/st.global.v2.u64``; numba never emits these itself).
+- ``load_u64x2_streaming(words, c)``: the same words through the read-only path, not kept in L1 and with
+  256-byte L2 prefetch (``ld.global.nc.L1::no_allocate.L2::256B.v2.u64``): for inputs no kernel writes
+  while the reading kernel runs.
 - ``vector_copy(count)``: the device function ``copy(dst, at, src, i)`` that reads ``src[i .. i + count)``
   (a global array) as one vector access and writes it into ``dst[at .. at + count)``, a local array (which NVVM keeps
   in registers where its indices are constant). The address of ``src[i]`` must be a multiple of
@@ -309,6 +312,8 @@ if SIMULATOR:
 
     def load_u64x2(words, c):
         return words[2 * c], words[2 * c + 1]
+
+    load_u64x2_streaming = load_u64x2  # a cache hint: the same words
 
     @functools.cache
     def vector_copy(count: int):
@@ -662,6 +667,23 @@ else:
             vector = builder.load(pointer, align=16)
             pair = [builder.extract_element(vector, ir.Constant(ir.IntType(32), i)) for i in (0, 1)]
             return context.make_tuple(builder, sig.return_type, pair)
+
+        return types.UniTuple(types.uint64, 2)(words, c), codegen
+
+    @intrinsic
+    def load_u64x2_streaming(typingctx, words, c):
+        if not (isinstance(words, types.Array) and words.dtype == types.uint64 and isinstance(c, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            array, chunk = args
+            data = context.make_array(words)(context, builder, array).data
+            index = builder.mul(_to_i64(builder, chunk, c), ir.Constant(_I64, 2))
+            address = builder.ptrtoint(builder.gep(data, [index]), _I64)
+            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I64, _I64]), [_I64]),
+                               "ld.global.nc.L1::no_allocate.L2::256B.v2.u64 {$0, $1}, [$2];", "=l,=l,l")
+            pair = builder.call(asm, [address])
+            return context.make_tuple(builder, sig.return_type, [builder.extract_value(pair, i) for i in (0, 1)])
 
         return types.UniTuple(types.uint64, 2)(words, c), codegen
 

@@ -73,6 +73,10 @@ KEEP_CHUNKS = 4  # chunks per lane in registers: kept between the passes, and lo
 # The tensor scope's quantize pass stores with the streaming (evict-first) cache operator, so that its
 # output leaves L2 before the tail of x that the partial pass left there and this pass reads first.
 TENSOR_STREAMING_STORES = True
+# Measured knobs (session 19): x read through the read-only path with 256-byte L2 prefetch, and the
+# segment kernels' (token, group) quantized chunks stored with the streaming cache operator.
+LOAD_HINT = False
+SEGMENT_STREAMING_STORES = False
 
 
 @dataclass(frozen=True)
@@ -237,7 +241,11 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     o_encode = codec(out, precision).encode
     a_bits, o_bits = 8 * a.itemsize, 8 * out.itemsize
     a_load, _ = chunk_io(G * a.itemsize)
+    if LOAD_HINT and G * a.itemsize == 16:
+        a_load = device.load_u64x2_streaming
     _, o_store = chunk_io(G * out.itemsize)
+    if SEGMENT_STREAMING_STORES:
+        o_store = device.streaming_store(G * out.itemsize)
     tensor_store = device.streaming_store(G * out.itemsize) if TENSOR_STREAMING_STORES else o_store
     quantize = op_functions(precision, out if fp8 else None)[ElementwiseOp.QUANTIZE]
     reciprocal, shuffle_xor = device.reciprocal, device.shuffle_xor
