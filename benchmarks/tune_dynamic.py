@@ -74,6 +74,11 @@ VARIANTS = {  # name -> TUNING fields (the rest default); staged last: the riski
     "res k8 t128": dict(resident_keep=8, resident_threads=128),
     "res k2 t256 lb5": dict(resident_keep=2, resident_threads=256, resident_min_blocks=5),
     "res k4 t128 lb10": dict(resident_keep=4, resident_threads=128, resident_min_blocks=10),
+    # the resident grid's cap: at 72 registers 7 blocks of 128 threads fit an SM, so 7 / SM is one wave
+    # with no tail (the default 32 / SM makes 4.6 waves, ncu session 19)
+    "res 7/SM": dict(resident_blocks_per_sm=7),
+    "res 14/SM": dict(resident_blocks_per_sm=14),
+    "res 21/SM": dict(resident_blocks_per_sm=21),
     "tensor 2/8": dict(tensor_partial_blocks_per_sm=2, tensor_quantize_blocks_per_sm=8),
     "tensor 8/8": dict(tensor_partial_blocks_per_sm=8, tensor_quantize_blocks_per_sm=8),
     "tensor 4/16": dict(tensor_partial_blocks_per_sm=4, tensor_quantize_blocks_per_sm=16),
@@ -97,7 +102,8 @@ VARIANTS.update({name: {} for name in MODULE_VARIANTS})
 SEGMENT_CASES = ("token", "token_asym", "group128", "token_e4m3")
 FAMILY_CASES = {"res": SEGMENT_CASES, "stg": SEGMENT_CASES, "tensor": ("tensor",),
                 "columns": ("channel0", "channel0_asym")}  # what each variant family changes
-CHECKED_IN = ("default", "res k2 t256", "res k8 t128", "stg k2 t256 lb4")  # variants that also run the CHECKED shapes
+CHECKED_IN = ("default", "res k2 t256", "res k8 t128", "stg k2 t256 lb4",
+              "res 7/SM", "res 14/SM", "res 21/SM")  # variants that also run the CHECKED shapes
 
 
 def special_input(shape, dtype, seed: int) -> torch.Tensor:
