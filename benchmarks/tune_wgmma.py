@@ -28,7 +28,16 @@ import torch
 import baracuda_numba as bn
 from baracuda_numba.kernels import hopper
 from baracuda_numba.ops.common import clear_plan_cache
-from benchmarks.tune_linear import PREFILL, bit_equal, copy_gbs, expected_output, gemm_runner, graph_ms, problem
+from benchmarks.tune_linear import (
+    PREFILL,
+    bit_equal,
+    copy_gbs,
+    expected_output,
+    gemm_runner,
+    graph_ms,
+    prefill_problem,
+    problem,
+)
 
 SMALL = [(128, 4096, 4096), (256, 4096, 4096), (512, 4096, 4096), (1024, 4096, 4096), (512, 11008, 4096)]
 RAGGED = [(65, 264, 512), (333, 264, 208), (200, 336, 4096), (257, 4096, 11008), (129, 520, 144),
@@ -123,15 +132,10 @@ def diagnose(shape: hopper.WgmmaShape) -> None:
 def timing(shapes, copy: float) -> list[dict]:
     rows = []
     for m, n, k in PREFILL + SMALL:
-        x, w, ws, _ = problem(m, n, k)
-        r = bn.dynamic_range_quantize(x)
-        xq, sx = r.q, r.scale.float()
+        xq, sx, w, ws, raw_tops, epi_tops = prefill_problem(m, n, k)
         flops = 2 * m * n * k
-        raw_ms = graph_ms(lambda xq=xq, w=w: torch._int_mm(xq, w.t()))
-        epi_ms = graph_ms(lambda xq=xq, w=w, sx=sx, ws=ws: (torch._int_mm(xq, w.t()).float() * sx[:, None]
-                                                             * ws[None, :]).to(torch.bfloat16))
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        row = {"shape": f"{m}x{n}x{k}", "int_mm": flops / raw_ms / 1e9, "int_mm_epi": flops / epi_ms / 1e9}
+        row = {"shape": f"{m}x{n}x{k}", "int_mm": raw_tops, "int_mm_epi": epi_tops}
         use(None)
         row["pipelined"] = flops / graph_ms(gemm_runner(xq, sx, w, ws, None, out)) / 1e9
         for shape in shapes:

@@ -285,6 +285,18 @@ def test_staging_weight_in_shared_memory_matches_reference(monkeypatch, variant,
     clear_plan_cache()
 
 
+def _gpu_linear_problem(torch, m, n, k, tdtype):
+    """Random CUDA operands of an ``m x n x k`` linear (seeded by the shape): ``x`` in ``tdtype``, an int8
+    weight, its scales, a bias for odd ``m`` (else None) and an int8 activation for SmoothQuant."""
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    x = torch.randn(m, k, device="cuda", generator=g).to(tdtype)
+    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
+    bias = torch.randn(n, device="cuda", generator=g) if m % 2 else None
+    act = torch.randint(-127, 128, (m, k), device="cuda", generator=g, dtype=torch.int8)
+    return x, w, ws, bias, act
+
+
 def _torch_w8a8(torch, x, w, ws, bias):
     """``quantized_linear`` in torch ops, each rounded on its own: per-token quantize (our dynamic
     quantizer, itself tested against torch), exact int32 products, then the float32 epilogue."""
@@ -308,11 +320,7 @@ def _torch_w8a8(torch, x, w, ws, bias):
 def test_gpu_bit_identical_to_torch_ops(m, n, k, dtype):
     torch = pytest.importorskip("torch")
     tdtype = getattr(torch, dtype)
-    g = torch.Generator(device="cuda").manual_seed(m + n + k)
-    x = torch.randn(m, k, device="cuda", generator=g).to(tdtype)
-    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
-    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
-    bias = torch.randn(n, device="cuda", generator=g) if m % 2 else None
+    x, w, ws, bias, _ = _gpu_linear_problem(torch, m, n, k, tdtype)
     y = bn.quantized_linear(x, w, ws, bias=bias)
     bits = torch.int32 if dtype == "float32" else torch.int16
     assert torch.equal(y.view(bits), _torch_w8a8(torch, x, w, ws, bias).view(bits))
@@ -895,12 +903,7 @@ def test_gpu_warpgroup_gemm_equals_pipelined_and_torch(m, n, k, dtype):
     if not hopper.hopper_available():
         pytest.skip("wgmma needs compute capability 9.0")
     tdtype = getattr(torch, dtype)
-    g = torch.Generator(device="cuda").manual_seed(m + n + k)
-    x = torch.randn(m, k, device="cuda", generator=g).to(tdtype)
-    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
-    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
-    bias = torch.randn(n, device="cuda", generator=g) if m % 2 else None
-    act = torch.randint(-127, 128, (m, k), device="cuda", generator=g, dtype=torch.int8)
+    x, w, ws, bias, act = _gpu_linear_problem(torch, m, n, k, tdtype)
     element = bn.element_kind(dtype)
 
     def outputs():

@@ -654,16 +654,32 @@ else:
 
     _U64x2 = ir.VectorType(_I64, 2)
 
+    def element_pointer(context, builder, array_type, array, index):
+        """The LLVM pointer to element ``index`` (an i64) of a numba array value."""
+        return builder.gep(context.make_array(array_type)(context, builder, array).data, [index])
+
+    def store_pair(context, builder, pointer, low, low_type, high, high_type):
+        """``low`` then ``high`` (integers, widened to 64 bits) stored as one 16-byte vector at ``pointer``."""
+        vector = ir.Constant(_U64x2, ir.Undefined)
+        vector = builder.insert_element(vector, _to_i64(builder, low, low_type), ir.Constant(ir.IntType(32), 0))
+        vector = builder.insert_element(vector, _to_i64(builder, high, high_type), ir.Constant(ir.IntType(32), 1))
+        builder.store(vector, builder.bitcast(pointer, _U64x2.as_pointer()), align=16)
+
+    def _pair(context, builder, words, array, chunk, c):
+        """The pointer to uint64 pair ``chunk`` (words ``2 chunk``, ``2 chunk + 1``) of ``array``."""
+        return element_pointer(context, builder, words, array, builder.mul(_to_i64(builder, chunk, c),
+                                                                           ir.Constant(_I64, 2)))
+
+    def _is_pair_access(words, c) -> bool:
+        return isinstance(words, types.Array) and words.dtype == types.uint64 and isinstance(c, types.Integer)
+
     @intrinsic
     def load_u64x2(typingctx, words, c):
-        if not (isinstance(words, types.Array) and words.dtype == types.uint64 and isinstance(c, types.Integer)):
+        if not _is_pair_access(words, c):
             return None
 
         def codegen(context, builder, sig, args):
-            array, chunk = args
-            data = context.make_array(words)(context, builder, array).data
-            index = builder.mul(_to_i64(builder, chunk, c), ir.Constant(_I64, 2))
-            pointer = builder.bitcast(builder.gep(data, [index]), _U64x2.as_pointer())
+            pointer = builder.bitcast(_pair(context, builder, words, args[0], args[1], c), _U64x2.as_pointer())
             vector = builder.load(pointer, align=16)
             pair = [builder.extract_element(vector, ir.Constant(ir.IntType(32), i)) for i in (0, 1)]
             return context.make_tuple(builder, sig.return_type, pair)
@@ -672,14 +688,11 @@ else:
 
     @intrinsic
     def load_u64x2_streaming(typingctx, words, c):
-        if not (isinstance(words, types.Array) and words.dtype == types.uint64 and isinstance(c, types.Integer)):
+        if not _is_pair_access(words, c):
             return None
 
         def codegen(context, builder, sig, args):
-            array, chunk = args
-            data = context.make_array(words)(context, builder, array).data
-            index = builder.mul(_to_i64(builder, chunk, c), ir.Constant(_I64, 2))
-            address = builder.ptrtoint(builder.gep(data, [index]), _I64)
+            address = builder.ptrtoint(_pair(context, builder, words, args[0], args[1], c), _I64)
             asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I64, _I64]), [_I64]),
                                "ld.global.nc.L1::no_allocate.L2::256B.v2.u64 {$0, $1}, [$2];", "=l,=l,l")
             pair = builder.call(asm, [address])
@@ -715,18 +728,11 @@ else:
 
     @intrinsic
     def store_u64x2(typingctx, words, c, lo, hi):
-        if not (isinstance(words, types.Array) and words.dtype == types.uint64 and isinstance(c, types.Integer)):
+        if not _is_pair_access(words, c):
             return None
 
         def codegen(context, builder, sig, args):
-            array, chunk, low, high = args
-            data = context.make_array(words)(context, builder, array).data
-            index = builder.mul(_to_i64(builder, chunk, c), ir.Constant(_I64, 2))
-            pointer = builder.bitcast(builder.gep(data, [index]), _U64x2.as_pointer())
-            vector = ir.Constant(_U64x2, ir.Undefined)
-            vector = builder.insert_element(vector, _to_i64(builder, low, lo), ir.Constant(ir.IntType(32), 0))
-            vector = builder.insert_element(vector, _to_i64(builder, high, hi), ir.Constant(ir.IntType(32), 1))
-            builder.store(vector, pointer, align=16)
+            store_pair(context, builder, _pair(context, builder, words, args[0], args[1], c), args[2], lo, args[3], hi)
             return context.get_dummy_value()
 
         return types.void(words, c, lo, hi), codegen
@@ -812,7 +818,9 @@ else:
 
         return types.void(stage, c, words, s, valid), codegen
 
-    def _asm_statement(text: str):
+    def asm_statement(text: str):
+        """An intrinsic issuing the PTX statement ``text`` with no operands (ordered as a memory access)."""
+
         @intrinsic
         def statement(typingctx):
             def codegen(context, builder, sig, args):
@@ -824,12 +832,12 @@ else:
 
         return statement
 
-    cp_async_commit = _asm_statement("cp.async.commit_group;")
+    cp_async_commit = asm_statement("cp.async.commit_group;")
 
     def cp_async_wait_group(n: int):
-        return _asm_statement(f"cp.async.wait_group {int(n)};")
+        return asm_statement(f"cp.async.wait_group {int(n)};")
 
-    grid_dependency_wait = _asm_statement("griddepcontrol.wait;")
+    grid_dependency_wait = asm_statement("griddepcontrol.wait;")
 
     @intrinsic
     def global_timer(typingctx):
@@ -838,7 +846,7 @@ else:
             return builder.call(asm, [])
 
         return types.uint64(), codegen
-    launch_dependents = _asm_statement("griddepcontrol.launch_dependents;")
+    launch_dependents = asm_statement("griddepcontrol.launch_dependents;")
 
     @intrinsic
     def prefetch_l2(typingctx, words, c):

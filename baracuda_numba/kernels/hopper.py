@@ -135,23 +135,22 @@ if not SIMULATOR:
     _I32 = ir.IntType(32)
     _I64 = ir.IntType(64)
 
-    def _statement(text: str):
-        """An intrinsic issuing one PTX statement with no operands (ordered as a memory access)."""
+    wgmma_fence = device.asm_statement("wgmma.fence.sync.aligned;")
+    wgmma_commit = device.asm_statement("wgmma.commit_group.sync.aligned;")
+    fence_proxy_async = device.asm_statement("fence.proxy.async.shared::cta;")
 
-        @intrinsic
-        def statement(typingctx):
-            def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True)
-                builder.call(asm, [])
-                return context.get_dummy_value()
-
-            return types.void(), codegen
-
-        return statement
-
-    wgmma_fence = _statement("wgmma.fence.sync.aligned;")
-    wgmma_commit = _statement("wgmma.commit_group.sync.aligned;")
-    fence_proxy_async = _statement("fence.proxy.async.shared::cta;")
+    def _through_accumulators(context, builder, sig, array, count, text, constraints, leading=()):
+        """Call the inline PTX ``text`` on the ``count`` registers of the local int32 array ``array`` (tied
+        outputs, after the ``leading`` operands) and store them back."""
+        data = context.make_array(sig.args[0])(context, builder, array).data
+        slots = [builder.gep(data, [ir.Constant(_I64, i)]) for i in range(count)]
+        values = [builder.load(slot) for slot in slots]
+        struct = ir.LiteralStructType([_I32] * count)
+        asm = ir.InlineAsm(ir.FunctionType(struct, [v.type for v in leading] + [_I32] * count), text, constraints,
+                           side_effect=True)
+        out = builder.call(asm, [*leading, *values])
+        for i, slot in enumerate(slots):
+            builder.store(builder.extract_value(out, i), slot)
 
     @functools.cache
     def wgmma_s8(tile_n: int):
@@ -169,15 +168,8 @@ if not SIMULATOR:
                 return None
 
             def codegen(context, builder, sig, args):
-                data = context.make_array(sig.args[0])(context, builder, args[0]).data
-                slots = [builder.gep(data, [ir.Constant(_I64, i)]) for i in range(count)]
-                values = [builder.load(slot) for slot in slots]
-                struct = ir.LiteralStructType([_I32] * count)
-                asm = ir.InlineAsm(ir.FunctionType(struct, [_I64, _I64, _I32] + [_I32] * count), text, constraints,
-                                   side_effect=True)
-                out = builder.call(asm, [args[1], args[2], ir.Constant(_I32, 1), *values])
-                for i, slot in enumerate(slots):
-                    builder.store(builder.extract_value(out, i), slot)
+                _through_accumulators(context, builder, sig, args[0], count, text, constraints,
+                                      (args[1], args[2], ir.Constant(_I32, 1)))
                 return context.get_dummy_value()
 
             return types.void(acc, desc_a, desc_b), codegen
@@ -190,7 +182,7 @@ if not SIMULATOR:
         of that length and passes its registers through, so that no read of them moves above it."""
         text = f"wgmma.wait_group.sync.aligned {pending};"
         if not count:
-            return _statement(text)
+            return device.asm_statement(text)
         constraints = ",".join(["=r"] * count + [str(i) for i in range(count)]) + ",~{memory}"
 
         @intrinsic
@@ -199,14 +191,7 @@ if not SIMULATOR:
                 return None
 
             def codegen(context, builder, sig, args):
-                data = context.make_array(sig.args[0])(context, builder, args[0]).data
-                slots = [builder.gep(data, [ir.Constant(_I64, i)]) for i in range(count)]
-                values = [builder.load(slot) for slot in slots]
-                struct = ir.LiteralStructType([_I32] * count)
-                asm = ir.InlineAsm(ir.FunctionType(struct, [_I32] * count), text, constraints, side_effect=True)
-                out = builder.call(asm, values)
-                for i, slot in enumerate(slots):
-                    builder.store(builder.extract_value(out, i), slot)
+                _through_accumulators(context, builder, sig, args[0], count, text, constraints)
                 return context.get_dummy_value()
 
             return types.void(acc), codegen
@@ -233,10 +218,9 @@ if not SIMULATOR:
         result = types.UniTuple(types.int32, 4)
 
         def codegen(context, builder, sig, args):
-            data = context.make_array(sig.args[0])(context, builder, args[0]).data
             at = context.cast(builder, args[1], sig.args[1], types.int64)
-            pointer = builder.bitcast(builder.gep(data, [at]), ir.VectorType(_I32, 4).as_pointer())
-            vector = builder.load(pointer, align=16)
+            pointer = device.element_pointer(context, builder, sig.args[0], args[0], at)
+            vector = builder.load(builder.bitcast(pointer, ir.VectorType(_I32, 4).as_pointer()), align=16)
             items = [builder.extract_element(vector, ir.Constant(_I32, i)) for i in range(4)]
             return context.make_tuple(builder, result, items)
 
@@ -250,14 +234,9 @@ if not SIMULATOR:
             return None
 
         def codegen(context, builder, sig, args):
-            data = context.make_array(sig.args[0])(context, builder, args[0]).data
             at = context.cast(builder, args[1], sig.args[1], types.int64)
-            pointer = builder.bitcast(builder.gep(data, [at]), ir.VectorType(_I64, 2).as_pointer())
-            vector = ir.Constant(ir.VectorType(_I64, 2), ir.Undefined)
-            for i, (value, ty) in enumerate(((args[2], sig.args[2]), (args[3], sig.args[3]))):
-                vector = builder.insert_element(vector, context.cast(builder, value, ty, types.uint64),
-                                                ir.Constant(_I32, i))
-            builder.store(vector, pointer, align=16)
+            pointer = device.element_pointer(context, builder, sig.args[0], args[0], at)
+            device.store_pair(context, builder, pointer, args[2], sig.args[2], args[3], sig.args[3])
             return context.get_dummy_value()
 
         return types.void(array, index, lo, hi), codegen
