@@ -380,7 +380,7 @@ class _LinearPlan(Plan):
     def kernel_variant(self, args: Any) -> str:
         """Which GEMM kernel ``run(args)`` launches: ``fused`` / ``cooperative`` (skinny kernels quantizing
         ``x`` themselves), ``skinny_vector`` (the skinny kernel on aligned operands), ``skinny``,
-        ``pipelined`` or ``tiled``."""
+        ``wgmma`` (prefill on an sm_90 device), ``pipelined`` or ``tiled``."""
         operands = self._bind(args)
         aligned = self.desc.k % 16 == 0 and _address(operands[1]) % 16 == 0
         if isinstance(self, QuantizedLinearPlan) and not (self._fused or self._cooperative):
