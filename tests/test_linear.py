@@ -929,3 +929,50 @@ def test_gpu_warpgroup_gemm_equals_pipelined_and_torch(m, n, k, dtype):
         expected = (acc.float() * torch.tensor(0.0123, device="cuda")) * ws[None, :]
         expected = (expected + bias[None, :] if bias is not None else expected).to(tdtype)
         assert torch.equal(s.view(bits), expected.view(bits))
+
+
+_HOPPER_PTX = """
+import os, sys
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+os.environ["NUMBA_FORCE_CUDA_CC"] = "9.0"
+import numba.cuda.cuda_paths as paths
+paths._get_nvrtc_path = lambda: ("stub", None)  # numba asks for NVRTC even when only NVVM compiles
+from baracuda_numba.kernels import hopper
+from baracuda_numba.vocabulary import ElementKind
+try:
+    for shape in (hopper.WGMMA, hopper.WGMMA_NARROW):
+        for out, bias in ((ElementKind.BF16, True), (ElementKind.F32, False)):
+            path = os.path.join(sys.argv[1], f"{shape.tile_n}_{out.short}.ptx")
+            open(path, "w").write(hopper.wgmma_kernel(out, bias, False, shape).ptx())
+except Exception as error:  # no NVVM on this machine
+    if "nvvm" in repr(error).lower() or "NotFound" in type(error).__name__:
+        sys.exit(77)
+    raise
+"""
+
+
+def test_warpgroup_kernel_compiles_to_sm_90a_ptx(tmp_path):
+    """Without a GPU the simulator never runs the wgmma kernel, so its definition is compiled to PTX here
+    (where NVVM is installed): retargeted to sm_90a, four ``m64n{tile_n}k32`` wgmma per 128-byte k step,
+    the accumulators in registers (no local memory), the async-proxy fence, and for 16-bit outputs the
+    vector epilogue's 16-byte shared loads and global stores."""
+    import os
+    import subprocess
+    import sys
+
+    from baracuda_numba.kernels import hopper
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", _HOPPER_PTX, str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    if done.returncode == 77:
+        pytest.skip("no NVVM here to compile PTX with")
+    assert done.returncode == 0, done.stderr[-2000:]
+    for shape in (hopper.WGMMA, hopper.WGMMA_NARROW):
+        for out in ("bf16", "f32"):
+            ptx = (tmp_path / f"{shape.tile_n}_{out}.ptx").read_text()
+            assert "\n.target sm_90a\n" in ptx
+            assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{shape.tile_n}k32.s32.s8.s8") == 4
+            assert "fence.proxy.async.shared::cta" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
+            assert ".local" not in ptx
+            assert ("st.global.v2.u64" in ptx and "ld.shared.v4.u32" in ptx) == (out == "bf16")
