@@ -97,8 +97,14 @@ VARIANTS = {  # name -> TUNING fields (the rest default); staged last: the riski
 MODULE_VARIANTS = {"tensor cached stores": {"TENSOR_STREAMING_STORES": False},
                    "load hint": {"LOAD_HINT": True},
                    "segment cs stores": {"SEGMENT_STREAMING_STORES": True},
-                   "hint + cs stores": {"LOAD_HINT": True, "SEGMENT_STREAMING_STORES": True}}
-VARIANTS.update({name: {} for name in MODULE_VARIANTS})
+                   "hint + cs stores": {"LOAD_HINT": True, "SEGMENT_STREAMING_STORES": True},
+                   "unclamped": {"UNCLAMPED_FINITE_CHUNKS": True},
+                   "unclamped + cs stores": {"UNCLAMPED_FINITE_CHUNKS": True, "SEGMENT_STREAMING_STORES": True},
+                   "unclamped lb7": {"UNCLAMPED_FINITE_CHUNKS": True}}
+# a module variant may also set TUNING fields: the unclamped kernel's 77 registers back under 7 blocks / SM
+VARIANTS["unclamped lb7"] = dict(resident_min_blocks=7)
+for name in MODULE_VARIANTS:
+    VARIANTS.setdefault(name, {})
 SEGMENT_CASES = ("token", "token_asym", "group128", "token_e4m3")
 FAMILY_CASES = {"res": SEGMENT_CASES, "stg": SEGMENT_CASES, "tensor": ("tensor",),
                 "columns": ("channel0", "channel0_asym")}  # what each variant family changes

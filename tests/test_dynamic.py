@@ -315,6 +315,31 @@ def test_every_kernel_path(tuning, fields, shape, kwargs, offset, dtype):
             assert_same(r.zero_point, zero_point)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, "bfloat16"])
+def test_unclamped_finite_chunks_match_reference(monkeypatch, tuning, dtype):
+    """The resident kernel's unclamped path (``UNCLAMPED_FINITE_CHUNKS``, measured off by default): a
+    thread whose chunks are all finite skips the clamps. Rows with NaN / +-inf (their threads keep the
+    clamps), an all-zero row, a tiny row, int8 / uint8 and restricted ranges (where the unclamped path
+    may not run: ``q_min + q_max > 2 zp``) against the reference, the scales as well."""
+    from baracuda_numba.kernels import dynamic as kernels_dynamic
+
+    monkeypatch.setattr(kernels_dynamic, "UNCLAMPED_FINITE_CHUNKS", True)
+    kernels_dynamic.dynamic_kernels.cache_clear()
+    tuning(resident_threads=64, resident_keep=2)
+    x = _special((9, 512), np.float32)
+    x[3] *= 1e30 if dtype is np.float32 else 1.0  # large magnitudes: inv near the smallest normals
+    x = x.astype(bn.element_kind(dtype).numpy_dtype if isinstance(dtype, str) else dtype)
+    for out, q_range in (("int8", None), ("int8", (-127, 127)), ("int8", (-100, 127)), ("uint8", None)):
+        kwargs = {} if q_range is None else dict(q_min=q_range[0], q_max=q_range[1])
+        q_min, q_max = q_range or bn.plans.dynamic.default_dynamic_q_range(bn.plans.dynamic.DynamicRangeMode.SYMMETRIC,
+                                                                           bn.element_kind(out))
+        r = bn.dynamic_range_quantize(x, dtype=out, **kwargs)
+        q, scale, _ = ref_dynamic.dynamic_range_quantize(x, "symmetric", "token", q_min, q_max, np.dtype(out))
+        assert_same(r.scale, scale)
+        assert_same(r.q, q)
+    kernels_dynamic.dynamic_kernels.cache_clear()
+
+
 def test_few_segments_launch_as_programmatic_dependents(monkeypatch):
     """Up to ``DEPENDENT_SEGMENTS_MAX`` segments (the decode quantizer's rows) the segment kernels launch
     as programmatic dependents of the kernel before them; more, or with the knob at 0, plainly. The

@@ -15,8 +15,9 @@ unsigned integers (Numba types that mix as float64).
 - ``int_to_bits(q)``: an integral float to its two's-complement bits (uint64, not masked).
 - ``round_to_int(x)``: ``x`` rounded half to even to an int32 (``cvt.rni.s32``, one conversion-pipe
   instruction): NaN gives 0, values past the int32 range (+-inf included) saturate to its ends.
-- ``max_s16x2(a, b)``: the lane-wise maximum of two pairs of signed 16-bit integers packed in the low
-  32 bits of ``a`` and ``b`` (``max.s16x2``, sm_90; one instruction for two lanes); uint64 result.
+- ``max_s16x2(a, b)`` / ``min_s16x2(a, b)``: the lane-wise maximum / minimum of two pairs of signed 16-bit
+  integers packed in the low 32 bits of ``a`` and ``b`` (``max.s16x2`` / ``min.s16x2``, sm_90; one
+  instruction for two lanes); uint64 result.
 - ``max_bf16x2(a, b)`` / ``min_bf16x2(a, b)`` / ``max_f16x2(a, b)`` / ``min_f16x2(a, b)``: lane-wise
   maximum / minimum of two pairs of 16-bit floats in the low 32 bits (``max.bf16x2`` ...; callers
   pass no NaN); uint64 result.
@@ -131,6 +132,7 @@ __all__ = [
     "reciprocal",
     "round_to_int",
     "max_s16x2",
+    "min_s16x2",
     "clamp_s32",
     "pack_bytes4",
     "pack_s4_pair",
@@ -219,9 +221,14 @@ if SIMULATOR:
     def _s16(v):
         return v - 0x10000 if v & 0x8000 else v
 
-    def max_s16x2(a, b):
-        lanes = [max(_s16((int(a) >> s) & 0xFFFF), _s16((int(b) >> s) & 0xFFFF)) & 0xFFFF for s in (0, 16)]
-        return np.uint64(lanes[0] | (lanes[1] << 16))
+    def _s16x2(pick):
+        def lanes(a, b):
+            picked = [pick(_s16((int(a) >> s) & 0xFFFF), _s16((int(b) >> s) & 0xFFFF)) & 0xFFFF for s in (0, 16)]
+            return np.uint64(picked[0] | (picked[1] << 16))
+
+        return lanes
+
+    max_s16x2, min_s16x2 = _s16x2(max), _s16x2(min)
 
     def clamp_s32(q, lo, hi):
         return np.int32(min(max(int(q), int(lo)), int(hi)))
@@ -397,18 +404,6 @@ else:
 
         return types.int32(x), codegen
 
-    @intrinsic
-    def max_s16x2(typingctx, a, b):
-        if not (isinstance(a, types.Integer) and isinstance(b, types.Integer)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            lanes = [builder.trunc(_to_i64(builder, v, t), _I32) for v, t in zip(args, (a, b), strict=True)]
-            asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32, _I32]), "max.s16x2 $0, $1, $2;", "=r,r,r")
-            return builder.zext(builder.call(asm, lanes), _I64)
-
-        return types.uint64(a, b), codegen
-
     def _i32(builder, value, ty):
         return builder.trunc(_to_i64(builder, value, ty), _I32)
 
@@ -437,7 +432,9 @@ else:
 
         return types.float32(x, lo, hi), codegen
 
-    def _half_pair(op: str):
+    def _lane_pair(op: str):
+        """An intrinsic ``(a, b) -> uint64``: the PTX ``op`` on the low 32 bits of both, two 16-bit lanes."""
+
         @intrinsic
         def lanes(typingctx, a, b):
             if not (isinstance(a, types.Integer) and isinstance(b, types.Integer)):
@@ -452,8 +449,9 @@ else:
 
         return lanes
 
-    max_bf16x2, min_bf16x2 = _half_pair("max.bf16x2"), _half_pair("min.bf16x2")
-    max_f16x2, min_f16x2 = _half_pair("max.f16x2"), _half_pair("min.f16x2")
+    max_s16x2, min_s16x2 = _lane_pair("max.s16x2"), _lane_pair("min.s16x2")
+    max_bf16x2, min_bf16x2 = _lane_pair("max.bf16x2"), _lane_pair("min.bf16x2")
+    max_f16x2, min_f16x2 = _lane_pair("max.f16x2"), _lane_pair("min.f16x2")
 
     def _f32x2_word(text: str, swap: bool):
         """An intrinsic ``(a, b) -> uint64`` of two float32 values through the inline PTX ``text``

@@ -77,6 +77,9 @@ TENSOR_STREAMING_STORES = True
 # segment kernels' (token, group) quantized chunks stored with the streaming cache operator.
 LOAD_HINT = False
 SEGMENT_STREAMING_STORES = False
+# Symmetric integer outputs in the resident kernel: a thread whose chunks of the row are all finite
+# quantizes them without the clamps (see `quantize_chunk_unclamped`). Not yet measured on a GPU: off.
+UNCLAMPED_FINITE_CHUNKS = False
 
 
 @dataclass(frozen=True)
@@ -150,9 +153,11 @@ def range_functions(precision: MathPrecision, symmetric: bool, fp8_max: float | 
 
 
 @functools.cache
-def chunk_range_function(a: ElementKind, precision: MathPrecision, symmetric: bool, fp8_max: float | None = None):
+def chunk_range_function(a: ElementKind, precision: MathPrecision, symmetric: bool, fp8_max: float | None = None,
+                         with_finite: bool = False):
     """``chunk_range(hi, lo, w_lo, w_hi)``: the range so far (:func:`range_functions`' rule) extended by
     the elements of one 16-byte chunk of ``a`` held in two uint64 words, element 0 lowest.
+    ``with_finite`` (symmetric): ``(hi, lo, finite)``, ``finite`` whether every element of the chunk is.
 
     Symmetric ranges of 16-bit floats work on the bits: ``|x|`` is the bits without the sign, ordered
     as integers; adding a bias maps the finite magnitudes to ``bias .. 0x7FFF`` and inf / NaN (0x7F80
@@ -173,8 +178,20 @@ def chunk_range_function(a: ElementKind, precision: MathPrecision, symmetric: bo
             hi, lo = accumulate(hi, lo, a_decode((w_lo if bit < 64 else w_hi) >> u64(bit % 64)))
         return hi, lo
 
+    inf = math_type(precision)(np.inf)
+
+    @device_function
+    def chunk_range_finite_elements(hi, lo, w_lo, w_hi):
+        finite = True
+        for j in range(G):
+            bit = j * a_bits
+            x = a_decode((w_lo if bit < 64 else w_hi) >> u64(bit % 64))
+            hi, lo = accumulate(hi, lo, x)
+            finite = finite and abs(x) < inf
+        return hi, lo, finite
+
     if a not in (ElementKind.BF16, ElementKind.F16):
-        return chunk_range_elements
+        return chunk_range_finite_elements if with_finite else chunk_range_elements
     half_bias = u64(0x0080 if a is ElementKind.BF16 else 0x0400)
     bias_pair, magnitude_pair, low_half = half_bias | (half_bias << u64(16)), u64(0x7FFF7FFF), u64(0xFFFFFFFF)
     max_s16x2, half_mask, sixteen, thirty_two = device.max_s16x2, u64(0xFFFF), u64(16), u64(32)
@@ -193,7 +210,23 @@ def chunk_range_function(a: ElementKind, precision: MathPrecision, symmetric: bo
         largest = a_decode((m & half_mask) - half_bias)
         return (largest if largest > hi else hi), lo
 
-    return chunk_range_bits
+    if not with_finite:
+        return chunk_range_bits
+    min_s16x2, signs = device.min_s16x2, u64(0x80008000)
+
+    @device_function
+    def chunk_range_finite_bits(hi, lo, w_lo, w_hi):
+        """``chunk_range_bits`` and whether every element of the chunk is finite: no biased lane negative
+        (the same biased pairs, their minimum beside their maximum)."""
+        b0, b1 = biased_pair(w_lo & low_half), biased_pair(w_lo >> thirty_two)
+        b2, b3 = biased_pair(w_hi & low_half), biased_pair(w_hi >> thirty_two)
+        m = max_s16x2(max_s16x2(b0, b1), max_s16x2(b2, b3))
+        m = max_s16x2(max_s16x2(m, m >> sixteen), bias_pair)
+        largest = a_decode((m & half_mask) - half_bias)
+        finite = (min_s16x2(min_s16x2(b0, b1), min_s16x2(b2, b3)) & signs) == u64(0)
+        return (largest if largest > hi else hi), lo, finite
+
+    return chunk_range_finite_bits
 
 
 def _asymmetric_chunk_range(a: ElementKind, a_decode, bias_pair, magnitude_pair):
@@ -311,6 +344,32 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                 else:
                     o_hi |= word << u64(8 * f - 64)
         return o_lo, o_hi
+
+    round_to_int = device.round_to_int
+
+    @device_function
+    def quantize_chunk_unclamped(w_lo, w_hi, inv, zp):
+        """A chunk of finite elements of a symmetric row quantized without the clamps: ``|x| <= amax``
+        and ``inv = 1 / (amax / (q_max - zp))`` give ``|x * inv| < q_max - zp + 1/2`` (three roundings
+        of at most 2**-24 each, ``q_max - zp < 2**21``), so ``rint(x * inv)`` is already inside
+        ``[-(q_max - zp), q_max - zp]``, which the caller checked lies in ``[q_min - zp, q_max - zp]``:
+        the clamps of :func:`.elementwise.quantize_int` are the identity, the same bits without them."""
+        zi = round_to_int(zp)
+        o_lo, o_hi = word_zero, word_zero
+        for f in range(0, G, 4):
+            word = pack_bytes4(round_to_int(a_decode(lane(w_lo, w_hi, f * a_bits)) * inv) + zi,
+                               round_to_int(a_decode(lane(w_lo, w_hi, (f + 1) * a_bits)) * inv) + zi,
+                               round_to_int(a_decode(lane(w_lo, w_hi, (f + 2) * a_bits)) * inv) + zi,
+                               round_to_int(a_decode(lane(w_lo, w_hi, (f + 3) * a_bits)) * inv) + zi)
+            if f < 8:
+                o_lo |= word << u64(8 * f)
+            else:
+                o_hi |= word << u64(8 * f - 64)
+        return o_lo, o_hi
+
+    # the resident kernel's unclamped path: symmetric integer outputs packed four bytes at a time
+    unclamped = UNCLAMPED_FINITE_CHUNKS and symmetric and not fp8 and G % 4 == 0 and out.itemsize == 1
+    chunk_range_finite = chunk_range_function(a, precision, symmetric, None, True) if unclamped else None
 
     if fp8 and M is np.float32 and G % 2 == 0:
         # Dynamic FP8 scales are never 0 (at least 1 / (fp8_max * 512)), so 1 / scale is finite and
@@ -497,9 +556,14 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                         if live and cc < cps:
                             words_lo[k], words_hi[k] = a_load(xw, base + cc)
                 hi, lo = zero, zero
+                finite = True  # this thread's chunks of the row (unclamped path only)
                 for k in range(keep):
                     if live and lane_id + k * tps < cps:
-                        hi, lo = chunk_range(hi, lo, words_lo[k], words_hi[k])
+                        if unclamped:
+                            hi, lo, chunk_finite = chunk_range_finite(hi, lo, words_lo[k], words_hi[k])
+                            finite = finite and chunk_finite
+                        else:
+                            hi, lo = chunk_range(hi, lo, words_lo[k], words_hi[k])
                 if live and cps == 0:  # unaligned segments: the element path (read twice)
                     e = lane_id
                     while e < seg_len:
@@ -519,10 +583,14 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                     if lane_id == 0:
                         scales[s] = sc
                         zero_points[s] = np.int32(zp)
+                    fast = unclamped and finite and q_min + q_max <= 2 * zp and q_max - zp < 2**21
                     for k in range(keep):
                         cc = lane_id + k * tps
                         if cc < cps:
-                            o_lo, o_hi = quantize_chunk(words_lo[k], words_hi[k], inv, sc, zp, q_min, q_max)
+                            if fast:
+                                o_lo, o_hi = quantize_chunk_unclamped(words_lo[k], words_hi[k], inv, zp)
+                            else:
+                                o_lo, o_hi = quantize_chunk(words_lo[k], words_hi[k], inv, sc, zp, q_min, q_max)
                             o_store(qw, base + cc, o_lo, o_hi)
                     if cps == 0:
                         e = lane_id
