@@ -93,23 +93,40 @@ VARIANTS = {  # name -> TUNING fields (the rest default); staged last: the riski
     "stg k1 t512 lb2": dict(resident_keep=1, resident_threads=512, resident_staged=True, resident_blocks_per_sm=2,
                             resident_min_blocks=2),
 }
-# variants that set module constants of kernels.dynamic instead (its kernels rebuilt under them)
+# the resident grid's cap, its stores (streaming past L2 as shipped) and its next-row prefetch
+VARIANTS.update({
+    "session 19": dict(resident_blocks_per_sm=32, segment_streaming_stores=False),  # with "no prefetch" below
+    "32/SM": dict(resident_blocks_per_sm=32),
+    "64/SM": dict(resident_blocks_per_sm=64),
+    "96/SM": dict(resident_blocks_per_sm=96),
+    "192/SM": dict(resident_blocks_per_sm=192),
+    "512/SM": dict(resident_blocks_per_sm=512),
+    "cached stores": dict(segment_streaming_stores=False),
+    "lb8": dict(resident_min_blocks=8),  # 64 registers (12 bytes spilled, ptxas 13) against 72: 8 blocks / SM
+})
+# variants that set module constants of kernels.dynamic instead (its kernels rebuilt under them); they may
+# also set TUNING fields above
 MODULE_VARIANTS = {"tensor cached stores": {"TENSOR_STREAMING_STORES": False},
                    "load hint": {"LOAD_HINT": True},
-                   "segment cs stores": {"SEGMENT_STREAMING_STORES": True},
-                   "hint + cs stores": {"LOAD_HINT": True, "SEGMENT_STREAMING_STORES": True},
-                   "unclamped": {"UNCLAMPED_FINITE_CHUNKS": True},
-                   "unclamped + cs stores": {"UNCLAMPED_FINITE_CHUNKS": True, "SEGMENT_STREAMING_STORES": True},
-                   "unclamped lb7": {"UNCLAMPED_FINITE_CHUNKS": True}}
-# a module variant may also set TUNING fields: the unclamped kernel's 77 registers back under 7 blocks / SM
-VARIANTS["unclamped lb7"] = dict(resident_min_blocks=7)
+                   "session 19": {"RESIDENT_PREFETCH_ROWS": 0},
+                   "no prefetch": {"RESIDENT_PREFETCH_ROWS": 0},
+                   "prefetch 2": {"RESIDENT_PREFETCH_ROWS": 2}}
 for name in MODULE_VARIANTS:
     VARIANTS.setdefault(name, {})
 SEGMENT_CASES = ("token", "token_asym", "group128", "token_e4m3")
-FAMILY_CASES = {"res": SEGMENT_CASES, "stg": SEGMENT_CASES, "tensor": ("tensor",),
+FAMILY_CASES = {"res": SEGMENT_CASES, "stg": SEGMENT_CASES, "session": SEGMENT_CASES, "cached": SEGMENT_CASES,
+                "lb8": SEGMENT_CASES, "no": SEGMENT_CASES, "prefetch": SEGMENT_CASES, "tensor": ("tensor",),
                 "columns": ("channel0", "channel0_asym")}  # what each variant family changes
+
+
+def family_cases(name: str) -> tuple:
+    """The timed cases variant ``name`` changes (the segment cases for a bare grid cap, ``"64/SM"``)."""
+    return FAMILY_CASES.get(name.split()[0], SEGMENT_CASES if name.endswith("/SM") else tuple(TIMED))
+
+
+# variants that also run the CHECKED shapes
 CHECKED_IN = ("default", "res k2 t256", "res k8 t128", "stg k2 t256 lb4",
-              "res 7/SM", "res 14/SM", "res 21/SM")  # variants that also run the CHECKED shapes
+              "res 7/SM", "res 14/SM", "res 21/SM", "no prefetch", "cached stores")
 
 
 def special_input(shape, dtype, seed: int) -> torch.Tensor:
@@ -280,7 +297,7 @@ def main() -> None:
             setattr(kernels_dynamic, knob, value)
         kernels_dynamic.dynamic_kernels.cache_clear()
         bn.clear_plan_cache()
-        cases = run_cases(x, args.repeats, FAMILY_CASES.get(name.split()[0], tuple(TIMED)), name in CHECKED_IN)
+        cases = run_cases(x, args.repeats, family_cases(name), name in CHECKED_IN)
         digests = {c: v["digest"] for c, v in cases.items()}
         mismatch = [c for c in digests if (c in reference and reference[c] != digests[c])
                     or (old and old["cases"][c]["digest"] != digests[c])]

@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--ncu", action="store_true")
     parser.add_argument("--only", nargs="+", default=[""], help="run only the cases whose label contains one of these")
     parser.add_argument("--variants", choices=("channel", "unroll", "pow2", "policy", "prefetch", "stationary",
-                                                   "persistent", "vectors", "waves"),
+                                                   "persistent", "vectors", "waves", "grid"),
                         default="channel",
                         help="the channel kernels' launch bounds and grid, the chunks in flight of every kernel, "
                              "those of the power-of-two segment kernels, the stationary loop's bytes in flight, "
@@ -194,6 +194,10 @@ def main() -> None:
         # the stationary kernel's grid over several waves of shorter-lived blocks (its threads reload their
         # parameters once per block), at its launch bounds' 2 and 3 blocks per SM
         "waves": [shipped._replace(waves=w, per_sm=p) for p in (2, 3) for w in (1, 2, 4, 8, 16)],
+        # the resident grid-stride launch (512 threads, 32 blocks / SM cap) against caps of more, shorter-lived
+        # blocks, and the short-block policy, for every elementwise entry
+        "grid": [shipped._replace(policy=p) for p in ((512, 32), (512, 64), (512, 128), (256, 64), (256, 128),
+                                                      (256, 256), (128, 1024))],
         "vectors": [shipped._replace(vector_ops=o, vector_policy=p) for o, p in (
             (frozenset(), shipped.vector_policy), (ALL_OPS, (128, 4096, 1)), (ALL_OPS, (128, 1024, 2)),
             (ALL_OPS, (128, 512, 4)), (ALL_OPS, (256, 1024, 2)), (ALL_OPS, (512, 32, 2)))],

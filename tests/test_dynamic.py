@@ -315,29 +315,55 @@ def test_every_kernel_path(tuning, fields, shape, kwargs, offset, dtype):
             assert_same(r.zero_point, zero_point)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, "bfloat16"])
-def test_unclamped_finite_chunks_match_reference(monkeypatch, tuning, dtype):
-    """The resident kernel's unclamped path (``UNCLAMPED_FINITE_CHUNKS``, measured off by default): a
-    thread whose chunks are all finite skips the clamps. Rows with NaN / +-inf (their threads keep the
-    clamps), an all-zero row, a tiny row, int8 / uint8 and restricted ranges (where the unclamped path
-    may not run: ``q_min + q_max > 2 zp``) against the reference, the scales as well."""
-    from baracuda_numba.kernels import dynamic as kernels_dynamic
+@pytest.mark.parametrize("forced", [None, True, False])
+def test_segment_stores_stream_only_past_l2(tuning, forced):
+    """The segment kernels store evict-first when ``x`` and ``q`` together exceed the device's L2 (the
+    simulator reports 4 KiB; ``segment_streaming_stores`` None), else cached; forced either way by the
+    tuning. Both kernels give the reference's bits."""
+    from baracuda_numba.plans.base import l2_bytes
 
-    monkeypatch.setattr(kernels_dynamic, "UNCLAMPED_FINITE_CHUNKS", True)
-    kernels_dynamic.dynamic_kernels.cache_clear()
-    tuning(resident_threads=64, resident_keep=2)
-    x = _special((9, 512), np.float32)
-    x[3] *= 1e30 if dtype is np.float32 else 1.0  # large magnitudes: inv near the smallest normals
-    x = x.astype(bn.element_kind(dtype).numpy_dtype if isinstance(dtype, str) else dtype)
-    for out, q_range in (("int8", None), ("int8", (-127, 127)), ("int8", (-100, 127)), ("uint8", None)):
-        kwargs = {} if q_range is None else dict(q_min=q_range[0], q_max=q_range[1])
-        q_min, q_max = q_range or bn.plans.dynamic.default_dynamic_q_range(bn.plans.dynamic.DynamicRangeMode.SYMMETRIC,
-                                                                           bn.element_kind(out))
-        r = bn.dynamic_range_quantize(x, dtype=out, **kwargs)
-        q, scale, _ = ref_dynamic.dynamic_range_quantize(x, "symmetric", "token", q_min, q_max, np.dtype(out))
+    tuning(segment_streaming_stores=forced)
+    for shape in ((4, 64), (40, 64)):  # 1280 and 12800 bytes of f32 x and int8 q
+        x = _special(shape, np.float32)
+        desc = bn.DynamicRangeQuantizeDescriptor(shape, bn.DynamicRangeMode.SYMMETRIC, bn.DynamicRangeScope.token(),
+                                                 -127, 127, bn.ElementKind.F32, bn.ElementKind.S8)
+        plan = bn.DynamicRangeQuantizePlan.select(desc)
+        past_l2 = x.size * 5 > l2_bytes(0)
+        assert plan._streaming is (past_l2 if forced is None else forced)
+        assert all(k.py_func.__name__.endswith("_cs") is plan._streaming for k in plan._segment_kernels)
+        r = bn.dynamic_range_quantize(x)
+        q, scale, _ = ref_dynamic.dynamic_range_quantize(x, "symmetric", "token", -127, 127, np.dtype(np.int8))
         assert_same(r.scale, scale)
         assert_same(r.q, q)
-    kernels_dynamic.dynamic_kernels.cache_clear()
+
+
+@requires_gpu
+def test_gpu_streaming_stores_and_next_row_prefetch_match_reference():
+    """On the GPU, a token quantize past L2 ([8192, 4096] bf16: 96 MiB of x and q) runs the resident
+    kernel with streaming stores and the next-row L2 prefetch on its grid of many blocks per SM; a
+    decode-sized one ([16, 4096]) keeps cached stores. NaN / +-inf, an all-zero row and a tiny row,
+    symmetric and asymmetric, against the float64 reference bit for bit."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.plans.base import l2_bytes
+
+    for shape, streaming in (((8192, 4096), True), ((16, 4096), False)):
+        assert (shape[0] * shape[1] * 3 > l2_bytes(0)) is streaming
+        x = torch.from_numpy(_special(shape, np.float32)).to("cuda").to(torch.bfloat16)
+        x_ref = x.float().cpu().numpy().astype(bn.element_kind("bfloat16").numpy_dtype)
+        for mode in ("symmetric", "asymmetric"):
+            desc = bn.DynamicRangeQuantizeDescriptor(shape, bn.DynamicRangeMode(mode), bn.DynamicRangeScope.token(),
+                                                     *bn.plans.dynamic.default_dynamic_q_range(
+                                                         bn.DynamicRangeMode(mode), bn.ElementKind.S8),
+                                                     bn.ElementKind.BF16, bn.ElementKind.S8)
+            assert bn.DynamicRangeQuantizePlan.select(desc)._streaming is streaming
+            r = bn.dynamic_range_quantize(x, mode=mode)
+            q_min, q_max = desc.q_min, desc.q_max
+            q, scale, zero_point = ref_dynamic.dynamic_range_quantize(x_ref, mode, "token", q_min, q_max,
+                                                                      np.dtype(np.int8))
+            assert_same(r.scale.cpu().numpy(), scale)
+            assert_same(r.q.cpu().numpy(), q)
+            if mode == "asymmetric":
+                assert_same(r.zero_point.cpu().numpy(), zero_point)
 
 
 def test_few_segments_launch_as_programmatic_dependents(monkeypatch):

@@ -196,7 +196,7 @@ def _gpu_plan(monkeypatch, plan):
 
     monkeypatch.setattr(launch, "SIMULATOR", False)
     monkeypatch.setattr(base, "SIMULATOR", False)
-    monkeypatch.setitem(base._SM_COUNT, 0, 132)
+    monkeypatch.setitem(base._DEVICE_ATTRIBUTES, (0, "MULTIPROCESSOR_COUNT"), 132)
     for name, function in (("_launcher", 0xF00), ("_stationary_launcher", 0xF01)):
         old = getattr(plan, name, None)
         if old is not None:

@@ -15,9 +15,8 @@ unsigned integers (Numba types that mix as float64).
 - ``int_to_bits(q)``: an integral float to its two's-complement bits (uint64, not masked).
 - ``round_to_int(x)``: ``x`` rounded half to even to an int32 (``cvt.rni.s32``, one conversion-pipe
   instruction): NaN gives 0, values past the int32 range (+-inf included) saturate to its ends.
-- ``max_s16x2(a, b)`` / ``min_s16x2(a, b)``: the lane-wise maximum / minimum of two pairs of signed 16-bit
-  integers packed in the low 32 bits of ``a`` and ``b`` (``max.s16x2`` / ``min.s16x2``, sm_90; one
-  instruction for two lanes); uint64 result.
+- ``max_s16x2(a, b)``: the lane-wise maximum of two pairs of signed 16-bit integers packed in the low
+  32 bits of ``a`` and ``b`` (``max.s16x2``, sm_90; one instruction for two lanes); uint64 result.
 - ``max_bf16x2(a, b)`` / ``min_bf16x2(a, b)`` / ``max_f16x2(a, b)`` / ``min_f16x2(a, b)``: lane-wise
   maximum / minimum of two pairs of 16-bit floats in the low 32 bits (``max.bf16x2`` ...; callers
   pass no NaN); uint64 result.
@@ -132,7 +131,6 @@ __all__ = [
     "reciprocal",
     "round_to_int",
     "max_s16x2",
-    "min_s16x2",
     "clamp_s32",
     "pack_bytes4",
     "pack_s4_pair",
@@ -221,14 +219,9 @@ if SIMULATOR:
     def _s16(v):
         return v - 0x10000 if v & 0x8000 else v
 
-    def _s16x2(pick):
-        def lanes(a, b):
-            picked = [pick(_s16((int(a) >> s) & 0xFFFF), _s16((int(b) >> s) & 0xFFFF)) & 0xFFFF for s in (0, 16)]
-            return np.uint64(picked[0] | (picked[1] << 16))
-
-        return lanes
-
-    max_s16x2, min_s16x2 = _s16x2(max), _s16x2(min)
+    def max_s16x2(a, b):
+        lanes = [max(_s16((int(a) >> s) & 0xFFFF), _s16((int(b) >> s) & 0xFFFF)) & 0xFFFF for s in (0, 16)]
+        return np.uint64(lanes[0] | (lanes[1] << 16))
 
     def clamp_s32(q, lo, hi):
         return np.int32(min(max(int(q), int(lo)), int(hi)))
@@ -449,7 +442,7 @@ else:
 
         return lanes
 
-    max_s16x2, min_s16x2 = _lane_pair("max.s16x2"), _lane_pair("min.s16x2")
+    max_s16x2 = _lane_pair("max.s16x2")
     max_bf16x2, min_bf16x2 = _lane_pair("max.bf16x2"), _lane_pair("min.bf16x2")
     max_f16x2, min_f16x2 = _lane_pair("max.f16x2"), _lane_pair("min.f16x2")
 

@@ -22,7 +22,10 @@ optional ``min_blocks`` launch bound that caps registers so that many blocks sha
 - ``resident``: contiguous segments (per token, per group, per channel when the channel axis is the
   first) of at most ``keep * tps`` chunks, ``tps`` lanes per segment (a power of two up to the
   block): each chunk loaded once (all of a lane's 16-byte loads before the range pass), kept as raw
-  words, quantized from the registers. Lanes meet by warp shuffles, warps in shared memory.
+  words, quantized from the registers. Lanes meet by warp shuffles, warps in shared memory. Once a
+  row's loads are issued, the lanes ask L2 for the row the block takes next (``RESIDENT_PREFETCH_ROWS``),
+  so HBM keeps streaming through the reduce and the quantize. Built with ``streaming``, the segment
+  kernels store evict-first (for outputs past L2).
 - ``segment``: longer segments, ``tps <= 32`` lanes: the first ``keep * tps`` chunks kept, the rest
   streamed in rounds of ``keep`` chunks and read again by the quantize pass.
 - ``partial`` + ``tensor_quantize``: the whole tensor in two launches: one partial range per block,
@@ -69,17 +72,20 @@ __all__ = ["TPB", "WARP", "KEEP_CHUNKS", "DynamicKernels", "dynamic_kernels"]
 
 TPB = 32 if SIMULATOR else 128  # threads per block of the reduction kernels (tuned on an H100)
 WARP = 32
+LINE_CHUNKS = 8  # 16-byte chunks per 128-byte cache line
 KEEP_CHUNKS = 4  # chunks per lane in registers: kept between the passes, and loads in flight per round
 # The tensor scope's quantize pass stores with the streaming (evict-first) cache operator, so that its
 # output leaves L2 before the tail of x that the partial pass left there and this pass reads first.
 TENSOR_STREAMING_STORES = True
-# Measured knobs (session 19): x read through the read-only path with 256-byte L2 prefetch, and the
-# segment kernels' (token, group) quantized chunks stored with the streaming cache operator.
+# Measured knob (session 19, slower everywhere): x read through the read-only path with 256-byte L2 prefetch.
 LOAD_HINT = False
-SEGMENT_STREAMING_STORES = False
-# Symmetric integer outputs in the resident kernel: a thread whose chunks of the row are all finite
-# quantizes them without the clamps (see `quantize_chunk_unclamped`). Not yet measured on a GPU: off.
-UNCLAMPED_FINITE_CHUNKS = False
+# The resident kernel: rows ahead (in its grid-stride order) whose chunks each block asks L2 for
+# (``prefetch.L2``, one per 128-byte line, no register held) once this row's loads are issued, so that
+# HBM keeps streaming while the row is reduced and quantized (0: none). H100, tune_dynamic, [65536, 4096]
+# bf16, % of copy on 3n bytes, token / group 128 (session 20): with streaming stores on a grid of 128
+# blocks per SM 96.1 / 96.4 -> 98.6 / 96.5; 2 rows ahead fell to 79; on the grid of 32 per SM 1 row
+# was slower (91.1 against 93.8).
+RESIDENT_PREFETCH_ROWS = 1
 
 
 @dataclass(frozen=True)
@@ -153,11 +159,9 @@ def range_functions(precision: MathPrecision, symmetric: bool, fp8_max: float | 
 
 
 @functools.cache
-def chunk_range_function(a: ElementKind, precision: MathPrecision, symmetric: bool, fp8_max: float | None = None,
-                         with_finite: bool = False):
+def chunk_range_function(a: ElementKind, precision: MathPrecision, symmetric: bool, fp8_max: float | None = None):
     """``chunk_range(hi, lo, w_lo, w_hi)``: the range so far (:func:`range_functions`' rule) extended by
     the elements of one 16-byte chunk of ``a`` held in two uint64 words, element 0 lowest.
-    ``with_finite`` (symmetric): ``(hi, lo, finite)``, ``finite`` whether every element of the chunk is.
 
     Symmetric ranges of 16-bit floats work on the bits: ``|x|`` is the bits without the sign, ordered
     as integers; adding a bias maps the finite magnitudes to ``bias .. 0x7FFF`` and inf / NaN (0x7F80
@@ -178,20 +182,8 @@ def chunk_range_function(a: ElementKind, precision: MathPrecision, symmetric: bo
             hi, lo = accumulate(hi, lo, a_decode((w_lo if bit < 64 else w_hi) >> u64(bit % 64)))
         return hi, lo
 
-    inf = math_type(precision)(np.inf)
-
-    @device_function
-    def chunk_range_finite_elements(hi, lo, w_lo, w_hi):
-        finite = True
-        for j in range(G):
-            bit = j * a_bits
-            x = a_decode((w_lo if bit < 64 else w_hi) >> u64(bit % 64))
-            hi, lo = accumulate(hi, lo, x)
-            finite = finite and abs(x) < inf
-        return hi, lo, finite
-
     if a not in (ElementKind.BF16, ElementKind.F16):
-        return chunk_range_finite_elements if with_finite else chunk_range_elements
+        return chunk_range_elements
     half_bias = u64(0x0080 if a is ElementKind.BF16 else 0x0400)
     bias_pair, magnitude_pair, low_half = half_bias | (half_bias << u64(16)), u64(0x7FFF7FFF), u64(0xFFFFFFFF)
     max_s16x2, half_mask, sixteen, thirty_two = device.max_s16x2, u64(0xFFFF), u64(16), u64(32)
@@ -210,23 +202,7 @@ def chunk_range_function(a: ElementKind, precision: MathPrecision, symmetric: bo
         largest = a_decode((m & half_mask) - half_bias)
         return (largest if largest > hi else hi), lo
 
-    if not with_finite:
-        return chunk_range_bits
-    min_s16x2, signs = device.min_s16x2, u64(0x80008000)
-
-    @device_function
-    def chunk_range_finite_bits(hi, lo, w_lo, w_hi):
-        """``chunk_range_bits`` and whether every element of the chunk is finite: no biased lane negative
-        (the same biased pairs, their minimum beside their maximum)."""
-        b0, b1 = biased_pair(w_lo & low_half), biased_pair(w_lo >> thirty_two)
-        b2, b3 = biased_pair(w_hi & low_half), biased_pair(w_hi >> thirty_two)
-        m = max_s16x2(max_s16x2(b0, b1), max_s16x2(b2, b3))
-        m = max_s16x2(max_s16x2(m, m >> sixteen), bias_pair)
-        largest = a_decode((m & half_mask) - half_bias)
-        finite = (min_s16x2(min_s16x2(b0, b1), min_s16x2(b2, b3)) & signs) == u64(0)
-        return (largest if largest > hi else hi), lo, finite
-
-    return chunk_range_finite_bits
+    return chunk_range_bits
 
 
 def _asymmetric_chunk_range(a: ElementKind, a_decode, bias_pair, magnitude_pair):
@@ -261,9 +237,12 @@ def _asymmetric_chunk_range(a: ElementKind, a_decode, bias_pair, magnitude_pair)
 
 @functools.cache
 def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, symmetric: bool,
-                    keep: int | None = None, threads: int | None = None, min_blocks: int = 0) -> DynamicKernels:
+                    keep: int | None = None, threads: int | None = None, min_blocks: int = 0,
+                    streaming: bool = False) -> DynamicKernels:
     """The kernels for one combination; ``keep`` / ``threads`` default to ``KEEP_CHUNKS`` / ``TPB``;
-    ``min_blocks`` > 0 compiles with ``launch_bounds=(threads, min_blocks)``."""
+    ``min_blocks`` > 0 compiles with ``launch_bounds=(threads, min_blocks)``; ``streaming``: the segment
+    kernels (token, group, channel rows) store with the streaming (evict-first) cache operator, for
+    outputs that L2 would not keep anyway."""
     M = math_type(precision)
     G = chunk_elements(a, out)
     zero = M(0.0)
@@ -277,9 +256,9 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     if LOAD_HINT and G * a.itemsize == 16:
         a_load = device.load_u64x2_streaming
     _, o_store = chunk_io(G * out.itemsize)
-    if SEGMENT_STREAMING_STORES:
-        o_store = device.streaming_store(G * out.itemsize)
-    tensor_store = device.streaming_store(G * out.itemsize) if TENSOR_STREAMING_STORES else o_store
+    evict_first_store = device.streaming_store(G * out.itemsize)
+    segment_store = evict_first_store if streaming else o_store
+    tensor_store = evict_first_store if TENSOR_STREAMING_STORES else o_store
     quantize = op_functions(precision, out if fp8 else None)[ElementwiseOp.QUANTIZE]
     reciprocal, shuffle_xor = device.reciprocal, device.shuffle_xor
     tpb = threads or TPB
@@ -288,6 +267,9 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     warp_slots = 2 * nwarps  # shared-array sizes must be compile-time constants, not expressions
     stage_words = 2 * 2 * keep * tpb  # staged kernel: two rounds of keep 16-byte chunks per thread
     wait_previous, wait_all = device.cp_async_wait_group(1), device.cp_async_wait_group(0)
+    # (prefetch_l2 takes 16-byte pairs of a uint64 array)
+    prefetch_rows = RESIDENT_PREFETCH_ROWS if G * a.itemsize == 16 else 0
+    prefetch_l2 = device.prefetch_l2
 
     accumulate, combine, range_params = range_functions(precision, symmetric, out.fp8_max if fp8 else None)
 
@@ -344,32 +326,6 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                 else:
                     o_hi |= word << u64(8 * f - 64)
         return o_lo, o_hi
-
-    round_to_int = device.round_to_int
-
-    @device_function
-    def quantize_chunk_unclamped(w_lo, w_hi, inv, zp):
-        """A chunk of finite elements of a symmetric row quantized without the clamps: ``|x| <= amax``
-        and ``inv = 1 / (amax / (q_max - zp))`` give ``|x * inv| < q_max - zp + 1/2`` (three roundings
-        of at most 2**-24 each, ``q_max - zp < 2**21``), so ``rint(x * inv)`` is already inside
-        ``[-(q_max - zp), q_max - zp]``, which the caller checked lies in ``[q_min - zp, q_max - zp]``:
-        the clamps of :func:`.elementwise.quantize_int` are the identity, the same bits without them."""
-        zi = round_to_int(zp)
-        o_lo, o_hi = word_zero, word_zero
-        for f in range(0, G, 4):
-            word = pack_bytes4(round_to_int(a_decode(lane(w_lo, w_hi, f * a_bits)) * inv) + zi,
-                               round_to_int(a_decode(lane(w_lo, w_hi, (f + 1) * a_bits)) * inv) + zi,
-                               round_to_int(a_decode(lane(w_lo, w_hi, (f + 2) * a_bits)) * inv) + zi,
-                               round_to_int(a_decode(lane(w_lo, w_hi, (f + 3) * a_bits)) * inv) + zi)
-            if f < 8:
-                o_lo |= word << u64(8 * f)
-            else:
-                o_hi |= word << u64(8 * f - 64)
-        return o_lo, o_hi
-
-    # the resident kernel's unclamped path: symmetric integer outputs packed four bytes at a time
-    unclamped = UNCLAMPED_FINITE_CHUNKS and symmetric and not fp8 and G % 4 == 0 and out.itemsize == 1
-    chunk_range_finite = chunk_range_function(a, precision, symmetric, None, True) if unclamped else None
 
     if fp8 and M is np.float32 and G % 2 == 0:
         # Dynamic FP8 scales are never 0 (at least 1 / (fp8_max * 512)), so 1 / scale is finite and
@@ -482,7 +438,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                     cc = lane_id + k * tps
                     if cc < cps:
                         o_lo, o_hi = quantize_chunk(keep_lo[k], keep_hi[k], inv, sc, zp, q_min, q_max)
-                        o_store(qw, s * cps + cc, o_lo, o_hi)
+                        segment_store(qw, s * cps + cc, o_lo, o_hi)
                 round_start = keep * tps
                 while round_start < cps:
                     for k in range(keep):
@@ -493,7 +449,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                         cc = round_start + lane_id + k * tps
                         if cc < cps:
                             o_lo, o_hi = quantize_chunk(buf_lo[k], buf_hi[k], inv, sc, zp, q_min, q_max)
-                            o_store(qw, s * cps + cc, o_lo, o_hi)
+                            segment_store(qw, s * cps + cc, o_lo, o_hi)
                     round_start += keep * tps
                 e = cps * G + lane_id
                 while e < seg_len:
@@ -555,15 +511,17 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                         cc = lane_id + k * tps
                         if live and cc < cps:
                             words_lo[k], words_hi[k] = a_load(xw, base + cc)
+                    if prefetch_rows and lane_id % LINE_CHUNKS == 0:
+                        ahead = s + prefetch_rows * step
+                        if ahead < nseg:
+                            for k in range(keep):
+                                cc = lane_id + k * tps
+                                if cc < cps:
+                                    prefetch_l2(xw, ahead * cps + cc)
                 hi, lo = zero, zero
-                finite = True  # this thread's chunks of the row (unclamped path only)
                 for k in range(keep):
                     if live and lane_id + k * tps < cps:
-                        if unclamped:
-                            hi, lo, chunk_finite = chunk_range_finite(hi, lo, words_lo[k], words_hi[k])
-                            finite = finite and chunk_finite
-                        else:
-                            hi, lo = chunk_range(hi, lo, words_lo[k], words_hi[k])
+                        hi, lo = chunk_range(hi, lo, words_lo[k], words_hi[k])
                 if live and cps == 0:  # unaligned segments: the element path (read twice)
                     e = lane_id
                     while e < seg_len:
@@ -583,15 +541,11 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                     if lane_id == 0:
                         scales[s] = sc
                         zero_points[s] = np.int32(zp)
-                    fast = unclamped and finite and q_min + q_max <= 2 * zp and q_max - zp < 2**21
                     for k in range(keep):
                         cc = lane_id + k * tps
                         if cc < cps:
-                            if fast:
-                                o_lo, o_hi = quantize_chunk_unclamped(words_lo[k], words_hi[k], inv, zp)
-                            else:
-                                o_lo, o_hi = quantize_chunk(words_lo[k], words_hi[k], inv, sc, zp, q_min, q_max)
-                            o_store(qw, base + cc, o_lo, o_hi)
+                            o_lo, o_hi = quantize_chunk(words_lo[k], words_hi[k], inv, sc, zp, q_min, q_max)
+                            segment_store(qw, base + cc, o_lo, o_hi)
                     if cps == 0:
                         e = lane_id
                         while e < seg_len:
@@ -805,7 +759,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     x_views = f"{uint_name(chunk_view_itemsize(G * a.itemsize))}[::1], {uint_name(a.itemsize)}[::1]"
     q_views = f"{uint_name(chunk_view_itemsize(G * out.itemsize))}[::1], {uint_name(out.itemsize)}[::1]"
     bounds = f"_b{min_blocks}" if min_blocks else ""
-    tag = f"{'sym' if symmetric else 'asym'}_{a.short}_{out.short}_k{keep}_t{tpb}{bounds}"
+    tag = f"{'sym' if symmetric else 'asym'}_{a.short}_{out.short}_k{keep}_t{tpb}{bounds}{'_cs' if streaming else ''}"
     options = (("launch_bounds", (tpb, min_blocks)),) if min_blocks else ()
 
     def make(py_func, name: str, signature: str) -> ElementwiseKernel:

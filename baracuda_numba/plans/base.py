@@ -58,20 +58,32 @@ def normalise_descriptor(desc: Any, plan: str) -> None:
             object.__setattr__(desc, f.name, int(value))
 
 
-_SM_COUNT: dict[int, int] = {}
+_DEVICE_ATTRIBUTES: dict[tuple[int, str], int] = {}
+# What the simulator reports: one SM, and an L2 of 4 KiB, so that tests of a few thousand elements
+# also run the kernels chosen for tensors past L2.
+_SIMULATED_ATTRIBUTES = {"MULTIPROCESSOR_COUNT": 1, "L2_CACHE_SIZE": 4096}
 
 
-def sm_count(device_id: int) -> int:
-    count = _SM_COUNT.get(device_id)
-    if count is None:
+def _device_attribute(device_id: int, name: str) -> int:
+    value = _DEVICE_ATTRIBUTES.get((device_id, name))
+    if value is None:
         if SIMULATOR:
-            count = 1
+            value = _SIMULATED_ATTRIBUTES[name]
         else:
             from numba import cuda
 
-            count = cuda.gpus[device_id].MULTIPROCESSOR_COUNT
-        _SM_COUNT[device_id] = count
-    return count
+            value = int(getattr(cuda.gpus[device_id], name))
+        _DEVICE_ATTRIBUTES[(device_id, name)] = value
+    return value
+
+
+def sm_count(device_id: int) -> int:
+    return _device_attribute(device_id, "MULTIPROCESSOR_COUNT")
+
+
+def l2_bytes(device_id: int) -> int:
+    """The L2 cache size of ``device_id`` in bytes."""
+    return _device_attribute(device_id, "L2_CACHE_SIZE")
 
 
 class Plan:
