@@ -1,7 +1,11 @@
 """Elementwise kernel variants on a GPU, timed next to the copy in one run and checked bit for bit
 against the first variant (the shipped settings); ``--variants channel`` varies the channel kernels'
 ``launch_bounds`` and stationary grid, ``--variants unroll`` the chunks in flight of every kernel.
-``python benchmarks/tune_elementwise.py [--log2n 28] [--only LABEL] [--variants SET] [--ncu]``
+``python benchmarks/tune_elementwise.py [--log2n 28] [--cols 4096] [--group 128] [--only LABEL] [--variants SET]
+[--ncu]``
+
+``--cols`` / ``--group``: the rows' length and the group size (other than powers of two: the kernels that
+track their segment instead of shifting).
 
 ``--ncu``: run each case of the chosen variant once at 2^26, for ``ncu`` to profile.
 """
@@ -19,7 +23,8 @@ from baracuda_numba.bench import device_ms
 from baracuda_numba.kernels import elementwise
 from baracuda_numba.plans import base
 
-COLS = 4096
+COLS = 4096  # the rows' length (--cols)
+GROUP = 128  # the per-group cases' group size (--group)
 SHIPPED_POW2_UNROLL = elementwise.POW2_UNROLL
 SHIPPED_POW2_BOUNDS = elementwise.POW2_LAUNCH_BOUNDS
 SHIPPED_STATIONARY_BYTES = elementwise.STATIONARY_INPUT_BYTES
@@ -42,7 +47,7 @@ def cases(n: int):
 
     col_s, col_z = scales(COLS)
     row_s, row_z = scales(rows)
-    grp_s, grp_z = scales(rows * COLS // 128)
+    grp_s, grp_z = scales(rows * COLS // GROUP)
     for name in ("bf16", "f32"):
         x, dy = data[name]
         size = x.element_size()
@@ -55,9 +60,9 @@ def cases(n: int):
         yield f"token quantize {name}", size + 1, lambda x=x: bn.quantize_per_token(x, row_s, row_z)
         yield f"token dequantize {name}", size + 1, lambda name=name: bn.dequantize_per_token(q, row_s, row_z,
                                                                                              dtype=name)
-        yield f"group128 quantize {name}", size + 1, lambda x=x: bn.quantize_per_group(x, grp_s, grp_z, 128)
-        yield f"group128 dequantize {name}", size + 1, \
-            lambda name=name: bn.dequantize_per_group(q, grp_s, grp_z, 128, dtype=name)
+        yield f"group{GROUP} quantize {name}", size + 1, lambda x=x: bn.quantize_per_group(x, grp_s, grp_z, GROUP)
+        yield f"group{GROUP} dequantize {name}", size + 1, \
+            lambda name=name: bn.dequantize_per_group(q, grp_s, grp_z, GROUP, dtype=name)
         yield f"tensor dequantize {name}", size + 1, lambda name=name: bn.dequantize_per_tensor(q, 0.02, 3,
                                                                                                 dtype=name)
         yield f"tensor quantize {name}", size + 1, lambda x=x: bn.quantize_per_tensor(x, 0.02, 3)
@@ -134,8 +139,11 @@ def use_variant(v: Variant, original=base.stationary_blocks) -> None:
 
 
 def main() -> None:
+    global COLS, GROUP
     parser = argparse.ArgumentParser()
     parser.add_argument("--log2n", type=int, default=28)
+    parser.add_argument("--cols", type=int, default=COLS)
+    parser.add_argument("--group", type=int, default=GROUP)
     parser.add_argument("--ncu", action="store_true")
     parser.add_argument("--only", nargs="+", default=[""], help="run only the cases whose label contains one of these")
     parser.add_argument("--variants", choices=("channel", "unroll", "pow2", "policy", "prefetch", "stationary",
@@ -147,7 +155,8 @@ def main() -> None:
                              "or the block size and grid cap (with "
                              "the chunks in flight) of every elementwise kernel")
     args = parser.parse_args()
-    n = 1 << args.log2n
+    COLS, GROUP = args.cols, args.group
+    n = (1 << args.log2n) // COLS * COLS  # whole rows
     if args.ncu:
         for label, _, fn in cases(n):
             if not any(o in label for o in args.only):
