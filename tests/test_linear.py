@@ -285,6 +285,39 @@ def test_staging_weight_in_shared_memory_matches_reference(monkeypatch, variant,
     clear_plan_cache()
 
 
+@pytest.mark.parametrize(("m", "n", "k", "two_launches"), [(1, 24, 64, True), (1, 32, 128, False), (2, 40, 128, False)])
+def test_capture_launches_two_kernels_where_fusing_only_saves_host_time(monkeypatch, m, n, k, two_launches):
+    """A call being captured into a CUDA graph (where host time is not spent again at replay) launches the
+    quantizer and the GEMM where the fused kernel is chosen for host time alone (weights under
+    FUSED_MIN_K x FUSED_MIN_N), and keeps the fused kernel where it is the faster on the GPU too; eager
+    calls fuse at both shapes. Bit for bit against the reference either way."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    monkeypatch.setattr(plans, "FUSED_MIN_K", 128)  # in place of 8192 x 8192, small enough to simulate
+    monkeypatch.setattr(plans, "FUSED_MIN_N", 32)
+    clear_plan_cache()
+    rng = np.random.default_rng(m + n + k)
+    x = torch.from_numpy(rng.standard_normal((m, k)).astype(np.float32))
+    w, ws = weights(rng, n, k)
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32"))
+    args = bn.QuantizedLinearArgs(x, torch.from_numpy(w), torch.from_numpy(ws), torch.zeros(m, n))
+    assert plan.kernel_variant(args) == "fused" and plan._capture_choice == two_launches
+    quantized = []
+    run = plan._quantizer.run
+    monkeypatch.setattr(plan._quantizer, "run", lambda *a, **kw: (quantized.append(1), run(*a, **kw)))
+    expected = ref.linear.quantized_linear(x.numpy(), w, ws)
+    for capturing in (False, True):
+        monkeypatch.setattr(plans, "_capturing", lambda capturing=capturing: capturing)
+        quantized.clear()
+        args.output.zero_()
+        plan.run(args)
+        assert bool(quantized) == (capturing and two_launches), capturing
+        np.testing.assert_array_equal(args.output.numpy(), expected)
+    clear_plan_cache()
+
+
 def _gpu_linear_problem(torch, m, n, k, tdtype):
     """Random CUDA operands of an ``m x n x k`` linear (seeded by the shape): ``x`` in ``tdtype``, an int8
     weight, its scales, a bias for odd ``m`` (else None) and an int8 activation for SmoothQuant."""
@@ -359,6 +392,48 @@ def test_gpu_cuda_graph_replay_equals_eager(m, n, k):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, bn.quantized_linear(x, w, ws, bias=bias))
+
+
+@requires_gpu
+@pytest.mark.parametrize(("n", "k", "two_launches"), [(4096, 4096, True), (8192, 8192, False)])
+def test_gpu_captured_decode_launches_two_kernels_where_fusing_only_saves_host_time(n, k, two_launches):
+    """One token: eager calls fuse (4096^2: for host time; 8192^2: the faster on the GPU too); a call
+    captured into a CUDA graph launches the quantizer and the GEMM at 4096^2 only. The replay equals
+    the eager call and torch, bit for bit, on new inputs in the captured buffers."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.ops.common import select_plan
+    from baracuda_numba.vocabulary import ElementKind
+
+    g = torch.Generator(device="cuda").manual_seed(n + k)
+    x = torch.randn(1, k, device="cuda", generator=g, dtype=torch.bfloat16)
+    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
+    out = torch.empty(1, n, device="cuda", dtype=torch.bfloat16)
+    bn.quantized_linear(x, w, ws, out=out)  # selects (and caches) the plan the calls below use
+    plan = select_plan(bn.QuantizedLinearPlan, bn.QuantizedLinearDescriptor(1, n, k, ElementKind.BF16,
+                                                                              ElementKind.BF16, False))
+    assert plan._fused and plan._capture_choice == two_launches
+    quantized = []
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        run = plan._quantizer.run
+        monkeypatch.setattr(plan._quantizer, "run", lambda *a, **kw: (quantized.append(1), run(*a, **kw)))
+        with torch.cuda.stream(side):
+            bn.quantized_linear(x, w, ws, out=out)
+        torch.cuda.current_stream().wait_stream(side)
+        assert not quantized  # eager: fused
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            bn.quantized_linear(x, w, ws, out=out)
+    assert bool(quantized) == two_launches
+    for factor in (-1.0, 0.5):
+        x.mul_(factor)
+        out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, bn.quantized_linear(x, w, ws))
+        assert torch.equal(out.view(torch.int16), _torch_w8a8(torch, x, w, ws, None).view(torch.int16))
 
 
 @requires_gpu

@@ -11,6 +11,7 @@ is ``[N, K]`` int8 row-major (``nn.Linear.weight``), ``weight_scale`` ``[N]`` fl
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -124,6 +125,11 @@ FUSED_MAX_M = 2
 FUSED_DEPENDENT_MIN_K = 8192
 FUSED_ANY_SHAPE_MAX_M = 1
 FUSED_ANY_SHAPE_MAX_WEIGHT = 32 << 20
+# A call captured into a CUDA graph costs no host time at replay, so there the shapes that fuse only for
+# host time (FUSED_ANY_SHAPE_MAX_M: weights under FUSED_MIN_K x FUSED_MIN_N) launch the two kernels, the
+# faster on the GPU: M = 1 at 4096^2, fused 63.8 against 71.0% of copy (session 21, call 1). False: the
+# fused kernel under capture too.
+CAPTURE_UNFUSED = True
 # Past this many bytes of weight the fast path launches the decode quantizer as a programmatic dependent
 # at every M (plans.dynamic.DEPENDENT_SEGMENTS_MAX takes up to 8 rows everywhere). Session 17, call 9, M =
 # 16, plain -> dependent quantizer, % of copy: 11008 x 4096 78.3 -> 80.0 (80.2 in call 7), 4096 x 11008
@@ -396,6 +402,20 @@ _COUNTERS = 3  # the cooperative kernel's uint32 counters: tickets, rows quantiz
 _ZERO_F32 = np.float32(0.0)
 
 
+def _capturing() -> bool:
+    """Whether PyTorch's current CUDA stream is being captured into a graph (False without torch, or
+    without its CUDA build)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and _capture_query(torch)()
+
+
+@functools.cache
+def _capture_query(torch: Any) -> Any:
+    if SIMULATOR or not torch.cuda.is_available():
+        return lambda: False
+    return getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
+
+
 def _multiprocessors() -> int:
     """Multiprocessors of the current device (an H100's 132 under the simulator)."""
     if SIMULATOR:
@@ -457,13 +477,24 @@ class QuantizedLinearPlan(_LinearPlan):
         self._counter_offset = self._quantizer_offset + _align(self._quantizer.workspace_size())
         self._workspaces: dict[tuple[int, int], Any] = {}
         super()._prepare()
+        # a call captured into a CUDA graph launches the two kernels where the fused kernel is chosen for
+        # host time alone (CAPTURE_UNFUSED); compiled now, not while a graph is captured
+        self._capture_choice = self._fused and CAPTURE_UNFUSED and not self._fused_on_gpu_time()
+        if self._capture_choice and not SIMULATOR:
+            from numba import cuda
+
+            self._variants["skinny_vector"][0]._function(cuda.get_current_device().id)
 
     def _fuses_quantize(self) -> bool:
         d = self.desc
-        large = d.k >= FUSED_MIN_K and d.n >= FUSED_MIN_N
+        large = self._fused_on_gpu_time()
         tokens = FUSED_MAX_M if large else FUSED_ANY_SHAPE_MAX_M if d.n * d.k <= FUSED_ANY_SHAPE_MAX_WEIGHT else 0
         return (d.m <= tokens and d.n <= FUSED_MAX_N and d.k % 16 == 0
                 and gemm.fused_shared_bytes(d.m, d.k) <= FUSED_MAX_SHARED)
+
+    def _fused_on_gpu_time(self) -> bool:
+        """Whether the fused kernel is the faster one on the GPU at this shape (not only on the host)."""
+        return self.desc.k >= FUSED_MIN_K and self.desc.n >= FUSED_MIN_N
 
     def _cooperates(self) -> bool:
         d = self.desc
@@ -516,6 +547,8 @@ class QuantizedLinearPlan(_LinearPlan):
         if self._fused:
             if workspace is not None and self._fast_workspace(workspace, device) is None:
                 return False
+            if self._capture_choice and _capturing():
+                return False  # the checked path launches the two kernels
             self._launch_fast(pointers, device, _ZERO_F32, stream)
             return True
         ws_ptr = self._stream_workspace(device, stream) if workspace is None else self._fast_workspace(workspace,
@@ -595,7 +628,7 @@ class QuantizedLinearPlan(_LinearPlan):
             return
         handle = stream_handle(stream, (x, output), self.name)
         one_launch = d.k and _address(x) % 16 == 0 and _address(weight) % 16 == 0
-        if self._fused and one_launch:
+        if self._fused and one_launch and not (self._capture_choice and _capturing()):
             if workspace is not None:
                 self._check_workspace(workspace)
             self._gemm(x, weight, None, weight_scale, bias, output, 0.0, handle)
