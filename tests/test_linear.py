@@ -4,6 +4,8 @@ reference (simulated tensor-core mma), error paths, calibration helpers; on the 
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from conftest import FLOAT_DTYPES, SIMULATOR, requires_gpu
@@ -309,13 +311,27 @@ def test_capture_launches_two_kernels_where_fusing_only_saves_host_time(monkeypa
     monkeypatch.setattr(plan._quantizer, "run", lambda *a, **kw: (quantized.append(1), run(*a, **kw)))
     expected = ref.linear.quantized_linear(x.numpy(), w, ws)
     for capturing in (False, True):
-        monkeypatch.setattr(plans, "_capturing", lambda capturing=capturing: capturing)
+        monkeypatch.setattr(plans, "_capturing", lambda stream, capturing=capturing: capturing)
         quantized.clear()
         args.output.zero_()
         plan.run(args)
         assert bool(quantized) == (capturing and two_launches), capturing
         np.testing.assert_array_equal(args.output.numpy(), expected)
     clear_plan_cache()
+
+
+def test_capture_query_is_skipped_on_the_legacy_default_stream(monkeypatch):
+    """Eager calls on the legacy default stream (which no graph can capture) never ask whether a capture
+    is under way (a runtime call per launch); other streams ask PyTorch."""
+    pytest.importorskip("torch")
+    from baracuda_numba.plans import linear as plans
+
+    asked = []
+    monkeypatch.setattr(plans, "_capture_query", lambda t: lambda: asked.append(1) or True)
+    assert not plans._capturing(0) and not asked
+    assert plans._capturing(0x7F00) and asked == [1]
+    monkeypatch.delitem(sys.modules, "torch")
+    assert not plans._capturing(0x7F00) and asked == [1]
 
 
 def _gpu_linear_problem(torch, m, n, k, tdtype):

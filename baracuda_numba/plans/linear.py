@@ -402,11 +402,12 @@ _COUNTERS = 3  # the cooperative kernel's uint32 counters: tickets, rows quantiz
 _ZERO_F32 = np.float32(0.0)
 
 
-def _capturing() -> bool:
-    """Whether PyTorch's current CUDA stream is being captured into a graph (False without torch, or
-    without its CUDA build)."""
+def _capturing(stream: int) -> bool:
+    """Whether a launch on ``stream`` (a raw handle) is being captured into a graph, as far as PyTorch's
+    current stream tells (False without torch, or without its CUDA build). The legacy default stream
+    (0) cannot be captured: eager calls there ask nothing (the query is a runtime call)."""
     torch = sys.modules.get("torch")
-    return torch is not None and _capture_query(torch)()
+    return stream != 0 and torch is not None and _capture_query(torch)()
 
 
 @functools.cache
@@ -547,7 +548,7 @@ class QuantizedLinearPlan(_LinearPlan):
         if self._fused:
             if workspace is not None and self._fast_workspace(workspace, device) is None:
                 return False
-            if self._capture_choice and _capturing():
+            if self._capture_choice and _capturing(stream):
                 return False  # the checked path launches the two kernels
             self._launch_fast(pointers, device, _ZERO_F32, stream)
             return True
@@ -628,7 +629,7 @@ class QuantizedLinearPlan(_LinearPlan):
             return
         handle = stream_handle(stream, (x, output), self.name)
         one_launch = d.k and _address(x) % 16 == 0 and _address(weight) % 16 == 0
-        if self._fused and one_launch and not (self._capture_choice and _capturing()):
+        if self._fused and one_launch and not (self._capture_choice and _capturing(handle)):
             if workspace is not None:
                 self._check_workspace(workspace)
             self._gemm(x, weight, None, weight_scale, bias, output, 0.0, handle)
