@@ -305,15 +305,26 @@ ONE_LAUNCH_STAGES: tuple[int, ...] = ()
 # register caps of the dependent GEMM timed (0: ptxas's choice)
 DEPENDENT_REGISTERS: tuple[int, ...] = ()  # session 17: 104 / 96 / 88 no faster (co-residency with the quantizer)
 FUSED_VARIANT = True  # time the fused kernel too
+# the fused kernel launched as a programmatic dependent at every K, asking L2 for this many iterations of
+# weight before its wait (fused_e<i>; session 22: 2 ships where it is a dependent, K >= 8192)
+FUSED_EARLY: list[int] = []
+FUSED_EARLY_MAX_M = 4
+# more fused variants, as dependents at every K: label -> knobs (kernels.linear's; plans.linear's under
+# "plans."). Session 22 timed 4 column tiles, 2 chunks and launch bounds with and without the first weight
+# loaded before the wait (now QuantizedLinearDescriptor.static_weight): notes/gemm.md.
+FUSED_EXTRA: dict[str, dict] = {}
+# time the shipped selection with static_weight=True too (the fused kernel's weight loads before its wait)
+STATIC_VARIANT = True
 # the knobs the variants override (each restored after): kernels.linear's, and plans.dynamic's /
 # plans.linear's under a "dynamic." / "plans." prefix
 GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "DEPENDENT_PREFETCH_L2",
               "DEPENDENT_STAGED", "DEPENDENT_MAX_REGISTERS", "FUSED_STAGED", "COOPERATIVE_STAGED",
-              "COOPERATIVE_MIN_BLOCKS", "dynamic.DEPENDENT_SEGMENTS_MAX", "plans.FUSED_DEPENDENT_MIN_K",
-              "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT")
+              "COOPERATIVE_MIN_BLOCKS", "SKINNY_TILES", "ONE_LAUNCH_CHUNKS", "FUSED_MIN_BLOCKS", "FUSED_EARLY_L2",
+              "dynamic.DEPENDENT_SEGMENTS_MAX",
+              "plans.FUSED_DEPENDENT_MIN_K", "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
 # dependents of the kernel before them)
-PLAIN_LAUNCH_VARIANTS = True
+PLAIN_LAUNCH_VARIANTS = False  # session 17's table has them
 
 
 def knob_module(name: str):
@@ -378,9 +389,12 @@ def fused_decode(copy: float) -> list[dict]:
                      ("fused_dep", 16, 0, True, {"plans.FUSED_DEPENDENT_MIN_K": 0})
                      ] if FUSED_VARIANT and PLAIN_LAUNCH_VARIANTS else []
         variants += [(f"fused_st{st}", 16, 0, True, {"FUSED_STAGED": st}) for st in ONE_LAUNCH_STAGES]
+        variants += [(f"fused_e{e}", 16, 0, True, {"FUSED_EARLY_L2": e, "plans.FUSED_DEPENDENT_MIN_K": 0})
+                     for e in FUSED_EARLY if m <= FUSED_EARLY_MAX_M]
         variants += [(f"cooperative_b{b}", 0, 16, True, {"COOPERATIVE_MIN_BLOCKS": b}) for b in COOPERATIVE_BLOCKS]
         variants += [(f"cooperative_st{st}", 0, 16, True, {"COOPERATIVE_STAGED": st, "COOPERATIVE_MIN_BLOCKS": 0})
                      for st in ONE_LAUNCH_STAGES]
+        variants += [(label, 16, 0, True, knobs) for label, knobs in FUSED_EXTRA.items() if m <= FUSED_EARLY_MAX_M]
         outputs = {}
         for label, fused_max_m, cooperative_max_m, dependent, knobs in variants:
             plans.FUSED_MAX_M, plans.FUSED_MAX_N, plans.COOPERATIVE_MAX_M = fused_max_m, 1 << 30, cooperative_max_m
@@ -400,8 +414,17 @@ def fused_decode(copy: float) -> list[dict]:
         for name, value in saved_knobs.items():
             setattr(*knob_module(name), value)
         shipped()
+        clear_plan_cache()
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
         row["shipped"] = plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, out))
+        for label, static in (("shipped", False), ("static", True)) if STATIC_VARIANT else ():
+            outputs[label] = bn.quantized_linear(x, w, ws, bias=bias, static_weight=static)
+            calls = itertools.cycle(weights)
+            ms = graph_ms(lambda calls=calls, x=x, ws=ws, static=static:
+                          bn.quantized_linear(x, next(calls), ws, static_weight=static), calls=10 * len(weights))
+            row[f"{label}_us"], row[f"{label}_pct"] = 1e3 * ms, 100 * n * k / ms / 1e6 / copy
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16", False, True))
+        row["static"] = plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, out))
         row["all == two_launch"] = all(bit_equal(outputs["two_launch"], v) for v in outputs.values())
         say(json.dumps(row, default=lambda v: round(v, 1)))
         rows.append(row)
@@ -730,6 +753,9 @@ def main() -> None:
     parser.add_argument("--out", default="/tmp/tune")
     parser.add_argument("--only", nargs="*", default=["sass", "exact", "prefill", "decode", "host", "fused",
                                                        "host_calls"])
+    parser.add_argument("--decode-m", nargs="*", type=int, help="fused: only these M (default: 1, 2, 4, 8, 16)")
+    parser.add_argument("--decode-nk", nargs="*", help="fused: only these N x K (as 4096x4096)")
+    parser.add_argument("--early", nargs="*", type=int, help="fused: these FUSED_EARLY_L2 variants (default: 1 2 4 8)")
     parser.add_argument("--old-root", help="fused_ab: a directory holding another checkout's baracuda_numba")
     parser.add_argument("--variants", nargs="*", help="fused_ab: this checkout's variants besides the shipped one "
                         "(default: all of fused_variants())")
@@ -744,6 +770,12 @@ def main() -> None:
     if args.side:
         fused_side(args.side, args.copy, Path(args.save) if args.save else None)
         return
+    if args.decode_m:
+        FUSED_DECODE[:] = [shape for shape in FUSED_DECODE if shape[0] in args.decode_m]
+    if args.decode_nk:
+        FUSED_DECODE[:] = [shape for shape in FUSED_DECODE if f"{shape[1]}x{shape[2]}" in args.decode_nk]
+    if args.early is not None:
+        FUSED_EARLY[:] = args.early
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     say(f"{torch.cuda.get_device_name()}; baracuda_numba from {Path(bn.__file__).parent}")

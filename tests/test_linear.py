@@ -320,6 +320,55 @@ def test_capture_launches_two_kernels_where_fusing_only_saves_host_time(monkeypa
     clear_plan_cache()
 
 
+# A static weight (the caller's promise that the kernel before the call does not write it): the fused
+# kernel, a programmatic dependent at every K, loads its first weight before its wait; where its blocks
+# fit one wave at two per SM it keeps two chunks in flight under launch bounds of two blocks, and it fuses
+# up to STATIC_FUSED_MAX_M tokens (under capture too). Without the promise it only asks L2 for weight
+# before its wait, and only where it is a dependent (K >= FUSED_DEPENDENT_MIN_K, lowered here).
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "static"), [
+    (1, 24, 1040, "f32", True), (2, 40, 528, "f16", True), (1, 9, 144, "f64", True),
+    (2, 24, 1040, "f32", False), (1, 40, 528, "f16", False),
+])
+def test_static_weight_loads_the_weight_before_the_wait(monkeypatch, m, n, k, dtype, static):
+    from baracuda_numba.kernels import linear as gemm
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    monkeypatch.setattr(plans, "FUSED_DEPENDENT_MIN_K", 512)
+    monkeypatch.setattr(plans, "FUSED_MIN_K", 1 << 20)  # only the any-shape rule fuses: 1 token, or 2 if static
+    clear_plan_cache()
+    rng = np.random.default_rng(m + n + k)
+    x = rng.standard_normal((m, k)).astype({"f16": np.float16, "f32": np.float32, "f64": np.float64}[dtype])
+    w, ws = weights(rng, n, k)
+    bias = rng.standard_normal(n).astype(np.float32)
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, True, static))
+    args = bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, n), x.dtype), bias)
+    fuses = static or m <= plans.FUSED_ANY_SHAPE_MAX_M
+    assert plan.kernel_variant(args) == ("fused" if fuses else "skinny_vector")
+    if fuses:
+        launcher = plan._variants["fused"][0]
+        name = launcher._compile.__self__.py_func.__name__
+        dependent = static or k >= plans.FUSED_DEPENDENT_MIN_K
+        assert launcher.dependent == dependent
+        assert ("_er_" in name) == static and (f"_e{gemm.FUSED_EARLY_L2}_" in name) == (dependent and not static)
+        assert name.startswith("w8a8_gemm_skinny2x2_fused_" if static else "w8a8_gemm_skinny1x2_fused_"), name
+        assert ("_b2_" in name) == static
+        assert not plan._capture_choice or not static
+    plan.run(args)
+    np.testing.assert_array_equal(args.output, ref.linear.quantized_linear(x, w, ws, bias))
+    y = bn.quantized_linear(x, w, ws, bias=bias, static_weight=static)
+    np.testing.assert_array_equal(y, args.output)
+    clear_plan_cache()
+
+
+def test_static_weight_must_be_a_bool():
+    x, (w, ws) = np.ones((1, 16), np.float32), weights(np.random.default_rng(0), 4, 16)
+    with pytest.raises(bn.InvalidProblem, match="quantized_linear: static_weight expected a bool, got 'yes'"):
+        bn.quantized_linear(x, w, ws, static_weight="yes")
+    with pytest.raises(bn.InvalidProblem, match="QuantizedLinearPlan: static_weight expected a bool, got 1"):
+        bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(1, 4, 16, "f32", "f32", False, 1))
+
+
 def test_capture_query_is_skipped_on_the_legacy_default_stream(monkeypatch):
     """Eager calls on the legacy default stream (which no graph can capture) never ask whether a capture
     is under way (a runtime call per launch); other streams ask PyTorch."""
@@ -412,10 +461,13 @@ def test_gpu_cuda_graph_replay_equals_eager(m, n, k):
 
 @requires_gpu
 @pytest.mark.parametrize(("n", "k", "two_launches"), [(4096, 4096, True), (8192, 8192, False)])
-def test_gpu_captured_decode_launches_two_kernels_where_fusing_only_saves_host_time(n, k, two_launches):
+@pytest.mark.parametrize("static", [False, True])
+def test_gpu_captured_decode_launches_two_kernels_where_fusing_only_saves_host_time(n, k, two_launches, static):
     """One token: eager calls fuse (4096^2: for host time; 8192^2: the faster on the GPU too); a call
     captured into a CUDA graph launches the quantizer and the GEMM at 4096^2 only. The replay equals
-    the eager call and torch, bit for bit, on new inputs in the captured buffers."""
+    the eager call and torch, bit for bit, on new inputs in the captured buffers. A static weight keeps
+    the fused kernel under capture too (the faster there with its weight loaded before its wait)."""
+    two_launches = two_launches and not static
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import select_plan
     from baracuda_numba.vocabulary import ElementKind
@@ -425,9 +477,9 @@ def test_gpu_captured_decode_launches_two_kernels_where_fusing_only_saves_host_t
     w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
     ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
     out = torch.empty(1, n, device="cuda", dtype=torch.bfloat16)
-    bn.quantized_linear(x, w, ws, out=out)  # selects (and caches) the plan the calls below use
+    bn.quantized_linear(x, w, ws, out=out, static_weight=static)  # selects (and caches) the plan the calls below use
     plan = select_plan(bn.QuantizedLinearPlan, bn.QuantizedLinearDescriptor(1, n, k, ElementKind.BF16,
-                                                                              ElementKind.BF16, False))
+                                                                              ElementKind.BF16, False, static))
     assert plan._fused and plan._capture_choice == two_launches
     quantized = []
     side = torch.cuda.Stream()
@@ -436,19 +488,19 @@ def test_gpu_captured_decode_launches_two_kernels_where_fusing_only_saves_host_t
         run = plan._quantizer.run
         monkeypatch.setattr(plan._quantizer, "run", lambda *a, **kw: (quantized.append(1), run(*a, **kw)))
         with torch.cuda.stream(side):
-            bn.quantized_linear(x, w, ws, out=out)
+            bn.quantized_linear(x, w, ws, out=out, static_weight=static)
         torch.cuda.current_stream().wait_stream(side)
         assert not quantized  # eager: fused
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            bn.quantized_linear(x, w, ws, out=out)
+            bn.quantized_linear(x, w, ws, out=out, static_weight=static)
     assert bool(quantized) == two_launches
     for factor in (-1.0, 0.5):
         x.mul_(factor)
         out.zero_()
         graph.replay()
         torch.cuda.synchronize()
-        assert torch.equal(out, bn.quantized_linear(x, w, ws))
+        assert torch.equal(out, bn.quantized_linear(x, w, ws, static_weight=static))
         assert torch.equal(out.view(torch.int16), _torch_w8a8(torch, x, w, ws, None).view(torch.int16))
 
 
@@ -493,14 +545,16 @@ def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch, 
 
 
 @requires_gpu
-@pytest.mark.parametrize(("m", "k", "variant"), [(1, 4096, "fused"), (2, 8192, "fused"), (1, 4096, "two_launch"),
-                                               (4, 4096, "two_launch"), (8, 4096, "two_launch"),
-                                               (16, 4096, "two_launch"), (16, 8192, "two_launch")])
-def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant):
+@pytest.mark.parametrize(("m", "k", "variant", "static"), [
+    (1, 4096, "fused", False), (2, 8192, "fused", False), (1, 4096, "two_launch", False),
+    (4, 4096, "two_launch", False), (8, 4096, "two_launch", False), (16, 4096, "two_launch", False),
+    (16, 8192, "two_launch", False), (1, 4096, "fused", True), (2, 4096, "fused", True), (1, 8192, "fused", True)])
+def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, static):
     """Layers chained on one stream with no sync: each call's ``x`` is the previous call's output (or a
     torch kernel's result from it), so a quantizer or fused kernel launched as a programmatic dependent
     that read ``x`` (or wrote the shared workspace) before the kernel before it completed would differ.
-    Bit for bit against the same chain run one synchronized op at a time."""
+    Bit for bit against the same chain run one synchronized op at a time. ``static``: the weights are
+    declared static, so the fused kernel loads them before its wait."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import clear_plan_cache, select_plan
     from baracuda_numba.plans import dynamic as plans_dynamic
@@ -520,7 +574,7 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant):
     def chain(sync: bool):
         x, outs = x0, []
         for i in range(12):
-            y = bn.quantized_linear(x, weights[i % 3], scales[i % 3])
+            y = bn.quantized_linear(x, weights[i % 3], scales[i % 3], static_weight=static)
             outs.append(y)
             x = y * 2.0 if i % 2 else y  # every other layer through a torch kernel first
             if sync:
@@ -533,7 +587,7 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant):
         clear_plan_cache()
         # the plan quantized_linear() itself selects (its cache), whose quantizer the chain launches
         plan = select_plan(bn.QuantizedLinearPlan, bn.QuantizedLinearDescriptor(m, k, k, ElementKind.BF16,
-                                                                                  ElementKind.BF16, False))
+                                                                                  ElementKind.BF16, False, static))
         expected = "fused" if variant == "fused" else "skinny_vector"
         out = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
         assert plan.kernel_variant(bn.QuantizedLinearArgs(x0, weights[0], scales[0], out)) == expected
@@ -553,6 +607,43 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant):
     # and the first layer against torch ops
     reference = _torch_w8a8(torch, x0, weights[0], scales[0], None)
     assert torch.equal(stepped[0].view(torch.int16), reference.view(torch.int16))
+
+
+@requires_gpu
+def test_gpu_weight_quantized_just_before_the_call_is_read_after_the_wait():
+    """Without the static-weight promise the fused kernel (a programmatic dependent at K = 8192) only asks
+    L2 for weight before its wait: a weight that the kernel before it (the per-token quantizer, which lets
+    its dependents start early) writes is read whole. Queued calls against the same calls synchronized."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    n = k = 8192
+    assert k >= plans.FUSED_DEPENDENT_MIN_K and n >= plans.FUSED_MIN_N
+    clear_plan_cache()
+    g = torch.Generator(device="cuda").manual_seed(7)
+    w_float = torch.randn(n, k, device="cuda", generator=g, dtype=torch.bfloat16)
+    x = torch.randn(1, k, device="cuda", generator=g, dtype=torch.bfloat16)
+
+    def calls(sync: bool):
+        outs = []
+        for i in range(6):
+            q = bn.dynamic_range_quantize(w_float * (i + 1) if i % 2 else -w_float, scope="token")
+            if sync:
+                torch.cuda.synchronize()
+            outs.append(bn.quantized_linear(x, q.q, q.scale.reshape(-1)))
+            if sync:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        return outs
+
+    stepped = calls(True)
+    for _ in range(3):
+        assert all(torch.equal(a, b) for a, b in zip(calls(False), stepped, strict=True))
+    q = bn.dynamic_range_quantize(-w_float, scope="token")
+    reference = _torch_w8a8(torch, x, q.q, q.scale.reshape(-1), None)
+    assert torch.equal(stepped[0].view(torch.int16), reference.view(torch.int16))
+    clear_plan_cache()
 
 
 def test_pipeline_shape_fills_waves():
@@ -576,6 +667,7 @@ def _force_decode_variant(monkeypatch, variant: str) -> None:
 
     monkeypatch.setattr(plans, "FUSED_MAX_M", 16 if variant == "fused" else 0)
     monkeypatch.setattr(plans, "FUSED_ANY_SHAPE_MAX_M", 16 if variant == "fused" else 0)
+    monkeypatch.setattr(plans, "STATIC_FUSED_MAX_M", 16 if variant == "fused" else 0)
     monkeypatch.setattr(plans, "FUSED_MIN_K", 0)
     monkeypatch.setattr(plans, "FUSED_MIN_N", 0)
     monkeypatch.setattr(plans, "FUSED_MAX_N", 1 << 30)
@@ -849,9 +941,10 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
 @requires_gpu
 @pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (7, 264, 8192), (16, 11008, 4096), (16, 40, 144)])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
-@pytest.mark.parametrize("variant", ["fused", "cooperative"])
+@pytest.mark.parametrize("variant", ["fused", "static", "cooperative"])
 def test_gpu_fused_decode_equals_two_launches_and_torch(m, n, k, dtype, variant):
-    """One launch (x quantized inside the GEMM) gives the two-launch path's bits and torch's."""
+    """One launch (x quantized inside the GEMM) gives the two-launch path's bits and torch's; ``static``:
+    the fused kernel of a static weight (its first weight loaded before its wait)."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
@@ -866,11 +959,15 @@ def test_gpu_fused_decode_equals_two_launches_and_torch(m, n, k, dtype, variant)
     ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
     bias = torch.randn(n, device="cuda", generator=g) if m % 2 else None
     with pytest.MonkeyPatch.context() as monkeypatch:
-        _force_decode_variant(monkeypatch, variant)
-        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, bias is not None))
+        _force_decode_variant(monkeypatch, "fused" if variant == "static" else variant)
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, bias is not None,
+                                                                          variant == "static"))
     fused = torch.empty(m, n, device="cuda", dtype=tdtype)
     args = bn.QuantizedLinearArgs(x, w, ws, fused, bias)
-    assert plan.kernel_variant(args) == variant and plan._fast_pointers(args) is not None
+    kernel = "fused" if variant == "static" else variant
+    assert plan.kernel_variant(args) == kernel and plan._fast_pointers(args) is not None
+    name = plan._variants[kernel][0]._compile.__self__.py_func.__name__
+    assert ("_er_" in name) == (variant == "static"), name
     plan.run(args)  # the fast path
     checked = torch.empty_like(fused)
     plan.run(bn.QuantizedLinearArgs(x, w, ws, checked, bias), stream=torch.cuda.current_stream())

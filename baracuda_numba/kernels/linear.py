@@ -68,6 +68,14 @@ FUSED_PREFETCH_L2 = 0
 # fused skinny with 2 column tiles: launch bounds of 3 blocks per multiprocessor (80 registers, as many
 # blocks as the unfused kernel's 70; ptxas reports no spill for 16- and 32-bit x, a little for float64)
 FUSED_MIN_BLOCKS = 3
+# fused skinny launched as a programmatic dependent (plans.linear.FUSED_DEPENDENT_MIN_K): main-loop
+# iterations of weight it asks L2 for before it waits for the kernel before it (0: it waits first thing).
+# A prefetch holds no data, so whatever that kernel writes is read after the wait all the same. Session 22
+# (H100, back-to-back quantized_linear in graph replay, % of copy, 0 -> 1 / 2 / 4 / 8 iterations):
+# 8192^2 M = 1 96.1 -> 82.1 / 99.7 / 97.2 / 92.5 (100.0 with 2 in a second run), M = 2 86.3 -> 72.5 / 87.9
+# / 84.4 / 82.7 (88.6); K = 4096 (launched plainly as shipped, measured as dependents) 63.1 -> 65.2 at
+# 4096^2, 78.3 -> 82.5 at 11008 x 4096, where the two launches stay faster.
+FUSED_EARLY_L2 = 2
 # cooperative skinny: main-loop iterations of weight prefetched into L2 while the rows are quantized
 # (after the first, loaded into registers), and the pause between polls of the quantizers' counter
 COOPERATIVE_PREFETCH_L2 = 0
@@ -629,7 +637,8 @@ def _fused_quantizer(x_element: ElementKind):
 
 def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: ElementKind | None = None,
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
-            dependent: int = 0, staged: int = 0, trace: bool = False):
+            dependent: int = 0, staged: int = 0, trace: bool = False, early_l2: int = 0,
+            early_registers: bool = False):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -670,6 +679,11 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     preloaded into registers are the iterations after those: with the whole weight staged, its stream
     runs under the quantizer.
 
+    ``early_l2`` / ``early_registers`` (the fused kernel, launched as a programmatic dependent): before it
+    waits for the kernel before it, each thread asks L2 for its pieces of the first ``early_l2`` main-loop
+    iterations / loads the first iteration's into registers (and its column parameters), so that the
+    weight stream starts under the tail of that kernel; otherwise it waits first thing.
+
     ``trace`` (the unfused kernel without bias, a profiling build): thread 0 of block ``b`` stores the
     low 32 bits of ``%globaltimer`` (as float32 bit patterns) into ``bias[4b .. 4b + 3]`` when the block
     starts, when its wait returns (dependent; else again at the start), when its weight stream ends and
@@ -698,6 +712,9 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     word_type = {2: np.uint16, 4: np.uint32, 8: np.uint64}.get(per_pair, np.uint64)
     word_dtype = np.dtype(word_type) if SIMULATOR else word_type
     step = chunks_in_flight * SKINNY_WARPS  # chunks of K the block takes per main-loop iteration
+    if (early_l2 or early_registers) and not (x_element is not None and not cooperative and not staged):
+        raise ValueError("only the fused kernel without staging loads weight before its wait")
+    early = bool(early_l2 or early_registers)
     # cooperative: rows quantized per block (the simulator's one block at a time takes them all)
     quantizer_rows = SKINNY_M if SIMULATOR else 1
 
@@ -1007,7 +1024,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             # the next kernel, if launched as a programmatic dependent (the next call's quantizer), may
             # start now: it waits for this grid before it touches memory
             device.launch_dependents()
-        elif fused:
+        elif fused and not early:
             # launched as a programmatic dependent (plans.linear.FUSED_DEPENDENT_MIN_K): wait for the kernel
             # before (which writes x) before anything, then let the next kernel start
             device.grid_dependency_wait()
@@ -1036,8 +1053,18 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         n_tile = cuda.blockIdx.x // tiles_m
         m_block = (cuda.blockIdx.x - n_tile * tiles_m) * SKINNY_M
         n_block = n_tile * (SKINNY_N * n_tiles)
-        load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block, tensor_scale,
-                      True, not fused and not dependent, tid)
+        if early:
+            for ahead in range(early_l2):
+                prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
+            if early_registers:
+                load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
+                              tensor_scale, True, False, tid)
+                load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * warp + 16 * t, K, aligned)
+            device.grid_dependency_wait()  # x (and, past early_registers, nothing else) is read from here on
+            device.launch_dependents()
+        if not early_registers:
+            load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
+                          tensor_scale, True, not fused and not dependent, tid)
         first_k = CHUNK_K * warp + 16 * t
         chunks = (K + CHUNK_K - 1) // CHUNK_K
         rest = staged * step  # the first chunk the registers take
@@ -1048,7 +1075,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             base = min(M, SKINNY_M) * ((K + 16) // 16)
             if staged:
                 stage_weights(xq_pairs, base, w_pairs, n_block, group, N, K, first_k, chunks, tid)
-            if not staged or rest < chunks:
+            if (not staged or rest < chunks) and not early_registers:
                 load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, first_k + CHUNK_K * rest, K, aligned)
             for ahead in range(staged + 1, staged + prefetch_l2 + 1):
                 prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
@@ -1167,7 +1194,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   skinny_tiles: int = 2, fused_input: ElementKind | None = None,
                   fused_prefetch: int = 0, fused_min_blocks: int = 0, cooperative: bool = False,
                   double_buffer: bool = False, vector_only: bool = False, dependent: int = 0,
-                  staged: int = 0, max_registers: int = 0, trace: bool = False) -> ElementwiseKernel:
+                  staged: int = 0, max_registers: int = 0, trace: bool = False, early_l2: int = 0,
+                  early_registers: bool = False) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -1192,7 +1220,9 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     staged_iteration_bytes(skinny_chunks, skinny_tiles)`` bytes, the fused kernel's past its quantized
     rows), under launch bounds of ``STAGED_MIN_BLOCKS`` blocks per multiprocessor. ``max_registers`` (the
     unfused skinny kernels): compiled to at most that many registers per thread. ``trace`` (the unfused
-    skinny kernel, ``has_bias`` False): the profiling build of :func:`_skinny` (timestamps into ``bias``)."""
+    skinny kernel, ``has_bias`` False): the profiling build of :func:`_skinny` (timestamps into ``bias``).
+    ``early_l2`` / ``early_registers`` (the fused kernel): weight asked of L2 / loaded before its wait (see
+    :func:`_skinny`)."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
     options: tuple = ()
     extra = ""
@@ -1203,8 +1233,10 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
         if staged:
             fused_min_blocks = STAGED_MIN_BLOCKS  # the registers of the blocks DEPENDENT_STAGE_BYTES is sized for
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, fused_input, fused_prefetch, cooperative,
-                         double_buffer, staged=staged)
+                         double_buffer, staged=staged, early_l2=early_l2, early_registers=early_registers)
         shape = f"skinny{skinny_chunks}x{skinny_tiles}_{'cooperative' if cooperative else 'fused'}_{fused_input.short}"
+        shape += f"_e{early_l2}" if early_l2 else ""
+        shape += "_er" if early_registers else ""
         shape += f"_st{staged}" if staged else ""
         shape += f"_l2p{fused_prefetch}" if fused_prefetch else ""
         shape += f"_b{fused_min_blocks}" if fused_min_blocks else ""

@@ -60,15 +60,22 @@ def _vectors(where: str, weight_scale: Any, bias: Any, n: int):
 
 
 def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, *, bias: Any = None, out: Any = None,
-                     stream: Any = None) -> Any:
+                     stream: Any = None, static_weight: bool = False) -> Any:
     """W8A8 ``nn.Linear``: ``x [..., K]`` (f16 / bf16 / f32 / f64) -> ``[..., N]`` in ``x``'s dtype.
 
     ``x`` is quantized per token (symmetric int8, [-127, 127]); ``weight_q`` is ``[N, K]`` int8 with
     per-output-channel ``weight_scale [N]``. Accumulation is exact in int32 (``K <= 132104``), the
     epilogue ``(acc * scale_x[m]) * weight_scale[n] + bias[n]`` in float32.
+
+    ``static_weight=True`` promises that ``weight_q``, ``weight_scale`` and ``bias`` are not written by
+    the kernel launched just before this call on the stream (a model's weights, written at load). The
+    one-launch decode kernel then starts loading the weight while that kernel finishes (faster decode,
+    the same bits); a weight that kernel does write could then be read before it is written.
     """
     where = "quantized_linear"
-    key = fast_key(where, _tensors(x, weight_q, weight_scale, bias, out), bias is None)
+    if not isinstance(static_weight, bool):
+        raise InvalidProblem(problem_message(where, "static_weight", "a bool", repr(static_weight)))
+    key = fast_key(where, _tensors(x, weight_q, weight_scale, bias, out), bias is None, static_weight)
     if key is not None:  # a repeat call on plain CUDA torch tensors: the remembered plan, unadapted
         if out is None:
             result = fast_run(key, None, lambda y: QuantizedLinearArgs(x, weight_q, weight_scale, y, bias), stream,
@@ -84,7 +91,7 @@ def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, *, bias: Any = No
         raise InvalidProblem(problem_message(where, "weight_q", "int8 elements", wo.element.short))
     scale, bias_op = _vectors(where, weight_scale, bias, n)
     plan = select_plan(QuantizedLinearPlan, QuantizedLinearDescriptor(m, n, k, xo.element, xo.element,
-                                                                      bias is not None))
+                                                                      bias is not None, static_weight))
     result = output_operand(out, xo, (*xo.shape[:-1], n), xo.element, where)
     plan.run(QuantizedLinearArgs(xo, wo, scale, result, bias_op), stream=stream)
     if scale.obj is weight_scale and (bias is None or bias_op.obj is bias):  # no conversion: repeatable raw

@@ -51,7 +51,13 @@ __all__ = ["QuantizedLinearDescriptor", "QuantizedLinearArgs", "QuantizedLinearP
 
 @dataclass(frozen=True)
 class QuantizedLinearDescriptor:
-    """``x [m, k]`` float, ``weight [n, k]`` int8; the output has ``x``'s element."""
+    """``x [m, k]`` float, ``weight [n, k]`` int8; the output has ``x``'s element.
+
+    ``static_weight``: the caller promises that the weight, its scales and the bias are not written by
+    the kernel launched just before the call on its stream (true of a model's weights, written once
+    at load). The one-launch decode kernel then loads its first weight before it waits for that kernel
+    (a programmatic dependent launch), so its weight stream starts under that kernel's tail.
+    """
 
     m: int
     n: int
@@ -59,6 +65,7 @@ class QuantizedLinearDescriptor:
     input_element: ElementKind
     output_element: ElementKind
     has_bias: bool = False
+    static_weight: bool = False
 
 
 @dataclass
@@ -130,6 +137,18 @@ FUSED_ANY_SHAPE_MAX_WEIGHT = 32 << 20
 # faster on the GPU: M = 1 at 4096^2, fused 63.8 against 71.0% of copy (session 21, call 1). False: the
 # fused kernel under capture too.
 CAPTURE_UNFUSED = True
+# With a static weight (QuantizedLinearDescriptor.static_weight) the fused kernel is a programmatic dependent
+# at every K and loads its first iteration of weight (and its column scales and bias) before its wait, not
+# only L2 prefetches (kernels.linear.FUSED_EARLY_L2). Where its blocks fit one wave at two per SM (2 column
+# tiles), it keeps STATIC_ONE_WAVE_CHUNKS chunks in flight under launch bounds of
+# STATIC_ONE_WAVE_MIN_BLOCKS; it then fuses up to STATIC_FUSED_MAX_M tokens under
+# FUSED_ANY_SHAPE_MAX_WEIGHT, under capture too. Session 22 (H100, back-to-back calls in graph replay, %
+# of copy, M = 1 / 2): 4096^2 fused 63.6 / 57.0, static 80.0 / 73.7, two launches 70.9 / 67.1 (1 chunk
+# under 3 blocks, static: 66.5 / 59.9); 8192^2 fused (2 iterations asked of L2) 100.0 / 88.6, static
+# 101.5 / 92.0; 11008 x 4096 static 85.4, two launches 85.3 (M = 1, more than one wave: 1 chunk, 3 blocks).
+STATIC_ONE_WAVE_CHUNKS = 2
+STATIC_ONE_WAVE_MIN_BLOCKS = 2
+STATIC_FUSED_MAX_M = 2
 # Past this many bytes of weight the fast path launches the decode quantizer as a programmatic dependent
 # at every M (plans.dynamic.DEPENDENT_SEGMENTS_MAX takes up to 8 rows everywhere). Session 17, call 9, M =
 # 16, plain -> dependent quantizer, % of copy: 11008 x 4096 78.3 -> 80.0 (80.2 in call 7), 4096 x 11008
@@ -177,6 +196,8 @@ class _LinearPlan(Plan):
                 name, "k", f"<= {MAX_EXACT_K} (|int8 x int8| sums stay exact in int32)", desc.k))
         if not isinstance(desc.has_bias, bool):
             raise InvalidProblem(problem_message(name, "has_bias", "a bool", repr(desc.has_bias)))
+        if not isinstance(getattr(desc, "static_weight", False), bool):
+            raise InvalidProblem(problem_message(name, "static_weight", "a bool", repr(desc.static_weight)))
 
     def _prepare(self) -> None:
         desc = self.desc
@@ -212,14 +233,21 @@ class _LinearPlan(Plan):
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
             chunks = gemm.skinny_chunks(one_launch=True)
             if self._fuses_quantize():
+                static = self._static_weight()
+                min_blocks = gemm.fused_min_blocks(tiles, self.entry.input_element)
+                if static and tiles == 2 and -(-desc.n // (SKINNY_N * tiles)) <= 2 * _multiprocessors():
+                    chunks, min_blocks = STATIC_ONE_WAVE_CHUNKS, STATIC_ONE_WAVE_MIN_BLOCKS
                 staged = gemm.one_launch_staged(desc.m, desc.n, desc.k, chunks, tiles, False)
+                fused_dependent = desc.k >= FUSED_DEPENDENT_MIN_K or static
+                early = fused_dependent and not staged  # weight read before the wait (staged: after it)
                 kernel = linear_kernel(out, desc.has_bias, False, True, None, chunks, tiles,
                                        fused_input=self.entry.input_element, fused_prefetch=gemm.FUSED_PREFETCH_L2,
-                                       fused_min_blocks=gemm.fused_min_blocks(tiles, self.entry.input_element),
-                                       double_buffer=True, staged=staged)
+                                       fused_min_blocks=min_blocks, double_buffer=True, staged=staged,
+                                       early_l2=gemm.FUSED_EARLY_L2 if early and not static else 0,
+                                       early_registers=early and static)
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                         gemm.fused_shared_bytes(desc.m, desc.k) + staged * gemm.staged_iteration_bytes(chunks, tiles),
-                        dependent=desc.k >= FUSED_DEPENDENT_MIN_K)
+                        dependent=dependent)
                 self._aligned_variant, self._fused = "fused", True
             elif self._cooperates():
                 staged = gemm.one_launch_staged(desc.m, desc.n, desc.k, chunks, tiles, True)
@@ -252,6 +280,10 @@ class _LinearPlan(Plan):
 
     def _fuses_quantize(self) -> bool:
         """Whether aligned operands take the skinny kernel that quantizes ``x`` itself."""
+        return False
+
+    def _static_weight(self) -> bool:
+        """Whether the descriptor promises a weight the kernel before the call does not write."""
         return False
 
     def _dependent_gemm(self) -> bool:
@@ -480,7 +512,8 @@ class QuantizedLinearPlan(_LinearPlan):
         super()._prepare()
         # a call captured into a CUDA graph launches the two kernels where the fused kernel is chosen for
         # host time alone (CAPTURE_UNFUSED); compiled now, not while a graph is captured
-        self._capture_choice = self._fused and CAPTURE_UNFUSED and not self._fused_on_gpu_time()
+        self._capture_choice = (self._fused and CAPTURE_UNFUSED and not self._fused_on_gpu_time()
+                                and not d.static_weight)
         if self._capture_choice and not SIMULATOR:
             from numba import cuda
 
@@ -489,9 +522,13 @@ class QuantizedLinearPlan(_LinearPlan):
     def _fuses_quantize(self) -> bool:
         d = self.desc
         large = self._fused_on_gpu_time()
-        tokens = FUSED_MAX_M if large else FUSED_ANY_SHAPE_MAX_M if d.n * d.k <= FUSED_ANY_SHAPE_MAX_WEIGHT else 0
+        any_shape = STATIC_FUSED_MAX_M if d.static_weight else FUSED_ANY_SHAPE_MAX_M
+        tokens = FUSED_MAX_M if large else any_shape if d.n * d.k <= FUSED_ANY_SHAPE_MAX_WEIGHT else 0
         return (d.m <= tokens and d.n <= FUSED_MAX_N and d.k % 16 == 0
                 and gemm.fused_shared_bytes(d.m, d.k) <= FUSED_MAX_SHARED)
+
+    def _static_weight(self) -> bool:
+        return self.desc.static_weight
 
     def _fused_on_gpu_time(self) -> bool:
         """Whether the fused kernel is the faster one on the GPU at this shape (not only on the host)."""

@@ -204,7 +204,8 @@ class W8A8Linear(nn.Module):
         if x.shape[-1] != self.in_features:
             raise InvalidProblem(problem_message(self.name, "x", f"[..., {self.in_features}]", tuple(x.shape)))
         if self.activation == "dynamic":
-            return _baracuda.quantized_linear(x, self.weight_q, self.weight_scale, self.bias)
+            # the buffers are written at load and by from_float, never by the kernel before a forward
+            return _baracuda.quantized_linear(x, self.weight_q, self.weight_scale, self.bias, True)
         act_q = _baracuda.quantize_per_tensor(x, self._act_scale, 0, torch.int8, -127, 127)
         return _baracuda.smoothquant_linear(act_q, self.weight_q, self.weight_scale, self._act_scale, self.bias,
                                             x.dtype)

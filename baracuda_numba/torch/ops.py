@@ -292,13 +292,15 @@ def _(x, symmetric, scope, dtype, axis, group_size):
 
 @_op("quantized_linear")
 def quantized_linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor,
-                     bias: torch.Tensor | None) -> torch.Tensor:
-    """W8A8 linear, activations quantized per token in the call: ``[..., K] -> [..., N]`` in ``x``'s dtype."""
-    return bn.quantized_linear(_c(x), _c(weight_q), _c(weight_scale), bias=None if bias is None else _c(bias))
+                     bias: torch.Tensor | None, static_weight: bool = False) -> torch.Tensor:
+    """W8A8 linear, activations quantized per token in the call: ``[..., K] -> [..., N]`` in ``x``'s dtype
+    (``static_weight``: see :func:`baracuda_numba.quantized_linear`)."""
+    return bn.quantized_linear(_c(x), _c(weight_q), _c(weight_scale), bias=None if bias is None else _c(bias),
+                               static_weight=static_weight)
 
 
 @quantized_linear.register_fake
-def _(x, weight_q, weight_scale, bias):
+def _(x, weight_q, weight_scale, bias, static_weight=False):
     return x.new_empty((*x.shape[:-1], weight_q.shape[0]))
 
 
