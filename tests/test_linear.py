@@ -327,7 +327,7 @@ def test_capture_launches_two_kernels_where_fusing_only_saves_host_time(monkeypa
 # before its wait, and only where it is a dependent (K >= FUSED_DEPENDENT_MIN_K, lowered here).
 @pytest.mark.parametrize(("m", "n", "k", "dtype", "static"), [
     (1, 24, 1040, "f32", True), (2, 40, 528, "f16", True), (1, 9, 144, "f64", True),
-    (2, 24, 1040, "f32", False), (1, 40, 528, "f16", False),
+    (2, 24, 1040, "f32", False), (1, 40, 528, "f16", False), (1, 24, 144, "f32", False),
 ])
 def test_static_weight_loads_the_weight_before_the_wait(monkeypatch, m, n, k, dtype, static):
     from baracuda_numba.kernels import linear as gemm

@@ -247,7 +247,7 @@ class _LinearPlan(Plan):
                                        early_registers=early and static)
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                         gemm.fused_shared_bytes(desc.m, desc.k) + staged * gemm.staged_iteration_bytes(chunks, tiles),
-                        dependent=dependent)
+                        dependent=fused_dependent)
                 self._aligned_variant, self._fused = "fused", True
             elif self._cooperates():
                 staged = gemm.one_launch_staged(desc.m, desc.n, desc.k, chunks, tiles, True)
