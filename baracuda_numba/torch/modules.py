@@ -163,7 +163,11 @@ class W8A8Linear(nn.Module):
     ``activation="dynamic"``: activations quantized per token in the GEMM call
     (``baracuda::quantized_linear``). ``activation="static"``: one calibrated per-tensor scale
     (SmoothQuant's static W8A8): ``x`` quantized with ``act_scale`` then ``baracuda::smoothquant_linear``.
-    ``y = scale_x * weight_scale[n] * sum_k xq[k] * wq[n, k] + bias[n]`` in ``x``'s dtype.
+    ``y = scale_x * weight_scale[n] * sum_k xq[k] * wq[n, k] + bias[n]`` in ``x``'s dtype. The buffers
+    are written only at load (``from_float``, ``load_state_dict``), so the dynamic path calls the op with
+    ``static_weight=True``: its one-launch decode kernel loads the weight before it waits for the kernel
+    before it (:func:`baracuda_numba.quantized_linear`). Write them in place only between forwards on
+    another kernel than the one just before a forward.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
