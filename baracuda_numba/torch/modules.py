@@ -166,8 +166,8 @@ class W8A8Linear(nn.Module):
     ``y = scale_x * weight_scale[n] * sum_k xq[k] * wq[n, k] + bias[n]`` in ``x``'s dtype. The buffers
     are written only at load (``from_float``, ``load_state_dict``), so the dynamic path calls the op with
     ``static_weight=True``: its one-launch decode kernel loads the weight before it waits for the kernel
-    before it (:func:`baracuda_numba.quantized_linear`). PyTorch's own kernels, copies included, let no
-    dependent start before they complete, so ``copy_`` into the buffers right before a forward is safe.
+    before it (:func:`baracuda_numba.quantized_linear`). A copy into the buffers (``copy_``,
+    ``load_state_dict``) right before a forward is safe: copies let no dependent start before they end.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
