@@ -315,11 +315,17 @@ FUSED_EARLY_MAX_M = 4
 FUSED_EXTRA: dict[str, dict] = {}
 # time the shipped selection with static_weight=True too (the fused kernel's weight loads before its wait)
 STATIC_VARIANT = True
+# more static_weight=True variants: label -> knobs (as FUSED_EXTRA's). Session 23: the static one-wave
+# fused kernel at every M with x_loads of 4 (ABSMAX_LOADS) / 8 / 16 (ptxas spills) pieces in flight per
+# thread in its prologue.
+STATIC_EXTRA: dict[str, dict] = {
+    f"static_fused_x{loads}": {"plans.STATIC_FUSED_MAX_M": 16, "WIDE_X_LOADS_MAX": loads} for loads in (4, 8, 16)}
 # the knobs the variants override (each restored after): kernels.linear's, and plans.dynamic's /
 # plans.linear's under a "dynamic." / "plans." prefix
 GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "DEPENDENT_PREFETCH_L2",
               "DEPENDENT_STAGED", "DEPENDENT_MAX_REGISTERS", "FUSED_STAGED", "COOPERATIVE_STAGED",
               "COOPERATIVE_MIN_BLOCKS", "SKINNY_TILES", "ONE_LAUNCH_CHUNKS", "FUSED_MIN_BLOCKS", "FUSED_EARLY_L2",
+              "WIDE_X_LOADS_MAX", "plans.STATIC_FUSED_MAX_M",
               "dynamic.DEPENDENT_SEGMENTS_MAX",
               "plans.FUSED_DEPENDENT_MIN_K", "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
@@ -425,6 +431,18 @@ def fused_decode(copy: float) -> list[dict]:
             row[f"{label}_us"], row[f"{label}_pct"] = 1e3 * ms, 100 * n * k / ms / 1e6 / copy
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16", False, True))
         row["static"] = plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, out))
+        for label, knobs in STATIC_EXTRA.items() if STATIC_VARIANT else ():
+            for name, value in knobs.items():
+                setattr(*knob_module(name), value)
+            clear_plan_cache()
+            outputs[label] = bn.quantized_linear(x, w, ws, bias=bias, static_weight=True)
+            calls = itertools.cycle(weights)
+            ms = graph_ms(lambda calls=calls, x=x, ws=ws:
+                          bn.quantized_linear(x, next(calls), ws, static_weight=True), calls=10 * len(weights))
+            row[f"{label}_us"], row[f"{label}_pct"] = 1e3 * ms, 100 * n * k / ms / 1e6 / copy
+            for name, value in saved_knobs.items():
+                setattr(*knob_module(name), value)
+            clear_plan_cache()
         row["all == two_launch"] = all(bit_equal(outputs["two_launch"], v) for v in outputs.values())
         say(json.dumps(row, default=lambda v: round(v, 1)))
         rows.append(row)

@@ -62,6 +62,10 @@ SKINNY_TILES: int | None = None  # 8-column tiles per block sharing each activat
 # fused skinny: 16-byte pieces of x each thread has in flight in the scale pass (and keeps for the
 # quantize when they are all its pieces: M = 1 up to K = 8192 for 16-bit x). 8 spills at 80 registers.
 ABSMAX_LOADS = 4
+# ... and under launch bounds of 2 blocks (the static one-wave fused kernel), where registers are to spare:
+# every piece a thread has for up to this many (one round trip to L2 for the rows, none for the quantize);
+# None: ABSMAX_LOADS there too
+WIDE_X_LOADS_MAX: int | None = 8
 # fused skinny: main-loop iterations of weight prefetched into L2 while x is quantized (0: only the
 # first iteration, into registers); not yet measured on a GPU, see benchmarks/tune_linear.py --only fused
 FUSED_PREFETCH_L2 = 0
@@ -204,6 +208,17 @@ def fused_min_blocks(tiles: int, x_element: ElementKind, cooperative: bool = Fal
     ``x`` (no spills, or a few bytes, there under its register cap), else 0."""
     blocks = COOPERATIVE_MIN_BLOCKS if cooperative else FUSED_MIN_BLOCKS
     return blocks if tiles <= 2 and x_element.itemsize <= 4 else 0
+
+
+def fused_x_loads(m: int, k: int, x_element: ElementKind, min_blocks: int) -> int:
+    """The fused kernel's ``x_loads`` (16-byte pieces of ``x`` each thread has in flight in its prologue):
+    ``ABSMAX_LOADS`` under launch bounds of 3 or more blocks (or none); under 2, every piece of the
+    thread's ``min(m, SKINNY_M)`` rows up to ``WIDE_X_LOADS_MAX``, a multiple of ``ABSMAX_LOADS``."""
+    if WIDE_X_LOADS_MAX is None or min_blocks == 0 or min_blocks > 2:
+        return ABSMAX_LOADS
+    per_row = -(-(k * x_element.itemsize // 16) // SKINNY_THREADS)
+    pieces = -(-min(m, SKINNY_M) * per_row // ABSMAX_LOADS) * ABSMAX_LOADS
+    return max(ABSMAX_LOADS, min(pieces, WIDE_X_LOADS_MAX))
 
 
 def dependent_prefetch(m: int, n: int, k: int) -> int:
@@ -638,7 +653,7 @@ def _fused_quantizer(x_element: ElementKind):
 def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: ElementKind | None = None,
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
             dependent: int = 0, staged: int = 0, trace: bool = False, early_l2: int = 0,
-            early_registers: bool = False):
+            early_registers: bool = False, x_loads: int = ABSMAX_LOADS):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -659,7 +674,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     barriers while the weight stream has not started. So each thread first issues its loads of the
     main loop's first iteration (kept in registers for it) and, with ``prefetch_l2``, L2 prefetches
     of the next ``prefetch_l2`` iterations; the prologue then runs under their DRAM latency. The
-    prologue itself: every thread takes ``ABSMAX_LOADS`` 16-byte pieces of the rows at a time (row,
+    prologue itself: every thread takes ``x_loads`` 16-byte pieces of the rows at a time (row,
     then slot within the row, stepped without divisions), reduces each row with warp shuffles when its
     last slot is reached (the same step for all threads) and once across warps through shared memory;
     when all of a thread's pieces fit in one batch they stay in registers for the quantize, else they
@@ -825,10 +840,10 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
 
     @device_function
     def load_pieces(x_pairs, piece_lo, piece_hi, r, s, row0, row_step, live, per_row, pieces, tid):
-        """This thread's ABSMAX_LOADS pieces from slot ``s`` of local row ``r`` on (local row ``r`` is
+        """This thread's ``x_loads`` pieces from slot ``s`` of local row ``r`` on (local row ``r`` is
         row ``row0 + r * row_step`` of ``x``; slot ``s`` of a row is its piece ``tid + s * SKINNY_THREADS``),
         all loads issued together."""
-        for u in range(ABSMAX_LOADS):
+        for u in range(x_loads):
             p = tid + SKINNY_THREADS * s
             if r < live and p < pieces:
                 piece_lo[u], piece_hi[u] = device.load_u64x2(x_pairs, (row0 + r * row_step) * pieces + p)
@@ -851,14 +866,14 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         warp, lane = tid // 32, tid % 32
         pieces = K // per_pair
         per_row = (pieces + SKINNY_THREADS - 1) // SKINNY_THREADS
-        batch = live * per_row  # pieces per thread, taken ABSMAX_LOADS at a time
+        batch = live * per_row  # pieces per thread, taken x_loads at a time
         # the absmax pass: a row's last slot is the same step of the same batch for every thread,
         # so the warp reduction there is uniform
         hi = S(0)
         r0, s0 = 0, 0
-        for _ in range(0, batch, ABSMAX_LOADS):
+        for _ in range(0, batch, x_loads):
             load_pieces(x_pairs, piece_lo, piece_hi, r0, s0, row0, row_step, live, per_row, pieces, tid)
-            for u in range(ABSMAX_LOADS):
+            for u in range(x_loads):
                 if r0 < live:
                     if tid + SKINNY_THREADS * s0 < pieces:
                         hi = piece_absmax(piece_lo[u], piece_hi[u], hi)
@@ -874,10 +889,10 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         current = -1
         scale = inv = S(1)
         r0, s0 = 0, 0
-        for _ in range(0, batch, ABSMAX_LOADS):
-            if batch > ABSMAX_LOADS:
+        for _ in range(0, batch, x_loads):
+            if batch > x_loads:
                 load_pieces(x_pairs, piece_lo, piece_hi, r0, s0, row0, row_step, live, per_row, pieces, tid)
-            for u in range(ABSMAX_LOADS):
+            for u in range(x_loads):
                 p = tid + SKINNY_THREADS * s0
                 if r0 < live:
                     out_row = out_row0 + r0 * row_step
@@ -1038,8 +1053,8 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         # sized by the launch (fused_shared_bytes), both views of the same dynamic shared memory
         xq_words = cuda.shared.array(0, word_dtype, alignment=STAGE_ALIGNMENT)
         xq_pairs = cuda.shared.array(0, _DYNAMIC_STAGE_DTYPE, alignment=STAGE_ALIGNMENT)
-        piece_lo = cuda.local.array(ABSMAX_LOADS, np.uint64)
-        piece_hi = cuda.local.array(ABSMAX_LOADS, np.uint64)
+        piece_lo = cuda.local.array(x_loads, np.uint64)
+        piece_hi = cuda.local.array(x_loads, np.uint64)
         acc = cuda.local.array(slots, np.int32)
         w_frag = cuda.local.array(w_words, np.uint64)
         w_next = cuda.local.array(w_words, np.uint64)
@@ -1129,8 +1144,8 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         ticket = cuda.shared.array(1, np.uint32)
         stage = cuda.shared.array(0, _DYNAMIC_STAGE_DTYPE, alignment=STAGE_ALIGNMENT)  # staged weight (launch-sized)
         x_stage = cuda.local.array(x_words, np.uint64)
-        piece_lo = cuda.local.array(ABSMAX_LOADS, np.uint64)
-        piece_hi = cuda.local.array(ABSMAX_LOADS, np.uint64)
+        piece_lo = cuda.local.array(x_loads, np.uint64)
+        piece_hi = cuda.local.array(x_loads, np.uint64)
         acc = cuda.local.array(slots, np.int32)
         w_frag = cuda.local.array(w_words, np.uint64)
         w_next = cuda.local.array(w_words, np.uint64)
@@ -1195,7 +1210,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   fused_prefetch: int = 0, fused_min_blocks: int = 0, cooperative: bool = False,
                   double_buffer: bool = False, vector_only: bool = False, dependent: int = 0,
                   staged: int = 0, max_registers: int = 0, trace: bool = False, early_l2: int = 0,
-                  early_registers: bool = False) -> ElementwiseKernel:
+                  early_registers: bool = False, x_loads: int = ABSMAX_LOADS) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -1222,7 +1237,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     unfused skinny kernels): compiled to at most that many registers per thread. ``trace`` (the unfused
     skinny kernel, ``has_bias`` False): the profiling build of :func:`_skinny` (timestamps into ``bias``).
     ``early_l2`` / ``early_registers`` (the fused kernel): weight asked of L2 / loaded before its wait (see
-    :func:`_skinny`)."""
+    :func:`_skinny`); ``x_loads`` (the fused kernel): pieces of ``x`` per thread in flight in its prologue
+    (:func:`fused_x_loads`)."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
     options: tuple = ()
     extra = ""
@@ -1233,8 +1249,10 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
         if staged:
             fused_min_blocks = STAGED_MIN_BLOCKS  # the registers of the blocks DEPENDENT_STAGE_BYTES is sized for
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, fused_input, fused_prefetch, cooperative,
-                         double_buffer, staged=staged, early_l2=early_l2, early_registers=early_registers)
+                         double_buffer, staged=staged, early_l2=early_l2, early_registers=early_registers,
+                         x_loads=x_loads)
         shape = f"skinny{skinny_chunks}x{skinny_tiles}_{'cooperative' if cooperative else 'fused'}_{fused_input.short}"
+        shape += f"_x{x_loads}" if x_loads != ABSMAX_LOADS else ""
         shape += f"_e{early_l2}" if early_l2 else ""
         shape += "_er" if early_registers else ""
         shape += f"_st{staged}" if staged else ""

@@ -244,7 +244,8 @@ class _LinearPlan(Plan):
                                        fused_input=self.entry.input_element, fused_prefetch=gemm.FUSED_PREFETCH_L2,
                                        fused_min_blocks=min_blocks, double_buffer=True, staged=staged,
                                        early_l2=gemm.FUSED_EARLY_L2 if early and not static else 0,
-                                       early_registers=early and static)
+                                       early_registers=early and static,
+                                       x_loads=gemm.fused_x_loads(desc.m, desc.k, self.entry.input_element, min_blocks))
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                         gemm.fused_shared_bytes(desc.m, desc.k) + staged * gemm.staged_iteration_bytes(chunks, tiles),
                         dependent=fused_dependent)
