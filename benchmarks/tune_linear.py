@@ -316,10 +316,10 @@ FUSED_EXTRA: dict[str, dict] = {}
 # time the shipped selection with static_weight=True too (the fused kernel's weight loads before its wait)
 STATIC_VARIANT = True
 # more static_weight=True variants: label -> knobs (as FUSED_EXTRA's). Session 23: the static one-wave
-# fused kernel at every M with x_loads of 4 (ABSMAX_LOADS) / 8 / 16 (ptxas spills) pieces in flight per
+# fused kernel at every M with x_loads of 4 (ABSMAX_LOADS) / 8 pieces in flight per (16: ptxas spills, slower)
 # thread in its prologue.
 STATIC_EXTRA: dict[str, dict] = {
-    f"static_fused_x{loads}": {"plans.STATIC_FUSED_MAX_M": 16, "WIDE_X_LOADS_MAX": loads} for loads in (4, 8, 16)}
+    f"static_fused_x{loads}": {"plans.STATIC_FUSED_MAX_M": 16, "WIDE_X_LOADS_MAX": loads} for loads in (4, 8)}
 # the knobs the variants override (each restored after): kernels.linear's, and plans.dynamic's /
 # plans.linear's under a "dynamic." / "plans." prefix
 GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "DEPENDENT_PREFETCH_L2",

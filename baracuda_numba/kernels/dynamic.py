@@ -236,6 +236,50 @@ def _asymmetric_chunk_range(a: ElementKind, a_decode, bias_pair, magnitude_pair)
 
 
 @functools.cache
+def int_chunk_quantizer(a: ElementKind, precision: MathPrecision):
+    """``quantize_chunk(w_lo, w_hi, inv, zp, q_min, q_max) -> (o_lo, o_hi)``: the elements of one 16-byte
+    chunk of ``a`` (in two uint64 words, element 0 lowest) quantized to 8-bit integers with one set of
+    parameters by :func:`.elementwise.quantize_int` (the integer side of the elementwise rule), byte ``j``
+    of the output words holding element ``j``; 16-bit floats four to a packed word."""
+    G = CHUNK_BYTES // a.itemsize
+    a_bits = 8 * a.itemsize
+    a_decode = codec(a, precision).decode
+    u64 = np.uint64
+    word_zero, byte = u64(0), u64(0xFF)
+    pack_bytes4 = device.pack_bytes4
+
+    @device_function
+    def element(w_lo, w_hi, j):
+        bit = j * a_bits
+        return a_decode((w_lo if bit < 64 else w_hi) >> u64(bit % 64))
+
+    @device_function
+    def quantize_four(w_lo, w_hi, first, inv, zp, q_min, q_max):
+        """Elements ``first .. first + 3`` of a chunk quantized, their bytes packed in a 32-bit word."""
+        return pack_bytes4(quantize_int(element(w_lo, w_hi, first), inv, zp, q_min, q_max),
+                           quantize_int(element(w_lo, w_hi, first + 1), inv, zp, q_min, q_max),
+                           quantize_int(element(w_lo, w_hi, first + 2), inv, zp, q_min, q_max),
+                           quantize_int(element(w_lo, w_hi, first + 3), inv, zp, q_min, q_max))
+
+    @device_function
+    def quantize_chunk(w_lo, w_hi, inv, zp, q_min, q_max):
+        o_lo, o_hi = word_zero, word_zero
+        if G % 4:  # float64: two elements, placed one by one
+            for j in range(G):
+                o_lo |= (u64(quantize_int(element(w_lo, w_hi, j), inv, zp, q_min, q_max)) & byte) << u64(8 * j)
+        else:
+            for f in range(0, G, 4):
+                word = quantize_four(w_lo, w_hi, f, inv, zp, q_min, q_max)
+                if f < 8:
+                    o_lo |= word << u64(8 * f)
+                else:
+                    o_hi |= word << u64(8 * f - 64)
+        return o_lo, o_hi
+
+    return quantize_chunk
+
+
+@functools.cache
 def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, symmetric: bool,
                     keep: int | None = None, threads: int | None = None, min_blocks: int = 0,
                     streaming: bool = False) -> DynamicKernels:
@@ -298,34 +342,11 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
             o_lo, o_hi = place(o_lo, o_hi, e, j)
         return o_lo, o_hi
 
-    pack_bytes4, byte = device.pack_bytes4, u64(0xFF)
-
-    @device_function
-    def quantize_four(w_lo, w_hi, first, inv, zp, q_min, q_max):
-        """Elements ``first .. first + 3`` of a chunk quantized (:func:`.elementwise.quantize_int`, the
-        integer side of the elementwise rule), their bytes packed in a 32-bit word."""
-        return pack_bytes4(quantize_int(a_decode(lane(w_lo, w_hi, first * a_bits)), inv, zp, q_min, q_max),
-                           quantize_int(a_decode(lane(w_lo, w_hi, (first + 1) * a_bits)), inv, zp, q_min, q_max),
-                           quantize_int(a_decode(lane(w_lo, w_hi, (first + 2) * a_bits)), inv, zp, q_min, q_max),
-                           quantize_int(a_decode(lane(w_lo, w_hi, (first + 3) * a_bits)), inv, zp, q_min, q_max))
+    quantize_int_chunk = int_chunk_quantizer(a, precision)
 
     @device_function
     def quantize_chunk_int(w_lo, w_hi, inv, sc, zp, q_min, q_max):
-        """The ``G`` elements of one chunk quantized with one segment's parameters (``G`` is 2, 4 or 8:
-        16 bytes of f64, f32 or 16-bit floats; f64 placed one by one)."""
-        o_lo, o_hi = word_zero, word_zero
-        if G % 4:
-            for j in range(G):
-                q = quantize_int(a_decode(lane(w_lo, w_hi, j * a_bits)), inv, zp, q_min, q_max)
-                o_lo, o_hi = place(o_lo, o_hi, u64(q) & byte, j)
-        else:
-            for f in range(0, G, 4):
-                word = quantize_four(w_lo, w_hi, f, inv, zp, q_min, q_max)
-                if f < 8:
-                    o_lo |= word << u64(8 * f)
-                else:
-                    o_hi |= word << u64(8 * f - 64)
-        return o_lo, o_hi
+        return quantize_int_chunk(w_lo, w_hi, inv, zp, q_min, q_max)
 
     if fp8 and M is np.float32 and G % 2 == 0:
         # Dynamic FP8 scales are never 0 (at least 1 / (fp8_max * 512)), so 1 / scale is finite and

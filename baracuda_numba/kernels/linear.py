@@ -40,7 +40,7 @@ from ..vocabulary import ElementKind, MathPrecision
 from . import device
 from .codecs import codec, math_type
 from .device import device_function
-from .elementwise import ElementwiseKernel, ElementwiseOp, op_functions, uint_name
+from .elementwise import ElementwiseKernel, uint_name
 
 __all__ = ["TILE_M", "TILE_N", "TILE_THREADS", "SKINNY_MAX_M", "SKINNY_M", "SKINNY_N", "SKINNY_THREADS", "MAX_EXACT_K",
            "CHUNK_K", "PipelineShape", "PIPELINE", "PIPELINE_LARGE", "SKINNY_CHUNKS", "SKINNY_TILES", "linear_kernel",
@@ -607,32 +607,25 @@ def _pipelined(store, shape: PipelineShape):
 def _fused_quantizer(x_element: ElementKind):
     """Device functions quantizing rows of ``x`` per token exactly as
     :class:`~baracuda_numba.plans.dynamic.DynamicRangeQuantizePlan` does for the linear plans
-    (symmetric, [-127, 127], the math precision of ``x``'s dynamic quantizer): ``piece_absmax``
-    (finite ``max |x|`` of a 16-byte piece), ``row_params`` (``scale``, ``1 / scale``) and
-    ``quantized_byte`` (one element of a piece quantized)."""
+    (symmetric, [-127, 127], the math precision of ``x``'s dynamic quantizer), with its kernels' own
+    chunk functions: ``piece_absmax`` (``hi`` raised to the finite ``max |x|`` of a 16-byte piece; for
+    16-bit floats on the bits, two lanes an instruction), ``row_params`` (``scale``, ``1 / scale``) and
+    ``quantized_piece`` (a piece's elements quantized, byte ``j`` of the returned word holding element
+    ``j``; on the integer side, :func:`.elementwise.quantize_int`). The fused prologue repeats this work
+    in every block, so its instruction count is the prologue's cost."""
+    from .dynamic import chunk_range_function, int_chunk_quantizer
+
     precision = MathPrecision.F64 if x_element is ElementKind.F64 else MathPrecision.F32
     M = math_type(precision)
-    zero, one, inf, tiny = M(0.0), M(1.0), M(np.inf), M(np.finfo(M).tiny)
+    zero, one, tiny = M(0.0), M(1.0), M(np.finfo(M).tiny)
     q_min, q_max = M(-127), M(127)
-    decode = codec(x_element, precision).decode
-    encode = codec(ElementKind.S8, precision).encode
-    quantize = op_functions(precision)[ElementwiseOp.QUANTIZE]
+    chunk_range = chunk_range_function(x_element, precision, True)
+    quantize_chunk = int_chunk_quantizer(x_element, precision)
     per_pair = 16 // x_element.itemsize  # elements of x in one 16-byte load
-    bits = 8 * x_element.itemsize
-
-    @device_function
-    def element(lo, hi, j):
-        bit = j * bits
-        return decode((lo if bit < 64 else hi) >> _U64(bit % 64))
 
     @device_function
     def piece_absmax(lo_word, hi_word, hi):
-        """``hi`` raised to the largest finite ``|x|`` of one 16-byte piece (NaN and +-inf left out)."""
-        for j in range(per_pair):
-            value = abs(element(lo_word, hi_word, j))
-            if value < inf and value > hi:
-                hi = value
-        return hi
+        return chunk_range(hi, hi, lo_word, hi_word)[0]
 
     @device_function
     def row_params(hi):
@@ -643,11 +636,10 @@ def _fused_quantizer(x_element: ElementKind):
         return scale, device.reciprocal(scale)
 
     @device_function
-    def quantized_byte(lo_word, hi_word, j, inv, scale):
-        """Element ``j`` of a 16-byte piece quantized to int8 (its two's complement byte)."""
-        return np.uint8(encode(quantize(element(lo_word, hi_word, j), zero, inv, scale, zero, q_min, q_max)))
+    def quantized_piece(lo_word, hi_word, inv):
+        return quantize_chunk(lo_word, hi_word, inv, zero, q_min, q_max)[0]
 
-    return M, per_pair, piece_absmax, row_params, quantized_byte
+    return M, per_pair, piece_absmax, row_params, quantized_piece
 
 
 def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: ElementKind | None = None,
@@ -719,10 +711,10 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     quantizes = x_element is not None
     fused = quantizes and not cooperative  # the quantized rows live in shared memory
     if quantizes:
-        S, per_pair, piece_absmax, row_params, quantized_byte = _fused_quantizer(x_element)
+        S, per_pair, piece_absmax, row_params, quantized_piece = _fused_quantizer(x_element)
     else:
         S, per_pair = np.float32, 1
-        piece_absmax = row_params = quantized_byte = None
+        piece_absmax = row_params = quantized_piece = None
     # the quantized bytes of one 16-byte piece of x (one per element) as one store
     word_type = {2: np.uint16, 4: np.uint32, 8: np.uint64}.get(per_pair, np.uint64)
     word_dtype = np.dtype(word_type) if SIMULATOR else word_type
@@ -905,10 +897,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                         if tid == 0:
                             scales_out[out_row] = scale
                     if p < pieces:
-                        word = _U64(0)
-                        for j in range(per_pair):
-                            word |= _U64(quantized_byte(piece_lo[u], piece_hi[u], j, inv, scale)) << _U64(8 * j)
-                        xq_words[out_row * row_words + p] = word_type(word)
+                        xq_words[out_row * row_words + p] = word_type(quantized_piece(piece_lo[u], piece_hi[u], inv))
                 r0, s0 = next_piece(r0, s0, per_row)
 
     @device_function
