@@ -353,6 +353,7 @@ def test_static_weight_loads_the_weight_before_the_wait(monkeypatch, m, n, k, dt
         assert ("_er_" in name) == static and (f"_e{gemm.FUSED_EARLY_L2}_" in name) == (dependent and not static)
         assert name.startswith("w8a8_gemm_skinny2x2_fused_" if static else "w8a8_gemm_skinny1x2_fused_"), name
         assert ("_b2_" in name) == static
+        assert (f"_l2p{plans.STATIC_ONE_WAVE_PREFETCH_L2}_" in name) == static
         assert not plan._capture_choice or not static
     plan.run(args)
     np.testing.assert_array_equal(args.output, ref.linear.quantized_linear(x, w, ws, bias))
@@ -713,12 +714,27 @@ def test_fused_decode_rows_of_several_pieces_per_thread(m, n, k, dtype, variant)
     _check_fused_decode(m, n, k, dtype, m % 2 == 1, m * k, last_max=True, variant=variant)
 
 
-def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant="fused"):
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "loads"), [
+    (4, 9, 4096, "float16", 8),  # 2 pieces per row: a thread's 8 in one batch, kept in registers for the quantize
+    (3, 8, 1040, "float64", 8),  # 3 pieces per row, 9 per thread: batches of 8 end inside a row, x read again
+    (16, 24, 208, "float32", 8),  # 1 piece per row, 16 rows: two batches of 8
+    (2, 8, 4096, "float16", 4),  # 4 pieces: the narrow batch
+])
+def test_static_fused_prologue_takes_more_pieces_of_x_at_once(m, n, k, dtype, loads):
+    """The static one-wave fused kernel (launch bounds of 2: registers to spare) has up to
+    WIDE_X_LOADS_MAX pieces of x per thread in flight (kernels.linear.fused_x_loads): the same bits."""
+    _check_fused_decode(m, n, k, dtype, m % 2 == 1, m * k, last_max=True, static=True,
+                        name_part=f"_x{loads}_" if loads != 4 else None)
+
+
+def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant="fused", static=False,
+                        name_part=None):
     """The one-launch plan (``fused``: any m <= 16; ``cooperative``) against the two-launch plan and the
     reference, bit for bit; ``last_max``: row 0's largest finite ``|x|`` in its last element (the last
     slot's piece). The cooperative plan runs on a given workspace whose counters hold garbage: the
     plan zeroes them, and the launch leaves them zero (n up to 40: up to 3 blocks, fewer than m, so
-    some quantize several rows)."""
+    some quantize several rows). ``static``: the descriptor's ``static_weight``; ``name_part``: a piece of
+    the fused kernel's name (None: no ``_x<n>_`` piece, the narrow prologue)."""
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
@@ -729,13 +745,16 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant
         x[0, -1] = -2 * np.abs(x[0, 2:-1]).max()
     w, ws = weights(rng, n, k)
     bias = rng.standard_normal(n).astype(np.float32) if with_bias else None
-    desc = bn.QuantizedLinearDescriptor(m, n, k, element, element, with_bias)
+    desc = bn.QuantizedLinearDescriptor(m, n, k, element, element, with_bias, static)
     fused_out = np.zeros((m, n), x.dtype)
     with pytest.MonkeyPatch.context() as monkeypatch:
         _force_decode_variant(monkeypatch, variant)
         plan = bn.QuantizedLinearPlan.select(desc)
     args = bn.QuantizedLinearArgs(x, w, ws, fused_out, bias)
     assert plan.kernel_variant(args) == variant
+    if variant == "fused":
+        name = plan._variants["fused"][0]._compile.__self__.py_func.__name__
+        assert (name_part in name) if name_part else "_x" not in name.split("_fused_")[1], name
     if variant == "cooperative":
         workspace = np.full(plan.workspace_size(), 0xFF, np.uint8)
         plan.run(args, workspace=workspace)

@@ -149,6 +149,11 @@ CAPTURE_UNFUSED = True
 STATIC_ONE_WAVE_CHUNKS = 2
 STATIC_ONE_WAVE_MIN_BLOCKS = 2
 STATIC_FUSED_MAX_M = 2
+# ... and asks L2 for this many more iterations of weight after its wait, before its prologue (HBM would idle
+# while the prologue runs). Session 23 (same measure, M = 1 / 2 / 4 fused): 4096^2 none 83.9 / 76.4 / 63.1,
+# one 84.6 / 77.6 / 63.6, two 81.1 / 74.8, three 73.9 / 68.4; 8192^2 (4 tiles, not one wave) one is 2-3
+# points slower, so only the one-wave kernel asks. M = 4 stays on the two launches (67.1-67.9).
+STATIC_ONE_WAVE_PREFETCH_L2 = 1
 # Past this many bytes of weight the fast path launches the decode quantizer as a programmatic dependent
 # at every M (plans.dynamic.DEPENDENT_SEGMENTS_MAX takes up to 8 rows everywhere). Session 17, call 9, M =
 # 16, plain -> dependent quantizer, % of copy: 11008 x 4096 78.3 -> 80.0 (80.2 in call 7), 4096 x 11008
@@ -235,13 +240,15 @@ class _LinearPlan(Plan):
             if self._fuses_quantize():
                 static = self._static_weight()
                 min_blocks = gemm.fused_min_blocks(tiles, self.entry.input_element)
+                prefetch = gemm.FUSED_PREFETCH_L2
                 if static and tiles == 2 and -(-desc.n // (SKINNY_N * tiles)) <= 2 * _multiprocessors():
                     chunks, min_blocks = STATIC_ONE_WAVE_CHUNKS, STATIC_ONE_WAVE_MIN_BLOCKS
+                    prefetch = STATIC_ONE_WAVE_PREFETCH_L2
                 staged = gemm.one_launch_staged(desc.m, desc.n, desc.k, chunks, tiles, False)
                 fused_dependent = desc.k >= FUSED_DEPENDENT_MIN_K or static
                 early = fused_dependent and not staged  # weight read before the wait (staged: after it)
                 kernel = linear_kernel(out, desc.has_bias, False, True, None, chunks, tiles,
-                                       fused_input=self.entry.input_element, fused_prefetch=gemm.FUSED_PREFETCH_L2,
+                                       fused_input=self.entry.input_element, fused_prefetch=prefetch,
                                        fused_min_blocks=min_blocks, double_buffer=True, staged=staged,
                                        early_l2=gemm.FUSED_EARLY_L2 if early and not static else 0,
                                        early_registers=early and static,
