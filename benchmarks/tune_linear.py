@@ -318,15 +318,18 @@ STATIC_VARIANT = True
 # more static_weight=True variants: label -> knobs (as FUSED_EXTRA's). Session 23: the static fused kernel at
 # every M (x_loads of 4 / 8 measured alike at M <= 2, 8 better at M = 4; 16 spills and is slower), and asking
 # L2 for 1-3 more iterations of weight after its wait, before its prologue (FUSED_PREFETCH_L2).
-STATIC_EXTRA: dict[str, dict] = {"static_fused": {"plans.STATIC_FUSED_MAX_M": 4},
-                                 **{f"static_pf{p}": {"plans.STATIC_FUSED_MAX_M": 4, "FUSED_PREFETCH_L2": p}
-                                    for p in (1, 2, 3)}}
+# Session 24: the prologue compiled for the plan's M and K (kernels.linear.FIXED_PROLOGUE) against the
+# general one, fusing up to 4 tokens.
+STATIC_EXTRA: dict[str, dict] = {"static_fixed": {"plans.STATIC_FUSED_MAX_M": 4},
+                                 "static_general": {"plans.STATIC_FUSED_MAX_M": 4, "FIXED_PROLOGUE": False}}
+# Session 23's (-call3-prefetch.log): {"static_fused": {"plans.STATIC_FUSED_MAX_M": 4}, **{f"static_pf{p}":
+# {"plans.STATIC_FUSED_MAX_M": 4, "FUSED_PREFETCH_L2": p} for p in (1, 2, 3)}}
 # the knobs the variants override (each restored after): kernels.linear's, and plans.dynamic's /
 # plans.linear's under a "dynamic." / "plans." prefix
 GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "DEPENDENT_PREFETCH_L2",
               "DEPENDENT_STAGED", "DEPENDENT_MAX_REGISTERS", "FUSED_STAGED", "COOPERATIVE_STAGED",
               "COOPERATIVE_MIN_BLOCKS", "SKINNY_TILES", "ONE_LAUNCH_CHUNKS", "FUSED_MIN_BLOCKS", "FUSED_EARLY_L2",
-              "WIDE_X_LOADS_MAX", "FUSED_PREFETCH_L2", "plans.STATIC_FUSED_MAX_M",
+              "WIDE_X_LOADS_MAX", "FUSED_PREFETCH_L2", "FIXED_PROLOGUE", "plans.STATIC_FUSED_MAX_M",
               "dynamic.DEPENDENT_SEGMENTS_MAX",
               "plans.FUSED_DEPENDENT_MIN_K", "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic

@@ -727,6 +727,31 @@ def test_static_fused_prologue_takes_more_pieces_of_x_at_once(m, n, k, dtype, lo
                         name_part=f"_x{loads}_" if loads != 4 else None)
 
 
+# The fused prologue compiled for the plan's M and K (kernels.linear.fixed_prologue) where all of a thread's
+# pieces of x are in flight at once: one piece a row, a partial last slot (516 pieces of f32: 3 slots, the
+# third for 4 threads), the wide static prologue (4 rows of 2), f64 at 8 pieces; 16 rows of the narrow
+# prologue do not fit and keep the general one. Rows of zeros, +-inf, NaN and exact ties; the same bits
+# as the two launches and the reference.
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "static", "fixed"), [
+    (1, 24, 1040, "float16", False, (1, 1)), (1, 40, 2064, "float32", False, (1, 3)),
+    (4, 9, 4096, "float16", True, (4, 2)), (2, 16, 2048, "float32", True, (2, 2)),
+    (1, 16, 4096, "float64", True, (1, 8)), (16, 24, 208, "float32", False, None),
+])
+def test_fused_prologue_compiled_for_the_plans_shape(monkeypatch, m, n, k, dtype, static, fixed):
+    from baracuda_numba.kernels import linear as gemm
+
+    monkeypatch.setattr(gemm, "FIXED_PROLOGUE", True)
+    element = bn.element_kind(dtype)
+    x_loads = gemm.fused_x_loads(m, k, element, 2 if static else gemm.fused_min_blocks(2, element))
+    assert gemm.fixed_prologue(m, k, element, x_loads) == fixed
+    _check_fused_decode(m, n, k, dtype, m % 2 == 1, m * n + k, last_max=True, static=static,
+                        name_part=f"_p{fixed[0]}x{fixed[1]}_" if fixed else None)
+    if fixed is None:
+        with pytest.raises(ValueError, match="a fixed prologue is the fused kernel's"):
+            gemm.linear_kernel(element, False, False, True, None, 1, 2, fused_input=element, double_buffer=True,
+                               fixed=(m, 1))
+
+
 def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant="fused", static=False,
                         name_part=None):
     """The one-launch plan (``fused``: any m <= 16; ``cooperative``) against the two-launch plan and the

@@ -66,6 +66,9 @@ ABSMAX_LOADS = 4
 # every piece a thread has for up to this many (one round trip to L2 for the rows, none for the quantize);
 # None: ABSMAX_LOADS there too
 WIDE_X_LOADS_MAX: int | None = 8
+# fused skinny: the prologue compiled for the plan's M and K where all of a thread's pieces are in flight
+# at once (fixed_prologue), its loops unrolled so that the rows' latency chains overlap. Provisional.
+FIXED_PROLOGUE = True
 # fused skinny: main-loop iterations of weight prefetched into L2 while x is quantized (0: only the
 # first iteration, into registers); not yet measured on a GPU, see benchmarks/tune_linear.py --only fused
 FUSED_PREFETCH_L2 = 0
@@ -219,6 +222,13 @@ def fused_x_loads(m: int, k: int, x_element: ElementKind, min_blocks: int) -> in
     per_row = -(-(k * x_element.itemsize // 16) // SKINNY_THREADS)
     pieces = -(-min(m, SKINNY_M) * per_row // ABSMAX_LOADS) * ABSMAX_LOADS
     return max(ABSMAX_LOADS, min(pieces, WIDE_X_LOADS_MAX))
+
+
+def fixed_prologue(m: int, k: int, x_element: ElementKind, x_loads: int) -> tuple[int, int] | None:
+    """``(rows, pieces per row per thread)`` of a fused prologue compiled for one shape (``m <= SKINNY_M``,
+    one row tile; every piece of the thread's rows in flight at once: at most ``x_loads``), else None."""
+    per_row = -(-(k * x_element.itemsize // 16) // SKINNY_THREADS)
+    return (m, per_row) if 0 < m <= SKINNY_M and m * per_row <= x_loads else None
 
 
 def dependent_prefetch(m: int, n: int, k: int) -> int:
@@ -645,7 +655,7 @@ def _fused_quantizer(x_element: ElementKind):
 def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: ElementKind | None = None,
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
             dependent: int = 0, staged: int = 0, trace: bool = False, early_l2: int = 0,
-            early_registers: bool = False, x_loads: int = ABSMAX_LOADS):
+            early_registers: bool = False, x_loads: int = ABSMAX_LOADS, fixed: tuple[int, int] | None = None):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -690,6 +700,11 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     waits for the kernel before it, each thread asks L2 for its pieces of the first ``early_l2`` main-loop
     iterations / loads the first iteration's into registers (and its column parameters), so that the
     weight stream starts under the tail of that kernel; otherwise it waits first thing.
+
+    ``fixed`` (the fused kernel: ``(rows, per_row)`` of :func:`fixed_prologue`, the launch's ``M`` and
+    ``ceil(K / (per_pair * SKINNY_THREADS))``): the prologue compiled for that shape. Every loop is then
+    unrolled: the rows' loads, their warp reductions and their quantizes interleave instead of following
+    one another row by row, with no row / slot bookkeeping. The same maxima, scales and bytes.
 
     ``trace`` (the unfused kernel without bias, a profiling build): thread 0 of block ``b`` stores the
     low 32 bits of ``%globaltimer`` (as float32 bit patterns) into ``bias[4b .. 4b + 3]`` when the block
@@ -900,6 +915,50 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                         xq_words[out_row * row_words + p] = word_type(quantized_piece(piece_lo[u], piece_hi[u], inv))
                 r0, s0 = next_piece(r0, s0, per_row)
 
+    fixes = fixed is not None  # a bool: numba types `if None` through a device-compiled overload
+    fixed_rows, fixed_slots = fixed or (1, 1)
+
+    @device_function
+    def quantize_fixed_rows(x_pairs, K, xq_words, row_words, scales_out, piece_lo, piece_hi, warp_max,
+                            shuffle_scratch, tid):
+        """:func:`quantize_rows` of the block's ``fixed_rows`` rows (one row tile), ``fixed_slots`` pieces
+        a row per thread (``fixed``), all loaded at once. Ends before the stores are fenced."""
+        warp, lane = tid // 32, tid % 32
+        pieces = K // per_pair
+        for r in range(fixed_rows):
+            for s in range(fixed_slots):
+                p = tid + SKINNY_THREADS * s
+                if p < pieces:
+                    piece_lo[r * fixed_slots + s], piece_hi[r * fixed_slots + s] = device.load_u64x2(
+                        x_pairs, r * pieces + p)
+        row_max = cuda.local.array(fixed_rows, S)
+        for r in range(fixed_rows):
+            hi = S(0)
+            for s in range(fixed_slots):
+                if tid + SKINNY_THREADS * s < pieces:
+                    hi = piece_absmax(piece_lo[r * fixed_slots + s], piece_hi[r * fixed_slots + s], hi)
+            row_max[r] = hi
+        for i in range(5):  # the rows' shuffles side by side: one chain's latency
+            for r in range(fixed_rows):
+                other = device.shuffle_xor(row_max[r], 16 >> i, shuffle_scratch, tid)
+                row_max[r] = other if other > row_max[r] else row_max[r]
+        if lane == 0:
+            for r in range(fixed_rows):
+                warp_max[warp, r] = row_max[r]
+        cuda.syncthreads()
+        for r in range(fixed_rows):
+            top = S(0)
+            for other_warp in range(SKINNY_WARPS):
+                top = max(top, warp_max[other_warp, r])
+            scale, inv = row_params(top)
+            if tid == 0:
+                scales_out[r] = scale
+            for s in range(fixed_slots):
+                p = tid + SKINNY_THREADS * s
+                if p < pieces:
+                    xq_words[r * row_words + p] = word_type(
+                        quantized_piece(piece_lo[r * fixed_slots + s], piece_hi[r * fixed_slots + s], inv))
+
     @device_function
     def load_activations(a_bytes, a_pairs, M, K, m_block, kc, aligned, tid):
         """This lane's 16 bytes at ``kc`` of its two activation rows (``group`` and ``group + 8`` of the
@@ -1085,8 +1144,12 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                 prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
             if tid < SKINNY_M:
                 scales[tid] = S(1)  # rows past M: never stored, but read by the epilogue
-            quantize_rows(a_pairs, m_block, 1, min(SKINNY_M, M - m_block), K, xq_words, 0, (K + 16) // per_pair,
-                          scales, piece_lo, piece_hi, warp_max, shuffle_scratch, tid)
+            if fixes:
+                quantize_fixed_rows(a_pairs, K, xq_words, (K + 16) // per_pair, scales, piece_lo, piece_hi, warp_max,
+                                    shuffle_scratch, tid)
+            else:
+                quantize_rows(a_pairs, m_block, 1, min(SKINNY_M, M - m_block), K, xq_words, 0, (K + 16) // per_pair,
+                              scales, piece_lo, piece_hi, warp_max, shuffle_scratch, tid)
             cuda.syncthreads()
             if staged:
                 mma_staged(acc, x_stage, xq_pairs, base, scratch, a_bytes, xq_pairs, M, K, m_block, first_k, chunks,
@@ -1199,7 +1262,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   fused_prefetch: int = 0, fused_min_blocks: int = 0, cooperative: bool = False,
                   double_buffer: bool = False, vector_only: bool = False, dependent: int = 0,
                   staged: int = 0, max_registers: int = 0, trace: bool = False, early_l2: int = 0,
-                  early_registers: bool = False, x_loads: int = ABSMAX_LOADS) -> ElementwiseKernel:
+                  early_registers: bool = False, x_loads: int = ABSMAX_LOADS,
+                  fixed: tuple[int, int] | None = None) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -1227,7 +1291,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     skinny kernel, ``has_bias`` False): the profiling build of :func:`_skinny` (timestamps into ``bias``).
     ``early_l2`` / ``early_registers`` (the fused kernel): weight asked of L2 / loaded before its wait (see
     :func:`_skinny`); ``x_loads`` (the fused kernel): pieces of ``x`` per thread in flight in its prologue
-    (:func:`fused_x_loads`)."""
+    (:func:`fused_x_loads`); ``fixed`` (the fused kernel): its prologue compiled for one shape
+    (:func:`fixed_prologue`; the plan's ``M`` and ``K`` only)."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
     options: tuple = ()
     extra = ""
@@ -1237,11 +1302,15 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                              f"not {staged}")
         if staged:
             fused_min_blocks = STAGED_MIN_BLOCKS  # the registers of the blocks DEPENDENT_STAGE_BYTES is sized for
+        if fixed and (cooperative or not 0 < fixed[0] <= SKINNY_M or not 0 < fixed[0] * fixed[1] <= x_loads):
+            raise ValueError(f"a fixed prologue is the fused kernel's, 1 .. {SKINNY_M} rows of at most x_loads = "
+                             f"{x_loads} pieces in all, not {fixed}")
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, fused_input, fused_prefetch, cooperative,
                          double_buffer, staged=staged, early_l2=early_l2, early_registers=early_registers,
-                         x_loads=x_loads)
+                         x_loads=x_loads, fixed=fixed)
         shape = f"skinny{skinny_chunks}x{skinny_tiles}_{'cooperative' if cooperative else 'fused'}_{fused_input.short}"
         shape += f"_x{x_loads}" if x_loads != ABSMAX_LOADS else ""
+        shape += f"_p{fixed[0]}x{fixed[1]}" if fixed else ""
         shape += f"_e{early_l2}" if early_l2 else ""
         shape += "_er" if early_registers else ""
         shape += f"_st{staged}" if staged else ""

@@ -247,12 +247,14 @@ class _LinearPlan(Plan):
                 staged = gemm.one_launch_staged(desc.m, desc.n, desc.k, chunks, tiles, False)
                 fused_dependent = desc.k >= FUSED_DEPENDENT_MIN_K or static
                 early = fused_dependent and not staged  # weight read before the wait (staged: after it)
+                x_loads = gemm.fused_x_loads(desc.m, desc.k, self.entry.input_element, min_blocks)
+                fixed = gemm.fixed_prologue(desc.m, desc.k, self.entry.input_element, x_loads)
                 kernel = linear_kernel(out, desc.has_bias, False, True, None, chunks, tiles,
                                        fused_input=self.entry.input_element, fused_prefetch=prefetch,
                                        fused_min_blocks=min_blocks, double_buffer=True, staged=staged,
                                        early_l2=gemm.FUSED_EARLY_L2 if early and not static else 0,
                                        early_registers=early and static,
-                                       x_loads=gemm.fused_x_loads(desc.m, desc.k, self.entry.input_element, min_blocks))
+                                       x_loads=x_loads, fixed=fixed if gemm.FIXED_PROLOGUE else None)
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                         gemm.fused_shared_bytes(desc.m, desc.k) + staged * gemm.staged_iteration_bytes(chunks, tiles),
                         dependent=fused_dependent)
