@@ -148,7 +148,7 @@ CAPTURE_UNFUSED = True
 # 101.5 / 92.0; 11008 x 4096 static 85.4, two launches 85.3 (M = 1, more than one wave: 1 chunk, 3 blocks).
 STATIC_ONE_WAVE_CHUNKS = 2
 STATIC_ONE_WAVE_MIN_BLOCKS = 2
-STATIC_FUSED_MAX_M = 2
+STATIC_FUSED_MAX_M = 4
 # ... and asks L2 for this many more iterations of weight after its wait, before its prologue (HBM would idle
 # while the prologue runs). Session 23 (same measure, M = 1 / 2 / 4 fused): 4096^2 none 83.9 / 76.4 / 63.1,
 # one 84.6 / 77.6 / 63.6, two 81.1 / 74.8, three 73.9 / 68.4; 8192^2 (4 tiles, not one wave) one is 2-3
