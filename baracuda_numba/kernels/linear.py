@@ -67,7 +67,11 @@ ABSMAX_LOADS = 4
 # None: ABSMAX_LOADS there too
 WIDE_X_LOADS_MAX: int | None = 8
 # fused skinny: the prologue compiled for the plan's M and K where all of a thread's pieces are in flight
-# at once (fixed_prologue), its loops unrolled so that the rows' latency chains overlap. Provisional.
+# at once (fixed_prologue), its loops unrolled so that the rows' latency chains overlap. Session 24 (H100,
+# graph replay, % of copy, general -> fixed): static 4096^2 M = 1 / 2 / 4 84.5 / 77.4 / 63.4 -> 88.2 / 83.4
+# / 72.7; the default fused kernel 4096^2 M = 1 / 2 65.7-66.2 / 61.8-62.2 -> 68.1-68.5 / 64.9-65.2 (other
+# runs); 8192^2 M = 1 101.8-102.0 -> 106.1. PTX between the wait and the first mma (static, bf16): 2273 ->
+# 563 / 854 / 1426 instructions at M = 1 / 2 / 4, 128 -> 90-92 registers.
 FIXED_PROLOGUE = True
 # fused skinny: main-loop iterations of weight prefetched into L2 while x is quantized (0: only the
 # first iteration, into registers); not yet measured on a GPU, see benchmarks/tune_linear.py --only fused

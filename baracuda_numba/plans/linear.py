@@ -148,6 +148,9 @@ CAPTURE_UNFUSED = True
 # 101.5 / 92.0; 11008 x 4096 static 85.4, two launches 85.3 (M = 1, more than one wave: 1 chunk, 3 blocks).
 STATIC_ONE_WAVE_CHUNKS = 2
 STATIC_ONE_WAVE_MIN_BLOCKS = 2
+# Session 24: with the prologue compiled for the plan's shape (kernels.linear.FIXED_PROLOGUE) the static
+# fused kernel at 4096^2 M = 4 gives 72.7-72.8% against 67.7-68.1 for the two launches (M = 8 does not fit
+# the fixed prologue: 16 pieces a thread), so it takes up to 4 tokens (2 before).
 STATIC_FUSED_MAX_M = 4
 # ... and asks L2 for this many more iterations of weight after its wait, before its prologue (HBM would idle
 # while the prologue runs). Session 23 (same measure, M = 1 / 2 / 4 fused): 4096^2 none 83.9 / 76.4 / 63.1,
