@@ -319,9 +319,10 @@ STATIC_VARIANT = True
 # every M (x_loads of 4 / 8 measured alike at M <= 2, 8 better at M = 4; 16 spills and is slower), and asking
 # L2 for 1-3 more iterations of weight after its wait, before its prologue (FUSED_PREFETCH_L2).
 # Session 24: the prologue compiled for the plan's M and K (kernels.linear.FIXED_PROLOGUE) against the
-# general one, fusing up to 4 tokens.
-STATIC_EXTRA: dict[str, dict] = {"static_fixed": {"plans.STATIC_FUSED_MAX_M": 4},
-                                 "static_general": {"plans.STATIC_FUSED_MAX_M": 4, "FIXED_PROLOGUE": False}}
+# general one, fusing up to 4 tokens ({"static_fixed": {"plans.STATIC_FUSED_MAX_M": 4}, "static_general":
+# {"plans.STATIC_FUSED_MAX_M": 4, "FIXED_PROLOGUE": False}}). Next: the fixed prologue at M = 8 (16 pieces a
+# thread: 119 registers, no spill, local ptxas; M > 8 would take the general prologue at 16, which spills).
+STATIC_EXTRA: dict[str, dict] = {"static_fixed8": {"WIDE_X_LOADS_MAX": 16, "plans.STATIC_FUSED_MAX_M": 8}}
 # Session 23's (-call3-prefetch.log): {"static_fused": {"plans.STATIC_FUSED_MAX_M": 4}, **{f"static_pf{p}":
 # {"plans.STATIC_FUSED_MAX_M": 4, "FUSED_PREFETCH_L2": p} for p in (1, 2, 3)}}
 # the knobs the variants override (each restored after): kernels.linear's, and plans.dynamic's /
