@@ -331,6 +331,13 @@ FUSED_EARLY_MAX_M = 4
 # "plans."). Session 22 timed 4 column tiles, 2 chunks and launch bounds with and without the first weight
 # loaded before the wait (now QuantizedLinearDescriptor.static_weight): notes/gemm.md.
 FUSED_EXTRA: dict[str, dict] = {}
+# knobs of the two-launch decode GEMM timed both alone (gemm_only_<label>) and after the quantizer
+# (two_launch_<label>): label -> knobs (as FUSED_EXTRA's). Session 25: with 4 column tiles (K >= 8192) and 2
+# chunks the dependent GEMM takes 140 registers, one block of 256 threads per SM (local ptxas); launch bounds
+# of 2 give 128 with 40 bytes spilled, 1 chunk 128 with none. Call 2 timed {"b2": {"DEPENDENT_MIN_BLOCKS":
+# 2}, "c1": {"DEPENDENT_CHUNKS": 1}} against none (kernels.linear.MULTI_WAVE_WIDE_CHUNKS and
+# dependent_min_blocks() ship what won); these time the kernels before them.
+GEMM_EXTRA: dict[str, dict] = {"b0": {"DEPENDENT_MIN_BLOCKS": 0}, "c2": {"DEPENDENT_CHUNKS": 2}}
 # time the shipped selection with static_weight=True too (the fused kernel's weight loads before its wait)
 STATIC_VARIANT = True
 # more static_weight=True variants: label -> knobs (as FUSED_EXTRA's). Session 23: the static fused kernel at
@@ -340,7 +347,10 @@ STATIC_VARIANT = True
 # general one, fusing up to 4 tokens ({"static_fixed": {"plans.STATIC_FUSED_MAX_M": 4}, "static_general":
 # {"plans.STATIC_FUSED_MAX_M": 4, "FIXED_PROLOGUE": False}}). Next: the fixed prologue at M = 8 (16 pieces a
 # thread: 119 registers, no spill, local ptxas; M > 8 would take the general prologue at 16, which spills).
-STATIC_EXTRA: dict[str, dict] = {"static_fixed8": {"WIDE_X_LOADS_MAX": 16, "plans.STATIC_FUSED_MAX_M": 8}}
+# Session 25 (tune-linear-2026-11-26-s25-call1-ceiling.log, % of the eager copy): {"static_fixed8":
+# {"WIDE_X_LOADS_MAX": 16, "plans.STATIC_FUSED_MAX_M": 8}} at 4096^2 M = 8: 45.1% against 55.8 for the two
+# launches; not shipped.
+STATIC_EXTRA: dict[str, dict] = {}
 # Session 23's (-call3-prefetch.log): {"static_fused": {"plans.STATIC_FUSED_MAX_M": 4}, **{f"static_pf{p}":
 # {"plans.STATIC_FUSED_MAX_M": 4, "FUSED_PREFETCH_L2": p} for p in (1, 2, 3)}}
 # the knobs the variants override (each restored after): kernels.linear's, and plans.dynamic's /
@@ -393,6 +403,16 @@ def fused_decode(copy: float) -> list[dict]:
             ms = graph_ms(lambda runners=runners: next(runners)(), calls=10 * len(weights))
             row[f"gemm_only{label}_pct"] = 100 * n * k / ms / 1e6 / copy
         plans.DEPENDENT_GEMM = shipped_limits[3]
+        saved_knobs = {name: getattr(*knob_module(name)) for name in GEMM_KNOBS}
+        for label, knobs in GEMM_EXTRA.items():
+            for name, value in knobs.items():
+                setattr(*knob_module(name), value)
+            clear_plan_cache()
+            runners = itertools.cycle([gemm_runner(xq, sx, wi, ws, None, out) for wi in weights])
+            ms = graph_ms(lambda runners=runners: next(runners)(), calls=10 * len(weights))
+            row[f"gemm_only_{label}_pct"] = 100 * n * k / ms / 1e6 / copy
+            for name, value in saved_knobs.items():
+                setattr(*knob_module(name), value)
         if m == 1:  # the weight's bytes copied (read and written), sources and targets rotated past L2
             pairs = itertools.cycle([(wi, torch.empty_like(wi)) for wi in weights])
             ms = graph_ms(lambda pairs=pairs: (lambda src, dst: dst.copy_(src))(*next(pairs)), calls=10 * len(weights))
@@ -401,8 +421,8 @@ def fused_decode(copy: float) -> list[dict]:
         # override knobs of kernels.linear (GEMM_KNOBS): _l2p<i>: i iterations asked of L2 before the
         # wait; _st<i>: i iterations staged in shared memory; _r<i>: compiled to i registers; fused /
         # cooperative: the one-launch kernels (_b<i>: launch bounds, _st<i>: staged)
-        saved_knobs = {name: getattr(*knob_module(name)) for name in GEMM_KNOBS}
         variants = [("two_launch", 0, 0, True, {})]
+        variants += [(f"two_launch_{label}", 0, 0, True, knobs) for label, knobs in GEMM_EXTRA.items()]
         variants += [(f"two_launch_l2p{p}", 0, 0, True, {"DEPENDENT_PREFETCH_L2": p}) for p in DEPENDENT_PREFETCHES
                      if p != gemm.DEPENDENT_PREFETCH_L2]
         variants += [(f"two_launch_st{st}", 0, 0, True, {"DEPENDENT_STAGED": st}) for st in DEPENDENT_STAGES
@@ -466,6 +486,21 @@ def fused_decode(copy: float) -> list[dict]:
             for name, value in saved_knobs.items():
                 setattr(*knob_module(name), value)
             clear_plan_cache()
+        # SmoothQuant (int8 activations, one static scale): the GEMM alone, plain / with a static weight
+        # (a programmatic dependent loading its weight before its wait), and W8A8Linear's static step
+        # (quantize_per_tensor of x, then the static GEMM)
+        act = torch.clamp(torch.round(x.float() * 50), -127, 127).to(torch.int8)
+        sq_outputs = []
+        for label, static, quantize in (("smoothquant", False, False), ("smoothquant_static", True, False),
+                                        ("sq_step_static", True, True)):
+            def step(calls, static=static, quantize=quantize, x=x, act=act, ws=ws):
+                a = bn.quantize_per_tensor(x, 0.02, q_min=-127, q_max=127) if quantize else act
+                return bn.smoothquant_linear(a, next(calls), ws, 0.02, dtype="bfloat16", static_weight=static)
+            sq_outputs.append(step(iter([w])))
+            calls = itertools.cycle(weights)
+            ms = graph_ms(lambda calls=calls, step=step: step(calls), calls=10 * len(weights))
+            row[f"{label}_us"], row[f"{label}_pct"] = 1e3 * ms, 100 * n * k / ms / 1e6 / copy
+        row["smoothquant static == plain"] = bit_equal(sq_outputs[0], sq_outputs[1])
         row["all == two_launch"] = all(bit_equal(outputs["two_launch"], v) for v in outputs.values())
         say(json.dumps(row, default=lambda v: round(v, 1)))
         rows.append(row)

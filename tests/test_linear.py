@@ -368,6 +368,91 @@ def test_static_weight_must_be_a_bool():
         bn.quantized_linear(x, w, ws, static_weight="yes")
     with pytest.raises(bn.InvalidProblem, match="QuantizedLinearPlan: static_weight expected a bool, got 1"):
         bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(1, 4, 16, "f32", "f32", False, 1))
+    with pytest.raises(bn.InvalidProblem, match="smoothquant_linear: static_weight expected a bool, got 1"):
+        bn.smoothquant_linear(np.ones((1, 16), np.int8), w, ws, 0.5, static_weight=1)
+    with pytest.raises(bn.InvalidProblem, match="SmoothQuantLinearPlan: static_weight expected a bool, got 'no'"):
+        bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(1, 4, 16, "f32", False, "no"))
+
+
+def _skinny_vector_name(plan) -> str:
+    return plan._variants["skinny_vector"][0]._compile.__self__.py_func.__name__
+
+
+# SmoothQuant's decode GEMM is a programmatic dependent (weight and column parameters loaded before its
+# wait) only under the static-weight promise: the kernel before it may be anyone's. The bits do not move.
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "bias"), [
+    (1, 24, 1040, "float32", True), (3, 40, 528, "bfloat16", False), (16, 9, 144, "float64", True)])
+def test_static_smoothquant_decode_is_a_dependent_launch(m, n, k, dtype, bias):
+    from baracuda_numba.ops.common import clear_plan_cache
+
+    clear_plan_cache()
+    rng = np.random.default_rng(m * n + k)
+    act = rng.integers(-127, 128, (m, k)).astype(np.int8)
+    w, ws = weights(rng, n, k)
+    b = rng.standard_normal(n).astype(np.float32) if bias else None
+    expected = ref.linear.smoothquant_linear(act, w, ws, 0.0173, b, bn.element_kind(dtype).numpy_dtype)
+    for static in (False, True):
+        plan = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, dtype, bias, static))
+        args = bn.SmoothQuantLinearArgs(act, w, ws, 0.0173, np.zeros((m, n), expected.dtype), b)
+        assert plan.kernel_variant(args) == "skinny_vector"
+        assert plan._variants["skinny_vector"][0].dependent == static
+        assert ("_dep1" in _skinny_vector_name(plan)) == static
+        plan.run(args)
+        np.testing.assert_array_equal(args.output, expected)
+        y = bn.smoothquant_linear(act, w, ws, 0.0173, bias=b, dtype=dtype, static_weight=static)
+        np.testing.assert_array_equal(y, expected)
+    clear_plan_cache()
+
+
+# The unfused decode GEMM's chunks and launch bounds by shape: with 4 column tiles (K >= 8192) one chunk
+# where its blocks outnumber the SMs (two chunks take 140 registers, one block per SM), two where they
+# fit one wave; with 2 tiles the dependent kernel runs under launch bounds of 2 blocks.
+@pytest.mark.parametrize(("m", "n", "k", "name"), [
+    (1, 8192, 8192, "skinny1x4_db_v_dep1_"), (16, 8192, 8192, "skinny1x4_db_v_dep1_"),
+    (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_"), (1, 4096, 4096, "skinny2x2_db_v_dep1_l2p1_b2_"),
+    (16, 11008, 4096, "skinny2x2_db_v_dep1_b2_")])
+def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name):
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    _force_decode_variant(monkeypatch, "two_launch")
+    monkeypatch.setattr(plans, "_multiprocessors", lambda: 132)
+    clear_plan_cache()
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
+    assert f"w8a8_gemm_{name}bf16_token" == _skinny_vector_name(plan)
+    # the plain kernel (SmoothQuant without the promise) takes the same chunks, without bounds
+    plain = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16"))
+    assert _skinny_vector_name(plain) == f"w8a8_gemm_{name.split('_')[0]}_db_v_bf16_tensor"
+    clear_plan_cache()
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_decode_gemm_with_one_chunk_of_four_tiles_matches_reference(monkeypatch, static):
+    """The multi-wave 4-tile kernels (1 chunk), forced at a small shape: quantized_linear's dependent
+    GEMM and SmoothQuant's (plain, or dependent with a static weight), bit for bit."""
+    from baracuda_numba.kernels import linear as gemm
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    _force_decode_variant(monkeypatch, "two_launch")
+    monkeypatch.setattr(gemm, "SKINNY_TILES", 4)
+    monkeypatch.setattr(plans, "_multiprocessors", lambda: 1)
+    clear_plan_cache()
+    rng = np.random.default_rng(5)
+    m, n, k = 3, 72, 1040  # 3 column blocks of 32, the last one partial; K past the warps' 8 x 64 bytes
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    act = rng.integers(-127, 128, (m, k)).astype(np.int8)
+    w, ws = weights(rng, n, k)
+    bias = rng.standard_normal(n).astype(np.float32)
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32", True, static))
+    assert _skinny_vector_name(plan).startswith("w8a8_gemm_skinny1x4_db_v_dep1")
+    np.testing.assert_array_equal(bn.quantized_linear(x, w, ws, bias=bias, static_weight=static),
+                                  ref.linear.quantized_linear(x, w, ws, bias))
+    sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "f32", True, static))
+    assert _skinny_vector_name(sq).startswith("w8a8_gemm_skinny1x4_db_v" + ("_dep1" if static else "_f32"))
+    np.testing.assert_array_equal(bn.smoothquant_linear(act, w, ws, 0.021, bias=bias, static_weight=static),
+                                  ref.linear.smoothquant_linear(act, w, ws, 0.021, bias, np.float32))
+    clear_plan_cache()
 
 
 def test_capture_query_is_skipped_on_the_legacy_default_stream(monkeypatch):
@@ -608,6 +693,53 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, static)
     # and the first layer against torch ops
     reference = _torch_w8a8(torch, x0, weights[0], scales[0], None)
     assert torch.equal(stepped[0].view(torch.int16), reference.view(torch.int16))
+
+
+@requires_gpu
+@pytest.mark.parametrize(("m", "k"), [(1, 4096), (16, 4096), (4, 8192)])
+def test_gpu_static_smoothquant_chain_reads_each_quantize_after_the_wait(m, k):
+    """W8A8Linear's static-activation step chained on one stream with no sync: ``quantize_per_tensor``
+    of the previous output, then ``smoothquant_linear(..., static_weight=True)``, whose GEMM (a
+    programmatic dependent) loads its weight before it waits for that quantize. Reading the
+    activations before the quantize completed would differ from the same chain synchronized after
+    every op; the first layer also equals torch's ops bit for bit."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.vocabulary import ElementKind
+
+    clear_plan_cache()
+    g = torch.Generator(device="cuda").manual_seed(m + k)
+    weights = [torch.randint(-128, 128, (k, k), device="cuda", generator=g, dtype=torch.int8) for _ in range(3)]
+    scales = [torch.rand(k, device="cuda", generator=g) * 1e-3 + 1e-4 for _ in range(3)]
+    x0 = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    act_scale = 0.0237  # not exact in float32
+
+    def chain(sync: bool):
+        x, outs = x0, []
+        for i in range(12):
+            act = bn.quantize_per_tensor(x, act_scale, q_min=-127, q_max=127)
+            y = bn.smoothquant_linear(act, weights[i % 3], scales[i % 3], act_scale, dtype="bfloat16",
+                                      static_weight=True)
+            outs.append(y)
+            x = y * 2.0 if i % 2 else y  # every other layer through a torch kernel first
+            if sync:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        return outs
+
+    plan = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, k, k, ElementKind.BF16, False, True))
+    args = bn.SmoothQuantLinearArgs(torch.zeros(m, k, device="cuda", dtype=torch.int8), weights[0], scales[0],
+                                    act_scale, torch.empty(m, k, device="cuda", dtype=torch.bfloat16))
+    assert plan.kernel_variant(args) == "skinny_vector" and plan._variants["skinny_vector"][0].dependent
+    queued, stepped = chain(False), chain(True)
+    for _ in range(3):
+        assert all(torch.equal(a, b) for a, b in zip(chain(False), stepped, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(queued, stepped, strict=True))
+    act = torch.clamp(torch.round(x0.float() * (1 / torch.tensor(act_scale))), -127, 127).to(torch.int8)
+    acc = (act.double() @ weights[0].double().t()).to(torch.int32)
+    reference = ((acc.float() * torch.tensor(act_scale, device="cuda")) * scales[0][None, :]).to(torch.bfloat16)
+    assert torch.equal(stepped[0].view(torch.int16), reference.view(torch.int16))
+    clear_plan_cache()
 
 
 @requires_gpu

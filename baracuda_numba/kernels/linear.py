@@ -100,6 +100,13 @@ SPIN_NANOSECONDS = 128
 # launch bounds: fused M = 1 at 63.6 / 83.1 / 74.5 against 64.0 / 94.0 / 80.1 with 1).
 VECTOR_CHUNKS = 2
 ONE_LAUNCH_CHUNKS = 1
+# With 4 column tiles (K >= 8192) the unfused kernel at 2 chunks takes 140 registers: one block of 256
+# threads per multiprocessor. Where its blocks outnumber the multiprocessors (more than one wave at one
+# per SM) it keeps this many chunks instead: 128 registers, two blocks per SM, one wave. Session 25 (H100,
+# graph replay, % of the eager copy; the GEMM alone / the two launches at M = 1 / 4 / 16): 8192^2 2 chunks
+# 76.4 / 75.7 / 73.3 and 68.3 / 68.4 / 66.2, 1 chunk 84.4 / 84.4 / 80.4 and 76.7 / 75.2 / 70.4; at 4096 x
+# 11008 (128 blocks: one wave either way) 1 chunk is 2.6-5.1 points slower.
+MULTI_WAVE_WIDE_CHUNKS = 1
 # the two-launch decode GEMM, launched as the quantizer's programmatic dependent (plans.linear.DEPENDENT_GEMM):
 # buffers of weight fragments each warp loads before it waits for the quantizer, chunks per buffer and
 # launch bounds (blocks per multiprocessor, 0: none). Session 15 (H100, GPU time of quantized_linear, %
@@ -107,8 +114,13 @@ ONE_LAUNCH_CHUNKS = 1
 # 78.0 / 71.1 (equal at 8192^2): the second buffer's loads make the kernel's main loop slower (the GEMM
 # alone at 4096^2, M = 1: 75.7 against 80.0 for the kernel without them).
 DEPENDENT_PRELOAD = 1
-DEPENDENT_CHUNKS: int | None = None  # None: VECTOR_CHUNKS
-DEPENDENT_MIN_BLOCKS = 0
+DEPENDENT_CHUNKS: int | None = None  # None: skinny_chunks()'s rule
+# launch bounds of the dependent kernel (blocks per multiprocessor, 0: none; None: dependent_min_blocks()'s
+# rule: 2 with 2 column tiles, where ptxas's own choice is already 128 registers). Session 25 (the GEMM alone /
+# the two launches, % of the eager copy, M = 1 / 4 / 16, none -> 2): 4096^2 80.0 / 77.0 / 72.3 -> 84.3 /
+# 80.3 / 72.6 and 56.2 / 55.9 / 49.0 -> 56.2 / 55.5 / 49.0; 11008 x 4096 79.5 / 77.1 / 72.0 -> 79.4 / 77.0 /
+# 73.2 and 70.6 / 68.8 / 64.7 -> 71.7 / 69.0 / 65.8. With 4 tiles, 2 blocks spill (40 bytes) and are slower.
+DEPENDENT_MIN_BLOCKS: int | None = None
 # registers per thread the dependent GEMM is compiled to (0: ptxas's choice, 128 with 2 column tiles).
 # Two blocks of 128 take a multiprocessor's whole register file, so where a quantizer block runs (99
 # registers x 128 threads at K = 4096) one GEMM block cannot start until the quantizer is done.
@@ -278,13 +290,25 @@ def one_launch_staged(m: int, n: int, k: int, chunks_in_flight: int, n_tiles: in
     return staged_iterations(FUSED_STAGED, k, chunks_in_flight, n_tiles, fused_shared_bytes(m, k))
 
 
-def skinny_chunks(one_launch: bool = False, dependent: bool = False) -> int:
+def skinny_chunks(one_launch: bool = False, dependent: bool = False, n_tiles: int = 2, blocks: int = 0,
+                  multiprocessors: int = 0) -> int:
     """Weight chunks in flight per buffer of the double-buffered skinny kernels (``one_launch``: the
-    fused and cooperative ones; ``dependent``: the quantizer's programmatic dependent), see
-    ``VECTOR_CHUNKS``."""
+    fused and cooperative ones; ``dependent``: the quantizer's programmatic dependent): ``VECTOR_CHUNKS``
+    for the unfused ones, but ``MULTI_WAVE_WIDE_CHUNKS`` with 4 column tiles where ``blocks`` outnumber
+    the ``multiprocessors`` (``DEPENDENT_CHUNKS``, when set, for the dependent one)."""
     if dependent and DEPENDENT_CHUNKS is not None:
         return DEPENDENT_CHUNKS
-    return ONE_LAUNCH_CHUNKS if one_launch else VECTOR_CHUNKS
+    if one_launch:
+        return ONE_LAUNCH_CHUNKS
+    return MULTI_WAVE_WIDE_CHUNKS if n_tiles >= 4 and blocks > multiprocessors else VECTOR_CHUNKS
+
+
+def dependent_min_blocks(n_tiles: int) -> int:
+    """Launch bounds (blocks per multiprocessor) of the dependent skinny kernel: ``DEPENDENT_MIN_BLOCKS``
+    when set, else 2 with 2 column tiles (the 128 registers ptxas takes anyway), none with 4."""
+    if DEPENDENT_MIN_BLOCKS is not None:
+        return DEPENDENT_MIN_BLOCKS
+    return 2 if n_tiles == 2 else 0
 
 
 def skinny_tiles(k: int) -> int:

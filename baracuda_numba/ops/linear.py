@@ -100,11 +100,19 @@ def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, *, bias: Any = No
 
 
 def smoothquant_linear(act_q: Any, weight_q: Any, weight_scale: Any, act_scale: float, *, bias: Any = None,
-                       dtype: Any = "float32", out: Any = None, stream: Any = None) -> Any:
+                       dtype: Any = "float32", out: Any = None, stream: Any = None,
+                       static_weight: bool = False) -> Any:
     """SmoothQuant W8A8 linear: ``act_q [..., K]`` int8 quantized with the static per-tensor
-    ``act_scale``; ``y = (acc * act_scale) * weight_scale[n] (+ bias[n])`` in ``dtype``."""
+    ``act_scale``; ``y = (acc * act_scale) * weight_scale[n] (+ bias[n])`` in ``dtype``.
+
+    ``static_weight=True`` promises what :func:`quantized_linear`'s does. The decode GEMM then starts
+    loading the weight while the kernel before it (the quantize of ``act_q``) finishes, and reads
+    ``act_q`` once that kernel is complete (the same bits).
+    """
     where = "smoothquant_linear"
-    key = fast_key(where, _tensors(act_q, weight_q, weight_scale, bias, out), bias is None, dtype)
+    if not isinstance(static_weight, bool):
+        raise InvalidProblem(problem_message(where, "static_weight", "a bool", repr(static_weight)))
+    key = fast_key(where, _tensors(act_q, weight_q, weight_scale, bias, out), bias is None, dtype, static_weight)
     if key is not None:  # a repeat call on plain CUDA torch tensors: the remembered plan, unadapted
         if out is None:
             result = fast_run(key, None,
@@ -122,7 +130,8 @@ def smoothquant_linear(act_q: Any, weight_q: Any, weight_scale: Any, act_scale: 
             raise InvalidProblem(problem_message(where, name, "int8 elements", op.element.short))
     element = resolve_dtype(dtype, where)
     scale, bias_op = _vectors(where, weight_scale, bias, n)
-    plan = select_plan(SmoothQuantLinearPlan, SmoothQuantLinearDescriptor(m, n, k, element, bias is not None))
+    plan = select_plan(SmoothQuantLinearPlan, SmoothQuantLinearDescriptor(m, n, k, element, bias is not None,
+                                                                          static_weight))
     result = output_operand(out, ao, (*ao.shape[:-1], n), element, where)
     plan.run(SmoothQuantLinearArgs(ao, wo, scale, act_scale, result, bias_op), stream=stream)
     if scale.obj is weight_scale and (bias is None or bias_op.obj is bias):  # no conversion: repeatable raw

@@ -79,13 +79,19 @@ class QuantizedLinearArgs:
 
 @dataclass(frozen=True)
 class SmoothQuantLinearDescriptor:
-    """``act_q [m, k]`` int8 with one static scale, ``weight [n, k]`` int8."""
+    """``act_q [m, k]`` int8 with one static scale, ``weight [n, k]`` int8.
+
+    ``static_weight``: as :class:`QuantizedLinearDescriptor`'s. The decode GEMM is then a programmatic
+    dependent of the kernel before it (the activations' quantizer): it loads its column parameters and
+    first weight before it waits for that kernel, and reads ``act_q`` after the wait.
+    """
 
     m: int
     n: int
     k: int
     output_element: ElementKind
     has_bias: bool = False
+    static_weight: bool = False
 
 
 @dataclass
@@ -228,12 +234,13 @@ class _LinearPlan(Plan):
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.SKINNY_CHUNKS, tiles)
             variant("skinny", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS)
             dependent = self._dependent_gemm()
-            chunks = gemm.skinny_chunks(False, dependent)
+            blocks = -(-desc.m // SKINNY_M) * -(-desc.n // (SKINNY_N * tiles))
+            chunks = gemm.skinny_chunks(False, dependent, tiles, blocks, _multiprocessors())
             staged = gemm.dependent_staged(desc.m, desc.n, desc.k, chunks, tiles) if dependent else 0
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, tiles,
                                    double_buffer=True, vector_only=True,
                                    fused_prefetch=gemm.dependent_prefetch(desc.m, desc.n, desc.k) if dependent else 0,
-                                   fused_min_blocks=gemm.DEPENDENT_MIN_BLOCKS if dependent else 0,
+                                   fused_min_blocks=gemm.dependent_min_blocks(tiles) if dependent else 0,
                                    dependent=gemm.DEPENDENT_PRELOAD if dependent else 0, staged=staged,
                                    max_registers=gemm.DEPENDENT_MAX_REGISTERS if dependent else 0)
             variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
@@ -719,6 +726,11 @@ class SmoothQuantLinearPlan(_LinearPlan):
     @classmethod
     def _registry_elements(cls, desc: Any) -> tuple[ElementKind, ElementKind]:
         return ElementKind.S8, desc.output_element
+
+    def _dependent_gemm(self) -> bool:
+        # Only under the static-weight promise: the dependent kernel reads its weight and column
+        # parameters before it waits, and the kernel before it may be anyone's.
+        return DEPENDENT_GEMM and self.desc.static_weight
 
     def run_trusted(self, args: Any, device: int) -> bool:
         pointers = trusted_pointers(self._fast_specs, args)

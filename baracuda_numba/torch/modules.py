@@ -164,10 +164,11 @@ class W8A8Linear(nn.Module):
     (``baracuda::quantized_linear``). ``activation="static"``: one calibrated per-tensor scale
     (SmoothQuant's static W8A8): ``x`` quantized with ``act_scale`` then ``baracuda::smoothquant_linear``.
     ``y = scale_x * weight_scale[n] * sum_k xq[k] * wq[n, k] + bias[n]`` in ``x``'s dtype. The buffers
-    are written only at load (``from_float``, ``load_state_dict``), so the dynamic path calls the op with
-    ``static_weight=True``: its one-launch decode kernel loads the weight before it waits for the kernel
-    before it (:func:`baracuda_numba.quantized_linear`). A copy into the buffers (``copy_``,
-    ``load_state_dict``) right before a forward is safe: copies let no dependent start before they end.
+    are written only at load (``from_float``, ``load_state_dict``), so both paths call their op with
+    ``static_weight=True``: the decode kernel loads the weight before it waits for the kernel before it
+    (:func:`baracuda_numba.quantized_linear`, :func:`baracuda_numba.smoothquant_linear`). A copy into the
+    buffers (``copy_``, ``load_state_dict``) right before a forward is safe: copies let no dependent start
+    before they end.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
@@ -212,7 +213,7 @@ class W8A8Linear(nn.Module):
             return _baracuda.quantized_linear(x, self.weight_q, self.weight_scale, self.bias, True)
         act_q = _baracuda.quantize_per_tensor(x, self._act_scale, 0, torch.int8, -127, 127)
         return _baracuda.smoothquant_linear(act_q, self.weight_q, self.weight_scale, self._act_scale, self.bias,
-                                            x.dtype)
+                                            x.dtype, True)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

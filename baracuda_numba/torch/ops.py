@@ -306,14 +306,15 @@ def _(x, weight_q, weight_scale, bias, static_weight=False):
 
 @_op("smoothquant_linear")
 def smoothquant_linear(act_q: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, act_scale: float,
-                       bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-    """W8A8 linear on int8 activations quantized with the static per-tensor ``act_scale``."""
+                       bias: torch.Tensor | None, dtype: torch.dtype, static_weight: bool = False) -> torch.Tensor:
+    """W8A8 linear on int8 activations quantized with the static per-tensor ``act_scale``
+    (``static_weight``: see :func:`baracuda_numba.smoothquant_linear`)."""
     return bn.smoothquant_linear(_c(act_q), _c(weight_q), _c(weight_scale), act_scale,
-                                 bias=None if bias is None else _c(bias), dtype=dtype)
+                                 bias=None if bias is None else _c(bias), dtype=dtype, static_weight=static_weight)
 
 
 @smoothquant_linear.register_fake
-def _(act_q, weight_q, weight_scale, act_scale, bias, dtype):
+def _(act_q, weight_q, weight_scale, act_scale, bias, dtype, static_weight=False):
     return act_q.new_empty((*act_q.shape[:-1], weight_q.shape[0]), dtype=dtype)
 
 
