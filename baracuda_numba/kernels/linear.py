@@ -46,6 +46,10 @@ __all__ = ["TILE_M", "TILE_N", "TILE_THREADS", "SKINNY_MAX_M", "SKINNY_M", "SKIN
            "CHUNK_K", "PipelineShape", "PIPELINE", "PIPELINE_LARGE", "SKINNY_CHUNKS", "SKINNY_TILES", "linear_kernel",
            "pipeline_shape", "skinny_chunks", "skinny_tiles"]
 
+# Decode speeds quoted in this module's comments through session 24 are % of a device-to-device copy
+# captured in a CUDA graph (a memcpy node, about 2430 GB/s on the H100); from session 25 on, % of an
+# eager copy (about 3008 GB/s, the bench's ceiling; benchmarks/probe_copy.py). Multiply the former by
+# 0.81 to compare.
 CHUNK_K = 64  # k per step: 16 bytes per lane, 4 lanes per row
 # tiled: warps arranged WARPS_M x WARPS_N, each MT x NT mma tiles (16 rows x 8 columns each)
 WARPS_M, WARPS_N, MT, NT = 2, 4, 4, 4

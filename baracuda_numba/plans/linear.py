@@ -104,6 +104,10 @@ class SmoothQuantLinearArgs:
     bias: Any = None  # [n] float32
 
 
+# Decode speeds quoted in this module's comments through session 24 are % of a device-to-device copy
+# captured in a CUDA graph (a memcpy node, about 2430 GB/s on the H100); from session 25 on, % of an
+# eager copy (about 3008 GB/s, the bench's ceiling; benchmarks/probe_copy.py). Multiply the former by
+# 0.81 to compare.
 # Decode (M <= 64) with aligned operands runs the activation quantizer, then the skinny GEMM launched as
 # its programmatic dependent (cuLaunchKernelEx, programmatic stream serialization; sm_90): the GEMM's
 # blocks start while the quantizer runs, load their column parameters and first iteration of weight, and
