@@ -378,8 +378,9 @@ def _skinny_vector_name(plan) -> str:
     return plan._variants["skinny_vector"][0]._compile.__self__.py_func.__name__
 
 
-# SmoothQuant's decode GEMM is a programmatic dependent (weight and column parameters loaded before its
-# wait) only under the static-weight promise: the kernel before it may be anyone's. The bits do not move.
+# SmoothQuant's decode GEMM is a programmatic dependent; it loads its weight and column parameters before
+# its wait only under the static-weight promise (the kernel before it may be anyone's), else it waits
+# first thing. The bits do not move.
 @pytest.mark.parametrize(("m", "n", "k", "dtype", "bias"), [
     (1, 24, 1040, "float32", True), (3, 40, 528, "bfloat16", False), (16, 9, 144, "float64", True)])
 def test_static_smoothquant_decode_is_a_dependent_launch(m, n, k, dtype, bias):
@@ -395,8 +396,8 @@ def test_static_smoothquant_decode_is_a_dependent_launch(m, n, k, dtype, bias):
         plan = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, dtype, bias, static))
         args = bn.SmoothQuantLinearArgs(act, w, ws, 0.0173, np.zeros((m, n), expected.dtype), b)
         assert plan.kernel_variant(args) == "skinny_vector"
-        assert plan._variants["skinny_vector"][0].dependent == static
-        assert ("_dep1" in _skinny_vector_name(plan)) == static
+        assert plan._variants["skinny_vector"][0].dependent
+        assert "_dep1_" in _skinny_vector_name(plan) and ("_dep1_w_" in _skinny_vector_name(plan)) == (not static)
         plan.run(args)
         np.testing.assert_array_equal(args.output, expected)
         y = bn.smoothquant_linear(act, w, ws, 0.0173, bias=b, dtype=dtype, static_weight=static)
@@ -420,16 +421,18 @@ def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name):
     clear_plan_cache()
     plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
     assert f"w8a8_gemm_{name}bf16_token" == _skinny_vector_name(plan)
-    # the plain kernel (SmoothQuant without the promise) takes the same chunks, without bounds
-    plain = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16"))
-    assert _skinny_vector_name(plain) == f"w8a8_gemm_{name.split('_')[0]}_db_v_bf16_tensor"
+    # SmoothQuant's: the same kernel, waiting first unless the weight is static
+    for static in (False, True):
+        sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", False, static))
+        waits = name if static else name.replace("_dep1_", "_dep1_w_")
+        assert _skinny_vector_name(sq) == f"w8a8_gemm_{waits}bf16_tensor"
     clear_plan_cache()
 
 
 @pytest.mark.parametrize("static", [False, True])
 def test_decode_gemm_with_one_chunk_of_four_tiles_matches_reference(monkeypatch, static):
     """The multi-wave 4-tile kernels (1 chunk), forced at a small shape: quantized_linear's dependent
-    GEMM and SmoothQuant's (plain, or dependent with a static weight), bit for bit."""
+    GEMM and SmoothQuant's (waiting first, or loading its weight first with a static one), bit for bit."""
     from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
@@ -449,7 +452,7 @@ def test_decode_gemm_with_one_chunk_of_four_tiles_matches_reference(monkeypatch,
     np.testing.assert_array_equal(bn.quantized_linear(x, w, ws, bias=bias, static_weight=static),
                                   ref.linear.quantized_linear(x, w, ws, bias))
     sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "f32", True, static))
-    assert _skinny_vector_name(sq).startswith("w8a8_gemm_skinny1x4_db_v" + ("_dep1" if static else "_f32"))
+    assert _skinny_vector_name(sq).startswith("w8a8_gemm_skinny1x4_db_v_dep1" + ("_l2p" if static else "_w_"))
     np.testing.assert_array_equal(bn.smoothquant_linear(act, w, ws, 0.021, bias=bias, static_weight=static),
                                   ref.linear.smoothquant_linear(act, w, ws, 0.021, bias, np.float32))
     clear_plan_cache()
@@ -696,11 +699,12 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, static)
 
 
 @requires_gpu
+@pytest.mark.parametrize("static", [False, True])
 @pytest.mark.parametrize(("m", "k"), [(1, 4096), (16, 4096), (4, 8192)])
-def test_gpu_static_smoothquant_chain_reads_each_quantize_after_the_wait(m, k):
+def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static):
     """W8A8Linear's static-activation step chained on one stream with no sync: ``quantize_per_tensor``
-    of the previous output, then ``smoothquant_linear(..., static_weight=True)``, whose GEMM (a
-    programmatic dependent) loads its weight before it waits for that quantize. Reading the
+    of the previous output, then ``smoothquant_linear``, whose GEMM (a programmatic dependent) waits for
+    that quantize first thing, or with ``static_weight=True`` after loading its weight. Reading the
     activations before the quantize completed would differ from the same chain synchronized after
     every op; the first layer also equals torch's ops bit for bit."""
     torch = pytest.importorskip("torch")
@@ -719,7 +723,7 @@ def test_gpu_static_smoothquant_chain_reads_each_quantize_after_the_wait(m, k):
         for i in range(12):
             act = bn.quantize_per_tensor(x, act_scale, q_min=-127, q_max=127)
             y = bn.smoothquant_linear(act, weights[i % 3], scales[i % 3], act_scale, dtype="bfloat16",
-                                      static_weight=True)
+                                      static_weight=static)
             outs.append(y)
             x = y * 2.0 if i % 2 else y  # every other layer through a torch kernel first
             if sync:
@@ -727,7 +731,8 @@ def test_gpu_static_smoothquant_chain_reads_each_quantize_after_the_wait(m, k):
         torch.cuda.synchronize()
         return outs
 
-    plan = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, k, k, ElementKind.BF16, False, True))
+    plan = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, k, k, ElementKind.BF16, False,
+                                                                            static))
     args = bn.SmoothQuantLinearArgs(torch.zeros(m, k, device="cuda", dtype=torch.int8), weights[0], scales[0],
                                     act_scale, torch.empty(m, k, device="cuda", dtype=torch.bfloat16))
     assert plan.kernel_variant(args) == "skinny_vector" and plan._variants["skinny_vector"][0].dependent
@@ -745,8 +750,9 @@ def test_gpu_static_smoothquant_chain_reads_each_quantize_after_the_wait(m, k):
 @requires_gpu
 def test_gpu_weight_quantized_just_before_the_call_is_read_after_the_wait():
     """Without the static-weight promise the fused kernel (a programmatic dependent at K = 8192) only asks
-    L2 for weight before its wait: a weight that the kernel before it (the per-token quantizer, which lets
-    its dependents start early) writes is read whole. Queued calls against the same calls synchronized."""
+    L2 for weight before its wait, and SmoothQuant's GEMM waits first thing: a weight that the kernel
+    before it (the per-token quantizer, which lets its dependents start early) writes is read whole.
+    Queued calls against the same calls synchronized."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
@@ -757,6 +763,7 @@ def test_gpu_weight_quantized_just_before_the_call_is_read_after_the_wait():
     g = torch.Generator(device="cuda").manual_seed(7)
     w_float = torch.randn(n, k, device="cuda", generator=g, dtype=torch.bfloat16)
     x = torch.randn(1, k, device="cuda", generator=g, dtype=torch.bfloat16)
+    act = torch.randint(-127, 128, (1, k), device="cuda", generator=g, dtype=torch.int8)
 
     def calls(sync: bool):
         outs = []
@@ -765,6 +772,10 @@ def test_gpu_weight_quantized_just_before_the_call_is_read_after_the_wait():
             if sync:
                 torch.cuda.synchronize()
             outs.append(bn.quantized_linear(x, q.q, q.scale.reshape(-1)))
+            q = bn.dynamic_range_quantize(w_float * (i + 2) if i % 2 else -w_float, scope="token")
+            if sync:
+                torch.cuda.synchronize()
+            outs.append(bn.smoothquant_linear(act, q.q, q.scale.reshape(-1), 0.013, dtype="bfloat16"))
             if sync:
                 torch.cuda.synchronize()
         torch.cuda.synchronize()
@@ -776,6 +787,9 @@ def test_gpu_weight_quantized_just_before_the_call_is_read_after_the_wait():
     q = bn.dynamic_range_quantize(-w_float, scope="token")
     reference = _torch_w8a8(torch, x, q.q, q.scale.reshape(-1), None)
     assert torch.equal(stepped[0].view(torch.int16), reference.view(torch.int16))
+    acc = (act.double() @ q.q.double().t()).to(torch.int32)
+    reference = ((acc.float() * torch.tensor(0.013, device="cuda")) * q.scale.reshape(1, -1)).to(torch.bfloat16)
+    assert torch.equal(stepped[1].view(torch.int16), reference.view(torch.int16))
     clear_plan_cache()
 
 
@@ -1110,8 +1124,11 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
     fast, checked_calls, fast_again, checked_again = (calls[i: i + launches] for i in range(0, 4 * launches, launches))
     assert fast == checked_calls and fast_again == checked_again and fast[-1] != fast_again[-1]
     assert all(config[8] == 0x77 for config, _ in calls)
-    # the skinny GEMM after the quantizer starts as its programmatic dependent, fast path or not
-    assert driver.dependent == ([False, True] * 4 if case == "two_launch_skinny" else [False] * len(calls))
+    # the skinny GEMM after the quantizer, and SmoothQuant's after whatever kernel, starts as a
+    # programmatic dependent, fast path or not
+    expected = {"two_launch_skinny": [False, True] * 4, "smoothquant_skinny": [True] * 4}.get(case,
+                                                                                            [False] * len(calls))
+    assert driver.dependent == expected
 
 
 @requires_gpu

@@ -687,7 +687,8 @@ def _fused_quantizer(x_element: ElementKind):
 def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: ElementKind | None = None,
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
             dependent: int = 0, staged: int = 0, trace: bool = False, early_l2: int = 0,
-            early_registers: bool = False, x_loads: int = ABSMAX_LOADS, fixed: tuple[int, int] | None = None):
+            early_registers: bool = False, x_loads: int = ABSMAX_LOADS, fixed: tuple[int, int] | None = None,
+            wait_first: bool = False):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -726,7 +727,9 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     iteration; each thread's own pieces, at slot ``((iteration * chunks + chunk) * tiles + tile) *
     threads + thread``, so no barrier is needed to read them back), and the ``dependent`` buffers
     preloaded into registers are the iterations after those: with the whole weight staged, its stream
-    runs under the quantizer.
+    runs under the quantizer. ``wait_first`` (with ``dependent``): it waits for the kernel before it
+    first thing, before it reads anything (a launch that overlaps that kernel's tail, for callers whose
+    kernel before may write the weight); the rest is the same.
 
     ``early_l2`` / ``early_registers`` (the fused kernel, launched as a programmatic dependent): before it
     waits for the kernel before it, each thread asks L2 for its pieces of the first ``early_l2`` main-loop
@@ -1116,6 +1119,8 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         tid = cuda.threadIdx.x
         stamp(bias, 0, tid)
         if dependent:
+            if wait_first:
+                device.grid_dependency_wait()  # nothing is read before the kernel before it is complete
             # the next kernel, if launched as a programmatic dependent (the next call's quantizer), may
             # start now: it waits for this grid before it touches memory
             device.launch_dependents()
@@ -1295,7 +1300,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   double_buffer: bool = False, vector_only: bool = False, dependent: int = 0,
                   staged: int = 0, max_registers: int = 0, trace: bool = False, early_l2: int = 0,
                   early_registers: bool = False, x_loads: int = ABSMAX_LOADS,
-                  fixed: tuple[int, int] | None = None) -> ElementwiseKernel:
+                  fixed: tuple[int, int] | None = None, wait_first: bool = False) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -1313,10 +1318,11 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     ``row_scale`` receives the per-token scales.
     ``double_buffer`` (skinny kernels): each warp's next weight loads issued before its current mmas;
     ``vector_only`` (skinny): operands known to be 16-byte aligned with ``K % 16 == 0`` (no byte path;
-    always so for ``fused_input``); ``dependent`` > 0 (skinny, double-buffered, per-token rows): launched
-    as a programmatic dependent of the activation quantizer, it waits for it after loading that many
-    buffers of weight (see :func:`_skinny`). ``staged`` (the dependent, fused and cooperative kernels):
-    that many main-loop iterations of weight copied into dynamic shared memory first (``staged *
+    always so for ``fused_input``); ``dependent`` > 0 (skinny, double-buffered): launched as a
+    programmatic dependent of the kernel before it (the activation quantizer), it waits for it after
+    loading that many buffers of weight (see :func:`_skinny`); with ``wait_first`` it waits before it
+    reads anything. ``staged`` (the dependent, fused and cooperative kernels): that many main-loop
+    iterations of weight copied into dynamic shared memory first (``staged *
     staged_iteration_bytes(skinny_chunks, skinny_tiles)`` bytes, the fused kernel's past its quantized
     rows), under launch bounds of ``STAGED_MIN_BLOCKS`` blocks per multiprocessor. ``max_registers`` (the
     unfused skinny kernels): compiled to at most that many registers per thread. ``trace`` (the unfused
@@ -1360,15 +1366,19 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
             raise ValueError("of the unfused skinny kernels, only the dependent one on aligned operands prefetches")
         if trace and has_bias:
             raise ValueError("the profiling build stores its timestamps where the bias would be: has_bias=False")
+        if wait_first and not dependent:
+            raise ValueError("only a dependent skinny kernel waits first: dependent > 0")
         if staged and not (dependent and vector_only and 0 < staged <= STAGED_MAX):
             raise ValueError(f"only the dependent skinny kernel on aligned operands stages weight (1 .. {STAGED_MAX} "
                              f"iterations), not {staged}")
         if staged and not fused_min_blocks:
             fused_min_blocks = STAGED_MIN_BLOCKS  # the registers of the blocks DEPENDENT_STAGE_BYTES is sized for
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, prefetch_l2=fused_prefetch, double_buffer=double_buffer,
-                         vector_only=vector_only, dependent=dependent, staged=staged, trace=trace)
+                         vector_only=vector_only, dependent=dependent, staged=staged, trace=trace,
+                         wait_first=wait_first)
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
-                 f"{f'_dep{dependent}' if dependent else ''}{f'_st{staged}' if staged else ''}"
+                 f"{f'_dep{dependent}' if dependent else ''}{'_w' if wait_first else ''}"
+                 f"{f'_st{staged}' if staged else ''}"
                  f"{f'_l2p{fused_prefetch}' if fused_prefetch else ''}"
                  f"{f'_b{fused_min_blocks}' if fused_min_blocks else ''}{f'_r{max_registers}' if max_registers else ''}"
                  f"{'_trace' if trace else ''}")

@@ -81,9 +81,10 @@ class QuantizedLinearArgs:
 class SmoothQuantLinearDescriptor:
     """``act_q [m, k]`` int8 with one static scale, ``weight [n, k]`` int8.
 
-    ``static_weight``: as :class:`QuantizedLinearDescriptor`'s. The decode GEMM is then a programmatic
-    dependent of the kernel before it (the activations' quantizer): it loads its column parameters and
-    first weight before it waits for that kernel, and reads ``act_q`` after the wait.
+    The decode GEMM is launched as a programmatic dependent of the kernel before it (the activations'
+    quantizer, say), and waits for it before it reads anything. ``static_weight``: as
+    :class:`QuantizedLinearDescriptor`'s; the GEMM then loads its column parameters and first weight
+    before that wait, and reads ``act_q`` after it.
     """
 
     m: int
@@ -111,8 +112,9 @@ class SmoothQuantLinearArgs:
 # Decode (M <= 64) with aligned operands runs the activation quantizer, then the skinny GEMM launched as
 # its programmatic dependent (cuLaunchKernelEx, programmatic stream serialization; sm_90): the GEMM's
 # blocks start while the quantizer runs, load their column parameters and first iteration of weight, and
-# wait for the quantizer's grid (griddepcontrol.wait) before they read its rows and scales. False: the
-# GEMM starts after the quantizer, as a plain launch.
+# wait for the quantizer's grid (griddepcontrol.wait) before they read its rows and scales. SmoothQuant's
+# decode GEMM is launched the same way after whatever kernel precedes it, and waits for it first thing
+# unless the weight is static. False: both GEMMs are plain launches.
 DEPENDENT_GEMM = True
 # Up to FUSED_MAX_M tokens, with K of at least FUSED_MIN_K and FUSED_MIN_N .. FUSED_MAX_N weight rows, and
 # up to FUSED_ANY_SHAPE_MAX_M tokens against any weight up to FUSED_MAX_N rows and FUSED_ANY_SHAPE_MAX_WEIGHT
@@ -246,7 +248,8 @@ class _LinearPlan(Plan):
                                    fused_prefetch=gemm.dependent_prefetch(desc.m, desc.n, desc.k) if dependent else 0,
                                    fused_min_blocks=gemm.dependent_min_blocks(tiles) if dependent else 0,
                                    dependent=gemm.DEPENDENT_PRELOAD if dependent else 0, staged=staged,
-                                   max_registers=gemm.DEPENDENT_MAX_REGISTERS if dependent else 0)
+                                   max_registers=gemm.DEPENDENT_MAX_REGISTERS if dependent else 0,
+                                   wait_first=dependent and self._dependent_waits_first())
             variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                     staged * gemm.staged_iteration_bytes(chunks, tiles), dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
@@ -313,6 +316,11 @@ class _LinearPlan(Plan):
     def _dependent_gemm(self) -> bool:
         """Whether the aligned skinny GEMM is launched as a programmatic dependent of the kernel before
         it (the activation quantizer), see ``DEPENDENT_GEMM``."""
+        return False
+
+    def _dependent_waits_first(self) -> bool:
+        """Whether the dependent GEMM waits for the kernel before it before it reads anything (that kernel
+        may be anyone's), rather than after its weight preload."""
         return False
 
     def _cooperates(self) -> bool:
@@ -732,9 +740,12 @@ class SmoothQuantLinearPlan(_LinearPlan):
         return ElementKind.S8, desc.output_element
 
     def _dependent_gemm(self) -> bool:
-        # Only under the static-weight promise: the dependent kernel reads its weight and column
-        # parameters before it waits, and the kernel before it may be anyone's.
-        return DEPENDENT_GEMM and self.desc.static_weight
+        return DEPENDENT_GEMM
+
+    def _dependent_waits_first(self) -> bool:
+        # The kernel before may be anyone's: only under the static-weight promise are the weight and
+        # column parameters read before the wait.
+        return not self.desc.static_weight
 
     def run_trusted(self, args: Any, device: int) -> bool:
         pointers = trusted_pointers(self._fast_specs, args)
