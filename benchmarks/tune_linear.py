@@ -787,6 +787,14 @@ def sass(out_dir: Path) -> list[dict]:
     vector = gemm.linear_kernel(ElementKind.BF16, False, False, True, None, gemm.skinny_chunks(), 2,
                                 double_buffer=True, vector_only=True)
     kernels.append(("skinny_vector", vector))
+    # the dependent decode GEMMs as shipped: 2 tiles under launch bounds of 2 (4096^2, after the quantizer),
+    # 1 chunk of 4 tiles (8192^2), and SmoothQuant's waiting first (per-tensor rows)
+    for name, chunks, tiles, wait_first in (("dependent_2x2", 2, 2, False), ("dependent_1x4", 1, 4, False),
+                                            ("smoothquant_dependent_w_2x2", 2, 2, True)):
+        kernels.append((name, gemm.linear_kernel(ElementKind.BF16, False, wait_first, True, None, chunks, tiles,
+                                                 double_buffer=True, vector_only=True, dependent=1,
+                                                 fused_min_blocks=gemm.dependent_min_blocks(tiles),
+                                                 wait_first=wait_first)))
     for cooperative in (False, True):  # the one-launch decode kernels as shipped (bf16 x, 2 column tiles)
         kernel = gemm.linear_kernel(ElementKind.BF16, False, False, True, None, gemm.skinny_chunks(True), 2,
                                     fused_input=ElementKind.BF16,
@@ -803,7 +811,7 @@ def sass(out_dir: Path) -> list[dict]:
         path.write_bytes(bytes(getattr(cubin, "code", cubin)))
         text = subprocess.run(["cuobjdump", "-sass", str(path)], capture_output=True, text=True).stdout
         # the shipped kernels' listings come back
-        if name in (SHIPPED[0].name, SHIPPED[1].name, "skinny_vector", "fused", "cooperative"):
+        if name in (SHIPPED[0].name, SHIPPED[1].name, "skinny_vector", "fused", "cooperative") or "dependent" in name:
             (out_dir / f"{name}.sass").write_text(text)
         ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*(?:\.[A-Z0-9_]+)*)", text)
         mix = Counter(op.split(".")[0] for op in ops)
