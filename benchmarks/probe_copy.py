@@ -14,31 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
 import torch
 
+from baracuda_numba.bench import device_ms
 from benchmarks.tune_linear import graph_ms
-
-_QUEUE_AHEAD_CYCLES = 20_000_000
-
-
-def eager_ms(fn, repeats: int = 20) -> float:
-    """Median GPU milliseconds of ``fn`` queued behind a busy wait (the bench's ``device_ms``)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(_QUEUE_AHEAD_CYCLES)
-        begin.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(begin.elapsed_time(end))
-    return statistics.median(samples)
 
 
 def large(dtype: torch.dtype) -> list[tuple[str, float]]:
@@ -53,7 +34,7 @@ def large(dtype: torch.dtype) -> list[tuple[str, float]]:
                  ("sum 1 GiB float32 (bytes read)", 1, src.sum)]
     rows = []
     for label, passes, fn in ways:
-        rows.append((f"{label}, eager", passes * gib / eager_ms(fn) / 1e6))
+        rows.append((f"{label}, eager", passes * gib / device_ms(fn, 20) / 1e6))
         rows.append((f"{label}, graph (5 calls)", passes * gib / graph_ms(fn, 5, 10) / 1e6))
     return rows
 

@@ -43,7 +43,7 @@ import torch
 
 import baracuda_numba as bn
 from baracuda_numba.arrays import adapt
-from baracuda_numba.bench import host_us
+from baracuda_numba.bench import device_ms, host_us
 from baracuda_numba.kernels import linear as gemm
 from baracuda_numba.ops.common import clear_plan_cache
 from baracuda_numba.vocabulary import ElementKind
@@ -104,21 +104,9 @@ def copy_gbs() -> float:
     That figure is logged too, as ``graph copy``."""
     src = torch.ones(1 << 28, dtype=torch.float32, device="cuda")
     dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(20):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(20_000_000)
-        begin.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        samples.append(begin.elapsed_time(end))
     graph = 2 * (1 << 30) / graph_ms(lambda: dst.copy_(src), calls=5, replays=10) / 1e6
     say(f"graph copy (the sessions 13-24 ceiling) {graph:.0f} GB/s")
-    return 2 * (1 << 30) / statistics.median(samples) / 1e6
+    return 2 * (1 << 30) / device_ms(lambda: dst.copy_(src), 20) / 1e6
 
 
 def use(shape: gemm.PipelineShape | None = None, skinny: tuple[int, int] | None = None) -> None:

@@ -633,6 +633,20 @@ def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch, 
         assert torch.equal(out.view(torch.int16), _torch_w8a8(torch, x, w, ws, None).view(torch.int16))
 
 
+def _chain(torch, x0, layer, sync: bool, layers: int = 12) -> list:
+    """``layers`` calls ``layer(x, i)`` queued on one stream, each ``x`` the previous call's output (every
+    other one through a torch kernel first); ``sync``: synchronized after every call."""
+    x, outs = x0, []
+    for i in range(layers):
+        y = layer(x, i)
+        outs.append(y)
+        x = y * 2.0 if i % 2 else y
+        if sync:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return outs
+
+
 @requires_gpu
 @pytest.mark.parametrize(("m", "k", "variant", "static"), [
     (1, 4096, "fused", False), (2, 8192, "fused", False), (1, 4096, "two_launch", False),
@@ -661,15 +675,8 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, static)
     x0 = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
 
     def chain(sync: bool):
-        x, outs = x0, []
-        for i in range(12):
-            y = bn.quantized_linear(x, weights[i % 3], scales[i % 3], static_weight=static)
-            outs.append(y)
-            x = y * 2.0 if i % 2 else y  # every other layer through a torch kernel first
-            if sync:
-                torch.cuda.synchronize()
-        torch.cuda.synchronize()
-        return outs
+        return _chain(torch, x0, lambda x, i: bn.quantized_linear(x, weights[i % 3], scales[i % 3],
+                                                                  static_weight=static), sync)
 
     with pytest.MonkeyPatch.context() as monkeypatch:
         _force_decode_variant(monkeypatch, variant)
@@ -718,18 +725,13 @@ def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static):
     x0 = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     act_scale = 0.0237  # not exact in float32
 
+    def layer(x, i):
+        act = bn.quantize_per_tensor(x, act_scale, q_min=-127, q_max=127)
+        return bn.smoothquant_linear(act, weights[i % 3], scales[i % 3], act_scale, dtype="bfloat16",
+                                     static_weight=static)
+
     def chain(sync: bool):
-        x, outs = x0, []
-        for i in range(12):
-            act = bn.quantize_per_tensor(x, act_scale, q_min=-127, q_max=127)
-            y = bn.smoothquant_linear(act, weights[i % 3], scales[i % 3], act_scale, dtype="bfloat16",
-                                      static_weight=static)
-            outs.append(y)
-            x = y * 2.0 if i % 2 else y  # every other layer through a torch kernel first
-            if sync:
-                torch.cuda.synchronize()
-        torch.cuda.synchronize()
-        return outs
+        return _chain(torch, x0, layer, sync)
 
     plan = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, k, k, ElementKind.BF16, False,
                                                                             static))
