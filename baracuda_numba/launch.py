@@ -26,7 +26,7 @@ from .errors import BaracudaError, InvalidOperand, problem_message
 from .platform import SIMULATOR
 
 __all__ = ["ArrayArg", "KernelLauncher", "ParameterBlock", "array_values", "make_record_launch", "record_bytes",
-           "stream_handle", "synchronize", "torch_current_stream", "zero_words"]
+           "stream_handle", "synchronize", "torch_current_stream", "zero_words", "fill_words"]
 
 # Each kernel parameter's struct code and size; parameters sit at their natural alignment, as in the
 # kernel's .param space (what cuLaunchKernel's CU_LAUNCH_PARAM_BUFFER_POINTER takes).
@@ -430,7 +430,13 @@ def synchronize(stream: int) -> None:
 
 def zero_words(ptr: int, count: int, stream: int) -> None:
     """Zero ``count`` 32-bit words of device memory at ``ptr``, in order on ``stream`` (a raw handle)."""
-    error = _driver().memset_d32_async(ptr, 0, count, stream)
+    fill_words(ptr, 0, count, stream)
+
+
+def fill_words(ptr: int, value: int, count: int, stream: int) -> None:
+    """Set ``count`` 32-bit words of device memory at ``ptr`` to ``value`` (their bits), in order on
+    ``stream`` (a raw handle)."""
+    error = _driver().memset_d32_async(ptr, value, count, stream)
     if error:
         raise BaracudaError(f"cuMemsetD32Async failed with CUresult {error}")
 

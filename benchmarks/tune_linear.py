@@ -475,13 +475,15 @@ def fused_decode(copy: float) -> list[dict]:
                 setattr(*knob_module(name), value)
             clear_plan_cache()
         # SmoothQuant (int8 activations, one static scale): the GEMM alone, plain / with a static weight
-        # (a programmatic dependent loading its weight before its wait), and W8A8Linear's static step
-        # (quantize_per_tensor of x, then the static GEMM)
+        # (a programmatic dependent loading its weight before its wait), W8A8Linear's static step as two
+        # calls (quantize_per_tensor of x, then the static GEMM) and as one (quantized_linear with act_scale)
         act = torch.clamp(torch.round(x.float() * 50), -127, 127).to(torch.int8)
         sq_outputs = []
         for label, static, quantize in (("smoothquant", False, False), ("smoothquant_static", True, False),
-                                        ("sq_step_static", True, True)):
+                                        ("sq_step_static", True, True), ("static_act", True, None)):
             def step(calls, static=static, quantize=quantize, x=x, act=act, ws=ws):
+                if quantize is None:
+                    return bn.quantized_linear(x, next(calls), ws, static_weight=static, act_scale=0.02)
                 a = bn.quantize_per_tensor(x, 0.02, q_min=-127, q_max=127) if quantize else act
                 return bn.smoothquant_linear(a, next(calls), ws, 0.02, dtype="bfloat16", static_weight=static)
             sq_outputs.append(step(iter([w])))
@@ -489,6 +491,7 @@ def fused_decode(copy: float) -> list[dict]:
             ms = graph_ms(lambda calls=calls, step=step: step(calls), calls=10 * len(weights))
             row[f"{label}_us"], row[f"{label}_pct"] = 1e3 * ms, 100 * n * k / ms / 1e6 / copy
         row["smoothquant static == plain"] = bit_equal(sq_outputs[0], sq_outputs[1])
+        row["static_act == sq_step"] = bit_equal(sq_outputs[2], sq_outputs[3])
         row["all == two_launch"] = all(bit_equal(outputs["two_launch"], v) for v in outputs.values())
         say(json.dumps(row, default=lambda v: round(v, 1)))
         rows.append(row)

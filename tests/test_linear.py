@@ -374,6 +374,62 @@ def test_static_weight_must_be_a_bool():
         bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(1, 4, 16, "f32", False, "no"))
 
 
+# quantized_linear with a static per-tensor activation scale (SmoothQuant's static W8A8 in one call): the
+# bits of quantize_per_tensor followed by smoothquant_linear. Fused at decode where the prologue is fixed
+# (one token, or up to 4 with a static weight); elsewhere the per-tensor quantize, then the GEMM (more
+# tokens, a prologue too wide to fix, prefill, K % 16 != 0). Scales not exact in float32, and 1.0 for the
+# rows of exact ties; +-inf, NaN and zero rows.
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "static", "act_scale", "fused"), [
+    (1, 24, 1040, "f32", False, 0.0237, True), (2, 40, 528, "f16", True, 0.0237, True),
+    (4, 24, 1040, "f32", True, 1.0, True), (2, 24, 1040, "f32", False, 0.0237, False),
+    (8, 24, 528, "f16", True, 0.0237, False), (4, 16, 4096, "f32", True, 0.0237, False),
+    (70, 24, 64, "f32", False, 0.0237, False), (3, 16, 50, "f32", False, 1.0, False)])
+def test_static_activation_scale_matches_quantize_then_smoothquant(m, n, k, dtype, static, act_scale, fused):
+    from baracuda_numba.ops.common import clear_plan_cache
+
+    clear_plan_cache()
+    rng = np.random.default_rng(m * n + k)
+    x = (rng.standard_normal((m, k)) * 2).astype({"f16": np.float16, "f32": np.float32}[dtype])
+    _special_rows(x)
+    w, ws = weights(rng, n, k)
+    bias = rng.standard_normal(n).astype(np.float32) if m % 2 else None
+    expected = ref.linear.quantized_linear(x, w, ws, bias, act_scale)
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, bias is not None, static,
+                                                                      True))
+    args = bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, n), x.dtype), bias, act_scale)
+    assert (plan.kernel_variant(args) == "fused") == fused
+    if fused:
+        assert "_sa_" in plan._variants["fused"][0]._compile.__self__.py_func.__name__
+    plan.run(args)
+    np.testing.assert_array_equal(args.output, expected)
+    y = bn.quantized_linear(x, w, ws, bias=bias, static_weight=static, act_scale=act_scale)
+    np.testing.assert_array_equal(y, expected)
+    act = bn.quantize_per_tensor(x, act_scale, q_min=-127, q_max=127)
+    np.testing.assert_array_equal(y, bn.smoothquant_linear(act, w, ws, act_scale, bias=bias, dtype=x.dtype))
+    clear_plan_cache()
+
+
+def test_static_activation_scale_errors():
+    rng = np.random.default_rng(1)
+    x, (w, ws) = rng.standard_normal((1, 32)).astype(np.float32), weights(rng, 8, 32)
+    with pytest.raises(bn.Unsupported, match="QuantizedLinearPlan: input_element expected f16, bf16 or f32 with a "
+                                             "static activation scale"):
+        bn.quantized_linear(x.astype(np.float64), w, ws, act_scale=0.5)
+    for bad in (0.0, float("inf"), float("nan"), -1.0):
+        with pytest.raises(bn.InvalidProblem, match="QuantizedLinearPlan: act_scale expected a finite value > 0"):
+            bn.quantized_linear(x, w, ws, act_scale=bad)
+    static = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(1, 8, 32, "f32", "f32", False, False, True))
+    with pytest.raises(bn.InvalidProblem, match="QuantizedLinearPlan: act_scale expected a real number or a "
+                                                "one-element array, got NoneType"):
+        static.run(bn.QuantizedLinearArgs(x, w, ws, np.zeros((1, 8), np.float32)))
+    dynamic = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(1, 8, 32, "f32", "f32"))
+    with pytest.raises(bn.InvalidProblem, match=r"QuantizedLinearPlan: act_scale expected None \(static_activation="
+                                                r"False\), got 0.5"):
+        dynamic.run(bn.QuantizedLinearArgs(x, w, ws, np.zeros((1, 8), np.float32), None, 0.5))
+    with pytest.raises(bn.InvalidProblem, match="QuantizedLinearPlan: static_activation expected a bool, got 1"):
+        bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(1, 8, 32, "f32", "f32", False, False, 1))
+
+
 def _skinny_vector_name(plan) -> str:
     return plan._variants["skinny_vector"][0]._compile.__self__.py_func.__name__
 
@@ -706,14 +762,16 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, static)
 
 
 @requires_gpu
+@pytest.mark.parametrize("one_call", [False, True])
 @pytest.mark.parametrize("static", [False, True])
-@pytest.mark.parametrize(("m", "k"), [(1, 4096), (16, 4096), (4, 8192)])
-def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static):
+@pytest.mark.parametrize(("m", "k"), [(1, 4096), (2, 4096), (16, 4096), (4, 8192)])
+def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static, one_call):
     """W8A8Linear's static-activation step chained on one stream with no sync: ``quantize_per_tensor``
     of the previous output, then ``smoothquant_linear``, whose GEMM (a programmatic dependent) waits for
-    that quantize first thing, or with ``static_weight=True`` after loading its weight. Reading the
-    activations before the quantize completed would differ from the same chain synchronized after
-    every op; the first layer also equals torch's ops bit for bit."""
+    that quantize first thing, or with ``static_weight=True`` after loading its weight; ``one_call``:
+    ``quantized_linear(..., act_scale=)``, one fused kernel at decode. Reading the activations before the
+    kernel before completed would differ from the two-call chain synchronized after every op; the first
+    layer also equals torch's ops bit for bit."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.vocabulary import ElementKind
@@ -725,23 +783,26 @@ def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static):
     x0 = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     act_scale = 0.0237  # not exact in float32
 
-    def layer(x, i):
+    def two_calls(x, i):
         act = bn.quantize_per_tensor(x, act_scale, q_min=-127, q_max=127)
         return bn.smoothquant_linear(act, weights[i % 3], scales[i % 3], act_scale, dtype="bfloat16",
                                      static_weight=static)
 
-    def chain(sync: bool):
-        return _chain(torch, x0, layer, sync)
+    def one(x, i):
+        return bn.quantized_linear(x, weights[i % 3], scales[i % 3], static_weight=static, act_scale=act_scale)
 
     plan = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, k, k, ElementKind.BF16, False,
                                                                             static))
     args = bn.SmoothQuantLinearArgs(torch.zeros(m, k, device="cuda", dtype=torch.int8), weights[0], scales[0],
                                     act_scale, torch.empty(m, k, device="cuda", dtype=torch.bfloat16))
     assert plan.kernel_variant(args) == "skinny_vector" and plan._variants["skinny_vector"][0].dependent
-    queued, stepped = chain(False), chain(True)
+    fused = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, k, k, ElementKind.BF16, ElementKind.BF16,
+                                                                       False, static, True))
+    assert fused._fused == (m == 1 or (static and m <= 4 and k == 4096))
+    stepped = _chain(torch, x0, two_calls, True)
     for _ in range(3):
-        assert all(torch.equal(a, b) for a, b in zip(chain(False), stepped, strict=True))
-    assert all(torch.equal(a, b) for a, b in zip(queued, stepped, strict=True))
+        queued = _chain(torch, x0, one if one_call else two_calls, False)
+        assert all(torch.equal(a, b) for a, b in zip(queued, stepped, strict=True))
     act = torch.clamp(torch.round(x0.float() * (1 / torch.tensor(act_scale))), -127, 127).to(torch.int8)
     acc = (act.double() @ weights[0].double().t()).to(torch.int32)
     reference = ((acc.float() * torch.tensor(act_scale, device="cuda")) * scales[0][None, :]).to(torch.bfloat16)

@@ -688,7 +688,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
             dependent: int = 0, staged: int = 0, trace: bool = False, early_l2: int = 0,
             early_registers: bool = False, x_loads: int = ABSMAX_LOADS, fixed: tuple[int, int] | None = None,
-            wait_first: bool = False):
+            wait_first: bool = False, static_scale: bool = False):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -955,9 +955,10 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
 
     @device_function
     def quantize_fixed_rows(x_pairs, K, xq_words, row_words, scales_out, piece_lo, piece_hi, warp_max,
-                            shuffle_scratch, tid):
+                            shuffle_scratch, tensor_scale, tid):
         """:func:`quantize_rows` of the block's ``fixed_rows`` rows (one row tile), ``fixed_slots`` pieces
-        a row per thread (``fixed``), all loaded at once. Ends before the stores are fenced."""
+        a row per thread (``fixed``), all loaded at once. Ends before the stores are fenced.
+        ``static_scale``: every row quantized with ``tensor_scale`` instead (no reduction)."""
         warp, lane = tid // 32, tid % 32
         pieces = K // per_pair
         for r in range(fixed_rows):
@@ -966,6 +967,18 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                 if p < pieces:
                     piece_lo[r * fixed_slots + s], piece_hi[r * fixed_slots + s] = device.load_u64x2(
                         x_pairs, r * pieces + p)
+        if static_scale:
+            scale = S(tensor_scale)
+            inv = S(1) / scale  # what the per-tensor plan computes on the host
+            if tid < fixed_rows:  # the thread that set the row's placeholder scale: no barrier needed
+                scales_out[tid] = scale
+            for r in range(fixed_rows):
+                for s in range(fixed_slots):
+                    p = tid + SKINNY_THREADS * s
+                    if p < pieces:
+                        xq_words[r * row_words + p] = word_type(
+                            quantized_piece(piece_lo[r * fixed_slots + s], piece_hi[r * fixed_slots + s], inv))
+            return
         row_max = cuda.local.array(fixed_rows, S)
         for r in range(fixed_rows):
             hi = S(0)
@@ -1183,7 +1196,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                 scales[tid] = S(1)  # rows past M: never stored, but read by the epilogue
             if fixes:
                 quantize_fixed_rows(a_pairs, K, xq_words, (K + 16) // per_pair, scales, piece_lo, piece_hi, warp_max,
-                                    shuffle_scratch, tid)
+                                    shuffle_scratch, tensor_scale, tid)
             else:
                 quantize_rows(a_pairs, m_block, 1, min(SKINNY_M, M - m_block), K, xq_words, 0, (K + 16) // per_pair,
                               scales, piece_lo, piece_hi, warp_max, shuffle_scratch, tid)
@@ -1300,7 +1313,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   double_buffer: bool = False, vector_only: bool = False, dependent: int = 0,
                   staged: int = 0, max_registers: int = 0, trace: bool = False, early_l2: int = 0,
                   early_registers: bool = False, x_loads: int = ABSMAX_LOADS,
-                  fixed: tuple[int, int] | None = None, wait_first: bool = False) -> ElementwiseKernel:
+                  fixed: tuple[int, int] | None = None, wait_first: bool = False,
+                  static_scale: bool = False) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -1343,12 +1357,15 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
         if fixed and (cooperative or not 0 < fixed[0] <= SKINNY_M or not 0 < fixed[0] * fixed[1] <= x_loads):
             raise ValueError(f"a fixed prologue is the fused kernel's, 1 .. {SKINNY_M} rows of at most x_loads = "
                              f"{x_loads} pieces in all, not {fixed}")
+        if static_scale and (fixed is None or fused_input.itemsize > 4):
+            raise ValueError("a static activation scale needs a fixed prologue and 16- or 32-bit x")
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, fused_input, fused_prefetch, cooperative,
                          double_buffer, staged=staged, early_l2=early_l2, early_registers=early_registers,
-                         x_loads=x_loads, fixed=fixed)
+                         x_loads=x_loads, fixed=fixed, static_scale=static_scale)
         shape = f"skinny{skinny_chunks}x{skinny_tiles}_{'cooperative' if cooperative else 'fused'}_{fused_input.short}"
         shape += f"_x{x_loads}" if x_loads != ABSMAX_LOADS else ""
         shape += f"_p{fixed[0]}x{fixed[1]}" if fixed else ""
+        shape += "_sa" if static_scale else ""
         shape += f"_e{early_l2}" if early_l2 else ""
         shape += "_er" if early_registers else ""
         shape += f"_st{staged}" if staged else ""

@@ -60,7 +60,7 @@ def _vectors(where: str, weight_scale: Any, bias: Any, n: int):
 
 
 def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, *, bias: Any = None, out: Any = None,
-                     stream: Any = None, static_weight: bool = False) -> Any:
+                     stream: Any = None, static_weight: bool = False, act_scale: float | None = None) -> Any:
     """W8A8 ``nn.Linear``: ``x [..., K]`` (f16 / bf16 / f32 / f64) -> ``[..., N]`` in ``x``'s dtype.
 
     ``x`` is quantized per token (symmetric int8, [-127, 127]); ``weight_q`` is ``[N, K]`` int8 with
@@ -71,19 +71,25 @@ def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, *, bias: Any = No
     the kernel launched just before this call on the stream (a model's weights, written at load). The
     one-launch decode kernel then starts loading the weight while that kernel finishes (faster decode,
     the same bits); a weight that kernel does write could then be read before it is written.
+
+    ``act_scale``: a static per-tensor activation scale (SmoothQuant's static W8A8) instead of the
+    per-token quantize: ``y = (quantize_per_tensor(x, act_scale, 0, int8, -127, 127) @ weight_q.T) *
+    act_scale * weight_scale (+ bias)``, the bits of that quantize followed by
+    :func:`smoothquant_linear` (f16, bf16 or f32 ``x``). At decode one kernel does both.
     """
     where = "quantized_linear"
     if not isinstance(static_weight, bool):
         raise InvalidProblem(problem_message(where, "static_weight", "a bool", repr(static_weight)))
-    key = fast_key(where, _tensors(x, weight_q, weight_scale, bias, out), bias is None, static_weight)
+    key = fast_key(where, _tensors(x, weight_q, weight_scale, bias, out), bias is None, static_weight,
+                   act_scale is None)
     if key is not None:  # a repeat call on plain CUDA torch tensors: the remembered plan, unadapted
         if out is None:
-            result = fast_run(key, None, lambda y: QuantizedLinearArgs(x, weight_q, weight_scale, y, bias), stream,
-                              (*x.shape[:-1], weight_q.shape[0]))
+            result = fast_run(key, None, lambda y: QuantizedLinearArgs(x, weight_q, weight_scale, y, bias, act_scale),
+                              stream, (*x.shape[:-1], weight_q.shape[0]))
             if result is not None:
                 return result
-        elif _remembered(key, lambda plan: plan.run(QuantizedLinearArgs(x, weight_q, weight_scale, out, bias),
-                                                    stream=stream)):
+        elif _remembered(key, lambda plan: plan.run(QuantizedLinearArgs(x, weight_q, weight_scale, out, bias,
+                                                                        act_scale), stream=stream)):
             return out
     xo, wo = operand(x, where, "x"), operand(weight_q, where, "weight_q")
     m, n, k = _linear_shapes(xo.shape, wo.shape, where)
@@ -91,9 +97,10 @@ def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, *, bias: Any = No
         raise InvalidProblem(problem_message(where, "weight_q", "int8 elements", wo.element.short))
     scale, bias_op = _vectors(where, weight_scale, bias, n)
     plan = select_plan(QuantizedLinearPlan, QuantizedLinearDescriptor(m, n, k, xo.element, xo.element,
-                                                                      bias is not None, static_weight))
+                                                                      bias is not None, static_weight,
+                                                                      act_scale is not None))
     result = output_operand(out, xo, (*xo.shape[:-1], n), xo.element, where)
-    plan.run(QuantizedLinearArgs(xo, wo, scale, result, bias_op), stream=stream)
+    plan.run(QuantizedLinearArgs(xo, wo, scale, result, bias_op, act_scale), stream=stream)
     if scale.obj is weight_scale and (bias is None or bias_op.obj is bias):  # no conversion: repeatable raw
         remember_fast(key, plan, result.obj)
     return result.obj

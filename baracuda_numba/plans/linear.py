@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..arrays import Operand, adapt, allocate_like, finish, sub_operand
-from ..errors import InvalidProblem, problem_message
+from ..errors import InvalidProblem, Unsupported, problem_message
 from ..kernels import hopper
 from ..kernels import linear as gemm
 from ..kernels.linear import (
@@ -33,7 +33,7 @@ from ..kernels.linear import (
     TILE_THREADS,
     linear_kernel,
 )
-from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize, torch_current_stream, zero_words
+from ..launch import ArrayArg, KernelLauncher, fill_words, stream_handle, synchronize, torch_current_stream, zero_words
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
 from .base import Plan, _torch_tensor_type, checked_operand, checked_scale, fast_pointers, trusted_pointers
@@ -44,6 +44,7 @@ from .dynamic import (
     DynamicRangeQuantizePlan,
     DynamicRangeScope,
 )
+from .per_tensor import QuantizePerTensorArgs, QuantizePerTensorDescriptor, QuantizePerTensorPlan
 
 __all__ = ["QuantizedLinearDescriptor", "QuantizedLinearArgs", "QuantizedLinearPlan",
            "SmoothQuantLinearDescriptor", "SmoothQuantLinearArgs", "SmoothQuantLinearPlan"]
@@ -57,6 +58,11 @@ class QuantizedLinearDescriptor:
     the kernel launched just before the call on its stream (true of a model's weights, written once
     at load). The one-launch decode kernel then loads its first weight before it waits for that kernel
     (a programmatic dependent launch), so its weight stream starts under that kernel's tail.
+
+    ``static_activation``: ``x`` is quantized with one given per-tensor scale (``QuantizedLinearArgs.act_scale``,
+    SmoothQuant's static W8A8: ``clamp(rint(x / act_scale), -127, 127)``, as :class:`QuantizePerTensorPlan`
+    with zero point 0) instead of per token; 16- or 32-bit ``x``. At decode one kernel quantizes and
+    multiplies; elsewhere the per-tensor quantize runs first.
     """
 
     m: int
@@ -66,6 +72,7 @@ class QuantizedLinearDescriptor:
     output_element: ElementKind
     has_bias: bool = False
     static_weight: bool = False
+    static_activation: bool = False
 
 
 @dataclass
@@ -75,6 +82,7 @@ class QuantizedLinearArgs:
     weight_scale: Any  # [n] float32
     output: Any  # [m, n]
     bias: Any = None  # [n] float32
+    act_scale: Any = None  # the static per-tensor activation scale (static_activation only)
 
 
 @dataclass(frozen=True)
@@ -218,6 +226,11 @@ class _LinearPlan(Plan):
             raise InvalidProblem(problem_message(name, "has_bias", "a bool", repr(desc.has_bias)))
         if not isinstance(getattr(desc, "static_weight", False), bool):
             raise InvalidProblem(problem_message(name, "static_weight", "a bool", repr(desc.static_weight)))
+        if not isinstance(getattr(desc, "static_activation", False), bool):
+            raise InvalidProblem(problem_message(name, "static_activation", "a bool", repr(desc.static_activation)))
+        if getattr(desc, "static_activation", False) and desc.input_element is ElementKind.F64:
+            raise Unsupported(problem_message(name, "input_element", "f16, bf16 or f32 with a static activation "
+                                              "scale (float64 quantizes in float64 math)", "f64"))
 
     def _prepare(self) -> None:
         desc = self.desc
@@ -254,24 +267,19 @@ class _LinearPlan(Plan):
                     staged * gemm.staged_iteration_bytes(chunks, tiles), dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
             chunks = gemm.skinny_chunks(one_launch=True)
-            if self._fuses_quantize():
+            fused_shape = self._fused_shape(tiles)
+            if self._fuses_quantize() and (not self._static_activation() or fused_shape[4] is not None):
                 static = self._static_weight()
-                min_blocks = gemm.fused_min_blocks(tiles, self.entry.input_element)
-                prefetch = gemm.FUSED_PREFETCH_L2
-                if static and tiles == 2 and -(-desc.n // (SKINNY_N * tiles)) <= 2 * _multiprocessors():
-                    chunks, min_blocks = STATIC_ONE_WAVE_CHUNKS, STATIC_ONE_WAVE_MIN_BLOCKS
-                    prefetch = STATIC_ONE_WAVE_PREFETCH_L2
+                chunks, min_blocks, prefetch, x_loads, fixed = fused_shape
                 staged = gemm.one_launch_staged(desc.m, desc.n, desc.k, chunks, tiles, False)
                 fused_dependent = desc.k >= FUSED_DEPENDENT_MIN_K or static
                 early = fused_dependent and not staged  # weight read before the wait (staged: after it)
-                x_loads = gemm.fused_x_loads(desc.m, desc.k, self.entry.input_element, min_blocks)
-                fixed = gemm.fixed_prologue(desc.m, desc.k, self.entry.input_element, x_loads)
                 kernel = linear_kernel(out, desc.has_bias, False, True, None, chunks, tiles,
                                        fused_input=self.entry.input_element, fused_prefetch=prefetch,
                                        fused_min_blocks=min_blocks, double_buffer=True, staged=staged,
                                        early_l2=gemm.FUSED_EARLY_L2 if early and not static else 0,
-                                       early_registers=early and static,
-                                       x_loads=x_loads, fixed=fixed if gemm.FIXED_PROLOGUE else None)
+                                       early_registers=early and static, x_loads=x_loads, fixed=fixed,
+                                       static_scale=self._static_activation())
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                         gemm.fused_shared_bytes(desc.m, desc.k) + staged * gemm.staged_iteration_bytes(chunks, tiles),
                         dependent=fused_dependent)
@@ -312,6 +320,23 @@ class _LinearPlan(Plan):
     def _static_weight(self) -> bool:
         """Whether the descriptor promises a weight the kernel before the call does not write."""
         return False
+
+    def _static_activation(self) -> bool:
+        """Whether ``x`` is quantized with one given per-tensor scale rather than per token."""
+        return False
+
+    def _fused_shape(self, tiles: int) -> tuple[int, int, int, int, tuple[int, int] | None]:
+        """The fused kernel's ``(chunks, launch bounds, L2 prefetch, x_loads, fixed prologue)`` at this plan's
+        shape with ``tiles`` column tiles (the fixed prologue None where the general one runs)."""
+        d, x_element = self.desc, self.entry.input_element
+        chunks, min_blocks = gemm.skinny_chunks(one_launch=True), gemm.fused_min_blocks(tiles, x_element)
+        prefetch = gemm.FUSED_PREFETCH_L2
+        if self._static_weight() and tiles == 2 and -(-d.n // (SKINNY_N * tiles)) <= 2 * _multiprocessors():
+            chunks, min_blocks = STATIC_ONE_WAVE_CHUNKS, STATIC_ONE_WAVE_MIN_BLOCKS
+            prefetch = STATIC_ONE_WAVE_PREFETCH_L2
+        x_loads = gemm.fused_x_loads(d.m, d.k, x_element, min_blocks)
+        fixed = gemm.fixed_prologue(d.m, d.k, x_element, x_loads) if gemm.FIXED_PROLOGUE else None
+        return chunks, min_blocks, prefetch, x_loads, fixed
 
     def _dependent_gemm(self) -> bool:
         """Whether the aligned skinny GEMM is launched as a programmatic dependent of the kernel before
@@ -525,7 +550,8 @@ def _pair_view(op: Operand, nbytes: int) -> ArrayArg:
 
 
 class QuantizedLinearPlan(_LinearPlan):
-    """``y = (quantize_per_token(x) @ weight.T) * scale_x * weight_scale (+ bias)`` in ``x``'s dtype."""
+    """``y = (quantize_per_token(x) @ weight.T) * scale_x * weight_scale (+ bias)`` in ``x``'s dtype; with
+    ``static_activation``, ``quantize_per_tensor(x, act_scale)`` and ``scale_x = act_scale``."""
 
     Descriptor = QuantizedLinearDescriptor
     Args = QuantizedLinearArgs
@@ -541,6 +567,9 @@ class QuantizedLinearPlan(_LinearPlan):
         self._quantizer_offset = self._scale_offset + _align(self._scale_element.itemsize * d.m)
         self._counter_offset = self._quantizer_offset + _align(self._quantizer.workspace_size())
         self._workspaces: dict[tuple[int, int], Any] = {}
+        # static_activation: x quantized with the given scale where the fused kernel does not run
+        self._tensor_quantizer = QuantizePerTensorPlan.select(QuantizePerTensorDescriptor(
+            d.m * d.k, -127, 127, d.input_element, ElementKind.S8)) if d.static_activation else None
         super()._prepare()
         # a call captured into a CUDA graph launches the two kernels where the fused kernel is chosen for
         # host time alone (CAPTURE_UNFUSED); compiled now, not while a graph is captured
@@ -550,6 +579,9 @@ class QuantizedLinearPlan(_LinearPlan):
             from numba import cuda
 
             self._variants["skinny_vector"][0]._function(cuda.get_current_device().id)
+
+    def _static_activation(self) -> bool:
+        return self.desc.static_activation
 
     def _fuses_quantize(self) -> bool:
         d = self.desc
@@ -568,7 +600,7 @@ class QuantizedLinearPlan(_LinearPlan):
 
     def _cooperates(self) -> bool:
         d = self.desc
-        return d.m <= COOPERATIVE_MAX_M and d.k % 16 == 0
+        return d.m <= COOPERATIVE_MAX_M and d.k % 16 == 0 and not d.static_activation
 
     def _dependent_gemm(self) -> bool:
         return DEPENDENT_GEMM
@@ -607,20 +639,33 @@ class QuantizedLinearPlan(_LinearPlan):
 
     def run_trusted(self, args: Any, device: int) -> bool:
         pointers = trusted_pointers(self._fast_specs, args)
-        return pointers is not None and self._launch_found(pointers, device, None)
+        return pointers is not None and self._launch_found(pointers, device, None, self._activation_scale(args))
 
-    def _launch_found(self, pointers: list[int], device: int, workspace: Any) -> bool:
+    def _activation_scale(self, args: Any) -> np.float32:
+        """The static activation scale of ``args`` as float32 (0 without ``static_activation``, where
+        ``args.act_scale`` must be None); :class:`InvalidProblem` unless finite, > 0 and invertible."""
+        if not self.desc.static_activation:
+            if args.act_scale is not None:
+                raise InvalidProblem(problem_message(self.name, "act_scale", "None (static_activation=False)",
+                                                     repr(args.act_scale)))
+            return _ZERO_F32
+        return checked_scale(self.name, args.act_scale, np.float32, "act_scale")[1]
+
+    def _launch_found(self, pointers: list[int], device: int, workspace: Any, act_scale: np.float32) -> bool:
         """The fast launch(es) on checked ``pointers`` (``_fast_specs`` order) on ``device``'s current
         PyTorch stream; ``workspace`` None: the plan's own for that stream. False (nothing launched)
-        when a given workspace does not qualify (see :meth:`_fast_workspace`)."""
+        when a given workspace does not qualify (see :meth:`_fast_workspace`), and for a static activation
+        scale where the fused kernel does not run (the checked path quantizes per tensor)."""
         stream = torch_current_stream(device)
         if self._fused:
             if workspace is not None and self._fast_workspace(workspace, device) is None:
                 return False
             if self._capture_choice and _capturing(stream):
                 return False  # the checked path launches the two kernels
-            self._launch_fast(pointers, device, _ZERO_F32, stream)
+            self._launch_fast(pointers, device, act_scale, stream)
             return True
+        if self.desc.static_activation:
+            return False
         ws_ptr = self._stream_workspace(device, stream) if workspace is None else self._fast_workspace(workspace,
                                                                                                         device)
         if ws_ptr is None:
@@ -690,9 +735,10 @@ class QuantizedLinearPlan(_LinearPlan):
         """
         if self._fast_specs is not None and stream is None and type(args) is QuantizedLinearArgs:
             found = self._fast_pointers(args)
-            if found is not None and self._launch_found(*found, workspace):
+            if found is not None and self._launch_found(*found, workspace, self._activation_scale(args)):
                 return
         x, weight, weight_scale, bias, output = self._bind(args)
+        act_scale = self._activation_scale(args)
         d = self.desc
         if d.m == 0 or d.n == 0:
             return
@@ -701,7 +747,7 @@ class QuantizedLinearPlan(_LinearPlan):
         if self._fused and one_launch and not (self._capture_choice and _capturing(handle)):
             if workspace is not None:
                 self._check_workspace(workspace)
-            self._gemm(x, weight, None, weight_scale, bias, output, 0.0, handle)
+            self._gemm(x, weight, None, weight_scale, bias, output, act_scale, handle)
             if output.on_host or x.on_host:
                 synchronize(handle)
                 finish(output)
@@ -720,8 +766,15 @@ class QuantizedLinearPlan(_LinearPlan):
             self._gemm(x, weight, scale_x, weight_scale, bias, output, 0.0, handle, workspace=ws)
         else:
             xq = sub_operand(ws, 0, ElementKind.S8, (d.m, d.k))
-            scratch = sub_operand(ws, self._quantizer_offset, ElementKind.U8, (self._quantizer.workspace_size(),))
-            if d.k:
+            if d.static_activation:  # x per tensor, every row's scale the given one
+                if d.k:
+                    self._tensor_quantizer.run(QuantizePerTensorArgs(x, args.act_scale, 0, xq), stream=handle)
+                if SIMULATOR:
+                    scale_x.host[...] = act_scale
+                else:
+                    fill_words(scale_x.ptr, int(act_scale.view(np.uint32)), d.m, handle)
+            elif d.k:
+                scratch = sub_operand(ws, self._quantizer_offset, ElementKind.U8, (self._quantizer.workspace_size(),))
                 self._quantizer.run(DynamicRangeQuantizeArgs(x, xq, scale_x, None), workspace=scratch, stream=handle)
             self._gemm(xq, weight, scale_x, weight_scale, bias, output, 0.0, handle, unfused=True)
         if output.on_host or x.on_host:

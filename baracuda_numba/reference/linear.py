@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .dynamic import dynamic_range_quantize
+from .elementwise import quantize
 
 __all__ = ["int8_matmul", "quantized_linear", "smoothquant_linear"]
 
@@ -25,11 +26,17 @@ def _epilogue(acc: np.ndarray, row_scale: Any, weight_scale: Any, bias: Any, dty
     return y.astype(dtype)
 
 
-def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, bias: Any = None) -> np.ndarray:
+def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, bias: Any = None,
+                     act_scale: float | None = None) -> np.ndarray:
+    """Per token, or with ``act_scale`` per tensor (the elementwise quantize reference, zero point 0)."""
     x = np.asarray(x)
     rows = x.reshape(-1, x.shape[-1])
-    xq, scale, _ = dynamic_range_quantize(rows, "symmetric", "token", -127, 127)
-    y = _epilogue(int8_matmul(xq, weight_q), scale[:, None], weight_scale, bias, x.dtype)
+    if act_scale is None:
+        xq, scale, _ = dynamic_range_quantize(rows, "symmetric", "token", -127, 127)
+        scale = scale[:, None]
+    else:
+        xq, scale = quantize(rows, act_scale, 0, -127, 127), np.float32(act_scale)
+    y = _epilogue(int8_matmul(xq, weight_q), scale, weight_scale, bias, x.dtype)
     return y.reshape(*x.shape[:-1], -1)
 
 

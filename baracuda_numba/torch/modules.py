@@ -162,7 +162,9 @@ class W8A8Linear(nn.Module):
 
     ``activation="dynamic"``: activations quantized per token in the GEMM call
     (``baracuda::quantized_linear``). ``activation="static"``: one calibrated per-tensor scale
-    (SmoothQuant's static W8A8): ``x`` quantized with ``act_scale`` then ``baracuda::smoothquant_linear``.
+    (SmoothQuant's static W8A8): ``x`` quantized with ``act_scale`` and multiplied in one call
+    (``baracuda::quantized_linear`` with ``act_scale``; float64 ``x``: ``baracuda::quantize_per_tensor`` then
+    ``baracuda::smoothquant_linear``), one kernel at decode.
     ``y = scale_x * weight_scale[n] * sum_k xq[k] * wq[n, k] + bias[n]`` in ``x``'s dtype. The buffers
     are written only at load (``from_float``, ``load_state_dict``), so both paths call their op with
     ``static_weight=True``: the decode kernel loads the weight before it waits for the kernel before it
@@ -211,6 +213,8 @@ class W8A8Linear(nn.Module):
         if self.activation == "dynamic":
             # the buffers are written at load and by from_float, never by the kernel before a forward
             return _baracuda.quantized_linear(x, self.weight_q, self.weight_scale, self.bias, True)
+        if x.dtype != torch.float64:  # the quantize and the GEMM in one call (one kernel at decode)
+            return _baracuda.quantized_linear(x, self.weight_q, self.weight_scale, self.bias, True, self._act_scale)
         act_q = _baracuda.quantize_per_tensor(x, self._act_scale, 0, torch.int8, -127, 127)
         return _baracuda.smoothquant_linear(act_q, self.weight_q, self.weight_scale, self._act_scale, self.bias,
                                             x.dtype, True)

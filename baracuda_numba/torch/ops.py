@@ -292,15 +292,16 @@ def _(x, symmetric, scope, dtype, axis, group_size):
 
 @_op("quantized_linear")
 def quantized_linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor,
-                     bias: torch.Tensor | None, static_weight: bool = False) -> torch.Tensor:
-    """W8A8 linear, activations quantized per token in the call: ``[..., K] -> [..., N]`` in ``x``'s dtype
-    (``static_weight``: see :func:`baracuda_numba.quantized_linear`)."""
+                     bias: torch.Tensor | None, static_weight: bool = False,
+                     act_scale: float | None = None) -> torch.Tensor:
+    """W8A8 linear, activations quantized per token in the call (or with the static per-tensor
+    ``act_scale``): ``[..., K] -> [..., N]`` in ``x``'s dtype (see :func:`baracuda_numba.quantized_linear`)."""
     return bn.quantized_linear(_c(x), _c(weight_q), _c(weight_scale), bias=None if bias is None else _c(bias),
-                               static_weight=static_weight)
+                               static_weight=static_weight, act_scale=act_scale)
 
 
 @quantized_linear.register_fake
-def _(x, weight_q, weight_scale, bias, static_weight=False):
+def _(x, weight_q, weight_scale, bias, static_weight=False, act_scale=None):
     return x.new_empty((*x.shape[:-1], weight_q.shape[0]))
 
 
