@@ -67,7 +67,8 @@ def _lookup(key: tuple | None) -> tuple[Plan, Any, Any, int] | None:
 
 def fast_run(key: tuple | None, like: Any, make_args: Any, stream: Any, shape: Any = None, out: Any = None) -> Any:
     """The result of a remembered call (None when ``key`` is not remembered): ``out``, or a new tensor
-    shaped like ``like`` (or of ``shape``), written by the remembered plan with ``make_args(result)``."""
+    shaped like ``like`` (or of ``shape``, on ``like``'s device when given), written by the remembered plan
+    with ``make_args(result)``."""
     found = _lookup(key)
     if found is None:
         return None
@@ -76,6 +77,8 @@ def fast_run(key: tuple | None, like: Any, make_args: Any, stream: Any, shape: A
         result = out
     elif shape is None:  # `like` is a contiguous tensor (the key says so): empty_like parses fewer arguments
         result = sys.modules["torch"].empty_like(like, dtype=dtype)
+    elif like is not None:  # on the result's device (the key holds it): 4.7 against 5.5 us for torch.empty
+        result = like.new_empty(shape, dtype=dtype)
     else:
         result = sys.modules["torch"].empty(shape, dtype=dtype, device=device)
     args = make_args(result)

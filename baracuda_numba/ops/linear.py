@@ -84,7 +84,7 @@ def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, *, bias: Any = No
                    act_scale is None)
     if key is not None:  # a repeat call on plain CUDA torch tensors: the remembered plan, unadapted
         if out is None:
-            result = fast_run(key, None, lambda y: QuantizedLinearArgs(x, weight_q, weight_scale, y, bias, act_scale),
+            result = fast_run(key, x, lambda y: QuantizedLinearArgs(x, weight_q, weight_scale, y, bias, act_scale),
                               stream, (*x.shape[:-1], weight_q.shape[0]))
             if result is not None:
                 return result
@@ -122,7 +122,7 @@ def smoothquant_linear(act_q: Any, weight_q: Any, weight_scale: Any, act_scale: 
     key = fast_key(where, _tensors(act_q, weight_q, weight_scale, bias, out), bias is None, dtype, static_weight)
     if key is not None:  # a repeat call on plain CUDA torch tensors: the remembered plan, unadapted
         if out is None:
-            result = fast_run(key, None,
+            result = fast_run(key, act_q,
                               lambda y: SmoothQuantLinearArgs(act_q, weight_q, weight_scale, act_scale, y, bias),
                               stream, (*act_q.shape[:-1], weight_q.shape[0]))
             if result is not None:
