@@ -168,6 +168,9 @@ CAPTURE_UNFUSED = True
 # 101.5 / 92.0; 11008 x 4096 static 85.4, two launches 85.3 (M = 1, more than one wave: 1 chunk, 3 blocks).
 STATIC_ONE_WAVE_CHUNKS = 2
 STATIC_ONE_WAVE_MIN_BLOCKS = 2
+# True: the fused kernel without the static promise takes the one-wave shape too (it loads nothing before its
+# wait, so only the chunks in flight and the launch bounds change)
+DEFAULT_ONE_WAVE_SHAPE = False
 # Session 24: with the prologue compiled for the plan's shape (kernels.linear.FIXED_PROLOGUE) the static
 # fused kernel at 4096^2 M = 4 gives 72.7-72.8% against 67.7-68.1 for the two launches (M = 8 does not fit
 # the fixed prologue: 16 pieces a thread), so it takes up to 4 tokens (2 before).
@@ -331,7 +334,8 @@ class _LinearPlan(Plan):
         d, x_element = self.desc, self.entry.input_element
         chunks, min_blocks = gemm.skinny_chunks(one_launch=True), gemm.fused_min_blocks(tiles, x_element)
         prefetch = gemm.FUSED_PREFETCH_L2
-        if self._static_weight() and tiles == 2 and -(-d.n // (SKINNY_N * tiles)) <= 2 * _multiprocessors():
+        if (self._static_weight() or DEFAULT_ONE_WAVE_SHAPE) and tiles == 2 \
+                and -(-d.n // (SKINNY_N * tiles)) <= 2 * _multiprocessors():
             chunks, min_blocks = STATIC_ONE_WAVE_CHUNKS, STATIC_ONE_WAVE_MIN_BLOCKS
             prefetch = STATIC_ONE_WAVE_PREFETCH_L2
         x_loads = gemm.fused_x_loads(d.m, d.k, x_element, min_blocks)
