@@ -318,13 +318,12 @@ FUSED_EARLY_MAX_M = 4
 # more fused variants, as dependents at every K: label -> knobs (kernels.linear's; plans.linear's under
 # "plans."). Session 22 timed 4 column tiles, 2 chunks and launch bounds with and without the first weight
 # loaded before the wait (now QuantizedLinearDescriptor.static_weight): notes/gemm.md.
-# Session 26: the fused kernel without the static promise as a programmatic dependent at K = 4096 too (asking L2
-# for FUSED_EARLY_L2 iterations before its wait) and in the static kernel's one-wave shape (2 chunks, launch
-# bounds of 2).
-FUSED_EXTRA: dict[str, dict] = {"fused_dep": {"plans.FUSED_DEPENDENT_MIN_K": 0},
-                                "fused_wave": {"plans.DEFAULT_ONE_WAVE_SHAPE": True},
-                                "fused_dep_wave": {"plans.FUSED_DEPENDENT_MIN_K": 0,
-                                                   "plans.DEFAULT_ONE_WAVE_SHAPE": True}}
+# Session 26 (tune-linear-2026-11-26-s26-call3-default-fused.log) timed the fused kernel without the static
+# promise as a programmatic dependent at K = 4096 too and in the static kernel's one-wave shape (2 chunks,
+# launch bounds of 2), both now shipped: {"fused_dep": {"plans.FUSED_DEPENDENT_MIN_K": 0}, "fused_wave":
+# {"plans.ONE_WAVE_SHAPE": True}, "fused_dep_wave": both} against FUSED_DEPENDENT_MIN_K = 8192 and
+# ONE_WAVE_SHAPE = False.
+FUSED_EXTRA: dict[str, dict] = {"fused_before": {"plans.FUSED_DEPENDENT_MIN_K": 8192, "plans.ONE_WAVE_SHAPE": False}}
 # knobs of the two-launch decode GEMM timed both alone (gemm_only_<label>) and after the quantizer
 # (two_launch_<label>): label -> knobs (as FUSED_EXTRA's). Session 25: with 4 column tiles (K >= 8192) and 2
 # chunks the dependent GEMM takes 140 registers, one block of 256 threads per SM (local ptxas); launch bounds
@@ -354,7 +353,7 @@ GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "
               "COOPERATIVE_MIN_BLOCKS", "SKINNY_TILES", "ONE_LAUNCH_CHUNKS", "FUSED_MIN_BLOCKS", "FUSED_EARLY_L2",
               "WIDE_X_LOADS_MAX", "FUSED_PREFETCH_L2", "FIXED_PROLOGUE", "plans.STATIC_FUSED_MAX_M",
               "dynamic.DEPENDENT_SEGMENTS_MAX",
-              "plans.FUSED_DEPENDENT_MIN_K", "plans.DEFAULT_ONE_WAVE_SHAPE", "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT")
+              "plans.FUSED_DEPENDENT_MIN_K", "plans.ONE_WAVE_SHAPE", "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
 # dependents of the kernel before them)
 PLAIN_LAUNCH_VARIANTS = False  # session 17's table has them

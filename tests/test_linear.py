@@ -287,18 +287,23 @@ def test_staging_weight_in_shared_memory_matches_reference(monkeypatch, variant,
     clear_plan_cache()
 
 
-@pytest.mark.parametrize(("m", "n", "k", "two_launches"), [(1, 24, 64, True), (1, 32, 128, False), (2, 40, 128, False)])
-def test_capture_launches_two_kernels_where_fusing_only_saves_host_time(monkeypatch, m, n, k, two_launches):
+@pytest.mark.parametrize(("m", "n", "k", "one_wave", "two_launches"), [
+    (1, 24, 64, False, True), (1, 24, 64, True, False), (2, 24, 64, True, False), (1, 32, 128, False, False),
+    (2, 40, 128, False, False)])
+def test_capture_launches_two_kernels_where_fusing_only_saves_host_time(monkeypatch, m, n, k, one_wave, two_launches):
     """A call being captured into a CUDA graph (where host time is not spent again at replay) launches the
     quantizer and the GEMM where the fused kernel is chosen for host time alone (weights under
-    FUSED_MIN_K x FUSED_MIN_N), and keeps the fused kernel where it is the faster on the GPU too; eager
-    calls fuse at both shapes. Bit for bit against the reference either way."""
+    FUSED_MIN_K x FUSED_MIN_N whose blocks do not fit one wave at two per SM), and keeps the fused kernel
+    where it is the faster on the GPU too (``one_wave``, up to ONE_WAVE_FUSED_MAX_M tokens); eager calls
+    fuse at every shape here. Bit for bit against the reference either way."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
     monkeypatch.setattr(plans, "FUSED_MIN_K", 128)  # in place of 8192 x 8192, small enough to simulate
     monkeypatch.setattr(plans, "FUSED_MIN_N", 32)
+    # no multiprocessor: no weight fits one wave (in place of 4224 rows and more)
+    monkeypatch.setattr(plans, "_multiprocessors", lambda: 132 if one_wave else 0)
     clear_plan_cache()
     rng = np.random.default_rng(m + n + k)
     x = torch.from_numpy(rng.standard_normal((m, k)).astype(np.float32))
@@ -324,17 +329,19 @@ def test_capture_launches_two_kernels_where_fusing_only_saves_host_time(monkeypa
 # kernel, a programmatic dependent at every K, loads its first weight before its wait; where its blocks
 # fit one wave at two per SM it keeps two chunks in flight under launch bounds of two blocks, and it fuses
 # up to STATIC_FUSED_MAX_M tokens (under capture too). Without the promise it only asks L2 for weight
-# before its wait, and only where it is a dependent (K >= FUSED_DEPENDENT_MIN_K, lowered here).
-@pytest.mark.parametrize(("m", "n", "k", "dtype", "static"), [
-    (1, 24, 1040, "f32", True), (2, 40, 528, "f16", True), (1, 9, 144, "f64", True),
-    (2, 24, 1040, "f32", False), (1, 40, 528, "f16", False), (1, 24, 144, "f32", False),
+# before its wait, and only where it is a dependent (K >= FUSED_DEPENDENT_MIN_K, raised here); it takes the
+# one-wave shape too where ONE_WAVE_SHAPE says so, and then fuses up to ONE_WAVE_FUSED_MAX_M tokens.
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "static", "one_wave"), [
+    (1, 24, 1040, "f32", True, True), (2, 40, 528, "f16", True, False), (1, 9, 144, "f64", True, True),
+    (2, 24, 1040, "f32", False, True), (2, 40, 528, "f16", False, False), (1, 24, 144, "f32", False, False),
 ])
-def test_static_weight_loads_the_weight_before_the_wait(monkeypatch, m, n, k, dtype, static):
+def test_static_weight_loads_the_weight_before_the_wait(monkeypatch, m, n, k, dtype, static, one_wave):
     from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
     monkeypatch.setattr(plans, "FUSED_DEPENDENT_MIN_K", 512)
+    monkeypatch.setattr(plans, "ONE_WAVE_SHAPE", one_wave)
     monkeypatch.setattr(plans, "FUSED_MIN_K", 1 << 20)  # only the any-shape rule fuses: 1 token, or 2 if static
     clear_plan_cache()
     rng = np.random.default_rng(m + n + k)
@@ -343,17 +350,18 @@ def test_static_weight_loads_the_weight_before_the_wait(monkeypatch, m, n, k, dt
     bias = rng.standard_normal(n).astype(np.float32)
     plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, True, static))
     args = bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, n), x.dtype), bias)
-    fuses = static or m <= plans.FUSED_ANY_SHAPE_MAX_M
+    fuses = static or m <= (plans.ONE_WAVE_FUSED_MAX_M if one_wave else plans.FUSED_ANY_SHAPE_MAX_M)
     assert plan.kernel_variant(args) == ("fused" if fuses else "skinny_vector")
+    wave = static or one_wave
     if fuses:
         launcher = plan._variants["fused"][0]
         name = launcher._compile.__self__.py_func.__name__
         dependent = static or k >= plans.FUSED_DEPENDENT_MIN_K
         assert launcher.dependent == dependent
         assert ("_er_" in name) == static and (f"_e{gemm.FUSED_EARLY_L2}_" in name) == (dependent and not static)
-        assert name.startswith("w8a8_gemm_skinny2x2_fused_" if static else "w8a8_gemm_skinny1x2_fused_"), name
-        assert ("_b2_" in name) == static
-        assert (f"_l2p{plans.STATIC_ONE_WAVE_PREFETCH_L2}_" in name) == static
+        assert name.startswith("w8a8_gemm_skinny2x2_fused_" if wave else "w8a8_gemm_skinny1x2_fused_"), name
+        assert ("_b2_" in name) == wave
+        assert (f"_l2p{plans.STATIC_ONE_WAVE_PREFETCH_L2}_" in name) == wave
         assert not plan._capture_choice or not static
     plan.run(args)
     np.testing.assert_array_equal(args.output, ref.linear.quantized_linear(x, w, ws, bias))
@@ -605,13 +613,13 @@ def test_gpu_cuda_graph_replay_equals_eager(m, n, k):
 
 
 @requires_gpu
-@pytest.mark.parametrize(("n", "k", "two_launches"), [(4096, 4096, True), (8192, 8192, False)])
+@pytest.mark.parametrize(("n", "k", "two_launches"), [(8192, 4096, True), (4096, 4096, False), (8192, 8192, False)])
 @pytest.mark.parametrize("static", [False, True])
 def test_gpu_captured_decode_launches_two_kernels_where_fusing_only_saves_host_time(n, k, two_launches, static):
-    """One token: eager calls fuse (4096^2: for host time; 8192^2: the faster on the GPU too); a call
-    captured into a CUDA graph launches the quantizer and the GEMM at 4096^2 only. The replay equals
-    the eager call and torch, bit for bit, on new inputs in the captured buffers. A static weight keeps
-    the fused kernel under capture too (the faster there with its weight loaded before its wait)."""
+    """One token: eager calls fuse (8192 x 4096: for host time; 4096^2, one wave, and 8192^2: the faster on
+    the GPU too); a call captured into a CUDA graph launches the quantizer and the GEMM at 8192 x 4096 only.
+    The replay equals the eager call and torch, bit for bit, on new inputs in the captured buffers. A static
+    weight keeps the fused kernel under capture too (the faster there with its weight loaded before its wait)."""
     two_launches = two_launches and not static
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import select_plan
@@ -705,7 +713,7 @@ def _chain(torch, x0, layer, sync: bool, layers: int = 12) -> list:
 
 @requires_gpu
 @pytest.mark.parametrize(("m", "k", "variant", "static"), [
-    (1, 4096, "fused", False), (2, 8192, "fused", False), (1, 4096, "two_launch", False),
+    (1, 4096, "fused", False), (2, 4096, "fused", False), (2, 8192, "fused", False), (1, 4096, "two_launch", False),
     (4, 4096, "two_launch", False), (8, 4096, "two_launch", False), (16, 4096, "two_launch", False),
     (16, 8192, "two_launch", False), (1, 4096, "fused", True), (2, 4096, "fused", True), (1, 8192, "fused", True)])
 def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, static):
@@ -720,9 +728,9 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, static)
     from baracuda_numba.plans import linear as plans
     from baracuda_numba.vocabulary import ElementKind
 
-    # the cases cover each launch rule both ways: the fused kernel's by K, the quantizer's by rows and
-    # (16 rows) by the weight's bytes
-    assert (k >= plans.FUSED_DEPENDENT_MIN_K) == (k == 8192)
+    # the cases cover each launch rule both ways: the quantizer's by rows and (16 rows) by the weight's bytes;
+    # the fused kernel is a dependent at both K (in its one-wave shape at 4096^2)
+    assert plans.FUSED_DEPENDENT_MIN_K <= 4096
     assert (m <= plans_dynamic.DEPENDENT_SEGMENTS_MAX) == (m < 16)
     assert (k * k >= plans.QUANTIZER_DEPENDENT_MIN_WEIGHT) == (k == 8192)
     g = torch.Generator(device="cuda").manual_seed(m)
@@ -948,8 +956,11 @@ def test_static_fused_prologue_takes_more_pieces_of_x_at_once(m, n, k, dtype, lo
 ])
 def test_fused_prologue_compiled_for_the_plans_shape(monkeypatch, m, n, k, dtype, static, fixed):
     from baracuda_numba.kernels import linear as gemm
+    from baracuda_numba.plans import linear as plans
 
     monkeypatch.setattr(gemm, "FIXED_PROLOGUE", True)
+    # without the static promise, the narrow prologue (launch bounds of 3) of weights past one wave
+    monkeypatch.setattr(plans, "ONE_WAVE_SHAPE", False)
     element = bn.element_kind(dtype)
     x_loads = gemm.fused_x_loads(m, k, element, 2 if static else gemm.fused_min_blocks(2, element))
     assert gemm.fixed_prologue(m, k, element, x_loads) == fixed
@@ -969,6 +980,7 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant
     plan zeroes them, and the launch leaves them zero (n up to 40: up to 3 blocks, fewer than m, so
     some quantize several rows). ``static``: the descriptor's ``static_weight``; ``name_part``: a piece of
     the fused kernel's name (None: no ``_x<n>_`` piece, the narrow prologue)."""
+    from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
@@ -988,7 +1000,9 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant
     assert plan.kernel_variant(args) == variant
     if variant == "fused":
         name = plan._variants["fused"][0]._compile.__self__.py_func.__name__
-        assert (name_part in name) if name_part else "_x" not in name.split("_fused_")[1], name
+        x_loads = plan._fused_shape(gemm.skinny_tiles(k))[3]  # the one-wave shape may take wide loads
+        narrow = "_x" not in name.split("_fused_")[1] if x_loads == gemm.ABSMAX_LOADS else f"_x{x_loads}_" in name
+        assert (name_part in name) if name_part else narrow, name
     if variant == "cooperative":
         workspace = np.full(plan.workspace_size(), 0xFF, np.uint8)
         plan.run(args, workspace=workspace)
@@ -1030,6 +1044,10 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
              (64, 8, 64, "skinny_vector")]
     # one token past FUSED_ANY_SHAPE_MAX_WEIGHT (32 MiB): the two launches, unless the shape is large
     assert plans.FUSED_ANY_SHAPE_MAX_WEIGHT == 8192 * 4096
+    # two tokens where the fused kernel's blocks fit one wave (ONE_WAVE_FUSED_MAX_M): 4224 rows at K = 4096
+    assert plans.ONE_WAVE_FUSED_MAX_M == 2 and plans.ONE_WAVE_SHAPE
+    cases += [(2, 4096, 4096, "fused"), (2, 4224, 4096, "fused"), (2, 4240, 4096, "skinny_vector"),
+              (3, 4096, 4096, "skinny_vector"), (2, 4096, 8192, "skinny_vector")]
     cases += [(1, 4096, 4096, "fused"), (1, 8192, 4096, "fused"), (1, 8208, 4096, "skinny_vector"),
               (1, 11008, 4096, "skinny_vector"), (1, 4096, 11008, "skinny_vector"), (1, 8192, 8192, "fused")]
     for m, n, kk, variant in cases:
@@ -1187,10 +1205,10 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
     fast, checked_calls, fast_again, checked_again = (calls[i: i + launches] for i in range(0, 4 * launches, launches))
     assert fast == checked_calls and fast_again == checked_again and fast[-1] != fast_again[-1]
     assert all(config[8] == 0x77 for config, _ in calls)
-    # the skinny GEMM after the quantizer, and SmoothQuant's after whatever kernel, starts as a
-    # programmatic dependent, fast path or not
-    expected = {"two_launch_skinny": [False, True] * 4, "smoothquant_skinny": [True] * 4}.get(case,
-                                                                                            [False] * len(calls))
+    # the skinny GEMM after the quantizer, SmoothQuant's and the fused kernel after whatever kernel, start
+    # as programmatic dependents, fast path or not
+    expected = {"two_launch_skinny": [False, True] * 4, "smoothquant_skinny": [True] * 4, "fused_bf16_bias": [True] * 4,
+                "fused_f64": [True] * 4}.get(case, [False] * len(calls))
     assert driver.dependent == expected
 
 

@@ -148,8 +148,10 @@ FUSED_MAX_M = 2
 # kernel before it (it waits for that kernel first thing, then lets its own dependents start): its launch
 # overlaps that kernel's run. Session 17 (back to back, plain -> dependent, % of copy): M = 1 / 2 at
 # 8192^2 94.9 / 86.2 -> 97.1 / 87.6, 11008 x 4096 (K = 4096) 80.2 -> 82.4, but 4096^2 63.9 / 58.3 -> 62.8
-# / 56.6.
-FUSED_DEPENDENT_MIN_K = 8192
+# / 56.6. Session 26: with L2 asked for its first iterations before its wait (kernels.linear.FUSED_EARLY_L2) and
+# in the one-wave shape (ONE_WAVE_SHAPE), K = 4096 gains too (4096^2 M = 1 / 2, % of the eager copy: plain
+# 56.7 / 53.3 -> dependent 62.7 / 59.0; the two launches 56.9 / 56.4), so it is a dependent at every K.
+FUSED_DEPENDENT_MIN_K = 0
 FUSED_ANY_SHAPE_MAX_M = 1
 FUSED_ANY_SHAPE_MAX_WEIGHT = 32 << 20
 # A call captured into a CUDA graph costs no host time at replay, so there the shapes that fuse only for
@@ -168,9 +170,13 @@ CAPTURE_UNFUSED = True
 # 101.5 / 92.0; 11008 x 4096 static 85.4, two launches 85.3 (M = 1, more than one wave: 1 chunk, 3 blocks).
 STATIC_ONE_WAVE_CHUNKS = 2
 STATIC_ONE_WAVE_MIN_BLOCKS = 2
-# True: the fused kernel without the static promise takes the one-wave shape too (it loads nothing before its
-# wait, so only the chunks in flight and the launch bounds change)
-DEFAULT_ONE_WAVE_SHAPE = False
+# The fused kernel without the static promise takes that one-wave shape too (False: only with it). It reads
+# nothing before its wait; only the chunks in flight and the launch bounds change. Session 26 (H100, graph
+# replay, % of the eager copy, 4096^2 M = 1 / 2, launched as a dependent): 59.0 / 54.3 (1 chunk, bounds of 3)
+# -> 62.7 / 59.0; the two launches 56.9 / 56.4. There it fuses up to ONE_WAVE_FUSED_MAX_M tokens, and
+# keeps the fused kernel under capture: it is the faster on the GPU too.
+ONE_WAVE_SHAPE = True
+ONE_WAVE_FUSED_MAX_M = 2
 # Session 24: with the prologue compiled for the plan's shape (kernels.linear.FIXED_PROLOGUE) the static
 # fused kernel at 4096^2 M = 4 gives 72.7-72.8% against 67.7-68.1 for the two launches (M = 8 does not fit
 # the fixed prologue: 16 pieces a thread), so it takes up to 4 tokens (2 before).
@@ -334,13 +340,16 @@ class _LinearPlan(Plan):
         d, x_element = self.desc, self.entry.input_element
         chunks, min_blocks = gemm.skinny_chunks(one_launch=True), gemm.fused_min_blocks(tiles, x_element)
         prefetch = gemm.FUSED_PREFETCH_L2
-        if (self._static_weight() or DEFAULT_ONE_WAVE_SHAPE) and tiles == 2 \
-                and -(-d.n // (SKINNY_N * tiles)) <= 2 * _multiprocessors():
+        if (self._static_weight() or ONE_WAVE_SHAPE) and self._one_wave(tiles):
             chunks, min_blocks = STATIC_ONE_WAVE_CHUNKS, STATIC_ONE_WAVE_MIN_BLOCKS
             prefetch = STATIC_ONE_WAVE_PREFETCH_L2
         x_loads = gemm.fused_x_loads(d.m, d.k, x_element, min_blocks)
         fixed = gemm.fixed_prologue(d.m, d.k, x_element, x_loads) if gemm.FIXED_PROLOGUE else None
         return chunks, min_blocks, prefetch, x_loads, fixed
+
+    def _one_wave(self, tiles: int) -> bool:
+        """Whether the fused kernel's blocks (``tiles`` column tiles each) fit one wave at two per SM."""
+        return tiles == 2 and -(-self.desc.n // (SKINNY_N * tiles)) <= 2 * _multiprocessors()
 
     def _dependent_gemm(self) -> bool:
         """Whether the aligned skinny GEMM is launched as a programmatic dependent of the kernel before
@@ -591,6 +600,8 @@ class QuantizedLinearPlan(_LinearPlan):
         d = self.desc
         large = self._fused_on_gpu_time()
         any_shape = STATIC_FUSED_MAX_M if d.static_weight else FUSED_ANY_SHAPE_MAX_M
+        if not d.static_weight and self._one_wave_fused():
+            any_shape = max(any_shape, ONE_WAVE_FUSED_MAX_M)
         tokens = FUSED_MAX_M if large else any_shape if d.n * d.k <= FUSED_ANY_SHAPE_MAX_WEIGHT else 0
         return (d.m <= tokens and d.n <= FUSED_MAX_N and d.k % 16 == 0
                 and gemm.fused_shared_bytes(d.m, d.k) <= FUSED_MAX_SHARED)
@@ -600,7 +611,12 @@ class QuantizedLinearPlan(_LinearPlan):
 
     def _fused_on_gpu_time(self) -> bool:
         """Whether the fused kernel is the faster one on the GPU at this shape (not only on the host)."""
-        return self.desc.k >= FUSED_MIN_K and self.desc.n >= FUSED_MIN_N
+        d = self.desc
+        return (d.k >= FUSED_MIN_K and d.n >= FUSED_MIN_N) or (self._one_wave_fused() and d.m <= ONE_WAVE_FUSED_MAX_M)
+
+    def _one_wave_fused(self) -> bool:
+        """Whether the fused kernel would run in its one-wave shape without the static promise."""
+        return ONE_WAVE_SHAPE and self._one_wave(gemm.skinny_tiles(self.desc.k))
 
     def _cooperates(self) -> bool:
         d = self.desc
