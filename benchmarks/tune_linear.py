@@ -323,9 +323,12 @@ FUSED_EARLY_MAX_M = 4
 # launch bounds of 2), both now shipped: {"fused_dep": {"plans.FUSED_DEPENDENT_MIN_K": 0}, "fused_wave":
 # {"plans.ONE_WAVE_SHAPE": True}, "fused_dep_wave": both} against FUSED_DEPENDENT_MIN_K = 8192 and
 # ONE_WAVE_SHAPE = False.
-FUSED_EXTRA: dict[str, dict] = {"fused_before": {"plans.FUSED_DEPENDENT_MIN_K": 8192, "plans.ONE_WAVE_SHAPE": False},
-                                "fused_e1": {"FUSED_EARLY_L2": 1}, "fused_e4": {"FUSED_EARLY_L2": 4},
-                                "fused_pf0": {"plans.STATIC_ONE_WAVE_PREFETCH_L2": 0}}
+# Call 4 (-call4-one-wave.log): FUSED_EARLY_L2 of 1 / 4 and STATIC_ONE_WAVE_PREFETCH_L2 of 0 in that shape,
+# now plans.ONE_WAVE_EARLY_L2 / ONE_WAVE_PREFETCH_L2.
+FUSED_EXTRA: dict[str, dict] = {
+    "fused_before": {"plans.FUSED_DEPENDENT_MIN_K": 8192, "plans.ONE_WAVE_SHAPE": False},
+    **{f"fused_e{e}_pf{p}": {"plans.ONE_WAVE_EARLY_L2": e, "plans.ONE_WAVE_PREFETCH_L2": p}
+       for e, p in ((2, 1), (1, 1), (2, 0), (0, 0), (3, 0))}}
 # knobs of the two-launch decode GEMM timed both alone (gemm_only_<label>) and after the quantizer
 # (two_launch_<label>): label -> knobs (as FUSED_EXTRA's). Session 25: with 4 column tiles (K >= 8192) and 2
 # chunks the dependent GEMM takes 140 registers, one block of 256 threads per SM (local ptxas); launch bounds
@@ -356,6 +359,7 @@ GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "
               "WIDE_X_LOADS_MAX", "FUSED_PREFETCH_L2", "FIXED_PROLOGUE", "plans.STATIC_FUSED_MAX_M",
               "dynamic.DEPENDENT_SEGMENTS_MAX",
               "plans.FUSED_DEPENDENT_MIN_K", "plans.ONE_WAVE_SHAPE", "plans.STATIC_ONE_WAVE_PREFETCH_L2",
+              "plans.ONE_WAVE_EARLY_L2", "plans.ONE_WAVE_PREFETCH_L2",
               "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
 # dependents of the kernel before them)

@@ -267,8 +267,10 @@ def test_staging_weight_in_shared_memory_matches_reference(monkeypatch, variant,
                                                            effective):
     from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
 
     monkeypatch.setattr(gemm, "VECTOR_CHUNKS", chunks)
+    monkeypatch.setattr(plans, "ONE_WAVE_SHAPE", False)  # the fused kernel's chunks: ONE_LAUNCH_CHUNKS
     monkeypatch.setattr(gemm, "ONE_LAUNCH_CHUNKS", chunks)
     monkeypatch.setattr(gemm, "SKINNY_TILES", tiles)
     for knob in ("DEPENDENT_STAGED", "FUSED_STAGED", "COOPERATIVE_STAGED"):
@@ -358,10 +360,12 @@ def test_static_weight_loads_the_weight_before_the_wait(monkeypatch, m, n, k, dt
         name = launcher._compile.__self__.py_func.__name__
         dependent = static or k >= plans.FUSED_DEPENDENT_MIN_K
         assert launcher.dependent == dependent
-        assert ("_er_" in name) == static and (f"_e{gemm.FUSED_EARLY_L2}_" in name) == (dependent and not static)
+        early = plans.ONE_WAVE_EARLY_L2 if one_wave else gemm.FUSED_EARLY_L2
+        assert ("_er_" in name) == static and (f"_e{early}_" in name) == (dependent and not static)
         assert name.startswith("w8a8_gemm_skinny2x2_fused_" if wave else "w8a8_gemm_skinny1x2_fused_"), name
         assert ("_b2_" in name) == wave
-        assert (f"_l2p{plans.STATIC_ONE_WAVE_PREFETCH_L2}_" in name) == wave
+        prefetch = plans.STATIC_ONE_WAVE_PREFETCH_L2 if static else plans.ONE_WAVE_PREFETCH_L2 if one_wave else 0
+        assert (f"_l2p{prefetch}_" in name) == (prefetch > 0)
         assert not plan._capture_choice or not static
     plan.run(args)
     np.testing.assert_array_equal(args.output, ref.linear.quantized_linear(x, w, ws, bias))
@@ -384,12 +388,13 @@ def test_static_weight_must_be_a_bool():
 
 # quantized_linear with a static per-tensor activation scale (SmoothQuant's static W8A8 in one call): the
 # bits of quantize_per_tensor followed by smoothquant_linear. Fused at decode where the prologue is fixed
-# (one token, or up to 4 with a static weight); elsewhere the per-tensor quantize, then the GEMM (more
-# tokens, a prologue too wide to fix, prefill, K % 16 != 0). Scales not exact in float32, and 1.0 for the
-# rows of exact ties; +-inf, NaN and zero rows.
+# (one token, two where the blocks fit one wave, or up to 4 with a static weight); elsewhere the per-tensor
+# quantize, then the GEMM (more tokens, a prologue too wide to fix, prefill, K % 16 != 0). Scales not exact
+# in float32, and 1.0 for the rows of exact ties; +-inf, NaN and zero rows.
 @pytest.mark.parametrize(("m", "n", "k", "dtype", "static", "act_scale", "fused"), [
     (1, 24, 1040, "f32", False, 0.0237, True), (2, 40, 528, "f16", True, 0.0237, True),
-    (4, 24, 1040, "f32", True, 1.0, True), (2, 24, 1040, "f32", False, 0.0237, False),
+    (4, 24, 1040, "f32", True, 1.0, True), (2, 24, 1040, "f32", False, 0.0237, True),
+    (3, 24, 1040, "f32", False, 0.0237, False),
     (8, 24, 528, "f16", True, 0.0237, False), (4, 16, 4096, "f32", True, 0.0237, False),
     (70, 24, 64, "f32", False, 0.0237, False), (3, 16, 50, "f32", False, 1.0, False)])
 def test_static_activation_scale_matches_quantize_then_smoothquant(m, n, k, dtype, static, act_scale, fused):
@@ -806,7 +811,7 @@ def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static, 
     assert plan.kernel_variant(args) == "skinny_vector" and plan._variants["skinny_vector"][0].dependent
     fused = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, k, k, ElementKind.BF16, ElementKind.BF16,
                                                                        False, static, True))
-    assert fused._fused == (m == 1 or (static and m <= 4 and k == 4096))
+    assert fused._fused == (m == 1 or (k == 4096 and (m <= 2 or (static and m <= 4))))
     stepped = _chain(torch, x0, two_calls, True)
     for _ in range(3):
         queued = _chain(torch, x0, one if one_call else two_calls, False)
