@@ -323,12 +323,11 @@ FUSED_EARLY_MAX_M = 4
 # launch bounds of 2), both now shipped: {"fused_dep": {"plans.FUSED_DEPENDENT_MIN_K": 0}, "fused_wave":
 # {"plans.ONE_WAVE_SHAPE": True}, "fused_dep_wave": both} against FUSED_DEPENDENT_MIN_K = 8192 and
 # ONE_WAVE_SHAPE = False.
-# Call 4 (-call4-one-wave.log): FUSED_EARLY_L2 of 1 / 4 and STATIC_ONE_WAVE_PREFETCH_L2 of 0 in that shape,
-# now plans.ONE_WAVE_EARLY_L2 / ONE_WAVE_PREFETCH_L2.
+# Calls 4-5 (-call4-one-wave.log, -call5-one-wave-l2.log): iterations asked of L2 before / after the wait in
+# that shape (FUSED_EARLY_L2 / plans.ONE_WAVE_PREFETCH_L2: 2 / 0 shipped), {f"fused_e{e}_pf{p}": ... for e, p
+# in ((2, 1), (1, 1), (1, 0), (0, 0), (3, 0), (4, 1))}.
 FUSED_EXTRA: dict[str, dict] = {
-    "fused_before": {"plans.FUSED_DEPENDENT_MIN_K": 8192, "plans.ONE_WAVE_SHAPE": False},
-    **{f"fused_e{e}_pf{p}": {"plans.ONE_WAVE_EARLY_L2": e, "plans.ONE_WAVE_PREFETCH_L2": p}
-       for e, p in ((2, 1), (1, 1), (2, 0), (0, 0), (3, 0))}}
+    "fused_before": {"plans.FUSED_DEPENDENT_MIN_K": 8192, "plans.ONE_WAVE_SHAPE": False}}
 # knobs of the two-launch decode GEMM timed both alone (gemm_only_<label>) and after the quantizer
 # (two_launch_<label>): label -> knobs (as FUSED_EXTRA's). Session 25: with 4 column tiles (K >= 8192) and 2
 # chunks the dependent GEMM takes 140 registers, one block of 256 threads per SM (local ptxas); launch bounds
@@ -359,7 +358,7 @@ GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "
               "WIDE_X_LOADS_MAX", "FUSED_PREFETCH_L2", "FIXED_PROLOGUE", "plans.STATIC_FUSED_MAX_M",
               "dynamic.DEPENDENT_SEGMENTS_MAX",
               "plans.FUSED_DEPENDENT_MIN_K", "plans.ONE_WAVE_SHAPE", "plans.STATIC_ONE_WAVE_PREFETCH_L2",
-              "plans.ONE_WAVE_EARLY_L2", "plans.ONE_WAVE_PREFETCH_L2",
+              "plans.ONE_WAVE_PREFETCH_L2",
               "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
 # dependents of the kernel before them)

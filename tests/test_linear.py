@@ -360,8 +360,7 @@ def test_static_weight_loads_the_weight_before_the_wait(monkeypatch, m, n, k, dt
         name = launcher._compile.__self__.py_func.__name__
         dependent = static or k >= plans.FUSED_DEPENDENT_MIN_K
         assert launcher.dependent == dependent
-        early = plans.ONE_WAVE_EARLY_L2 if one_wave else gemm.FUSED_EARLY_L2
-        assert ("_er_" in name) == static and (f"_e{early}_" in name) == (dependent and not static)
+        assert ("_er_" in name) == static and (f"_e{gemm.FUSED_EARLY_L2}_" in name) == (dependent and not static)
         assert name.startswith("w8a8_gemm_skinny2x2_fused_" if wave else "w8a8_gemm_skinny1x2_fused_"), name
         assert ("_b2_" in name) == wave
         prefetch = plans.STATIC_ONE_WAVE_PREFETCH_L2 if static else plans.ONE_WAVE_PREFETCH_L2 if one_wave else 0

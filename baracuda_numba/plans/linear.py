@@ -177,11 +177,11 @@ STATIC_ONE_WAVE_MIN_BLOCKS = 2
 # keeps the fused kernel under capture: it is the faster on the GPU too.
 ONE_WAVE_SHAPE = True
 ONE_WAVE_FUSED_MAX_M = 2
-# ... where, without the static promise, it asks L2 for this many iterations of weight before its wait (in place
-# of kernels.linear.FUSED_EARLY_L2, tuned at 8192^2) and this many after it (in place of
-# STATIC_ONE_WAVE_PREFETCH_L2). Session 26 (same measure, 4096^2 M = 1 / 2; 2 before and 1 after: 62.6 / 59.3):
-# 1 before 65.8 / 62.2, 4 before 61.1 / 56.4; none after 66.5 / 63.0.
-ONE_WAVE_EARLY_L2 = 1
+# ... where, without the static promise, it asks L2 for this many iterations of weight after its wait (in place
+# of STATIC_ONE_WAVE_PREFETCH_L2; kernels.linear.FUSED_EARLY_L2 before it). Session 26 (same measure, 4096^2
+# M = 1 / 2, iterations before / after the wait; calls 4 and 5): 2 / 1 62.6-62.7 / 59.2-59.3, 2 / 0
+# 66.5-66.6 / 63.0-63.1, 1 / 1 65.7-65.8 / 62.2-62.3, 1 / 0 65.2 / 62.1, 3 / 0 65.5 / 61.8, 4 / 1 61.1 /
+# 56.4, 0 / 0 60.6 / 57.7.
 ONE_WAVE_PREFETCH_L2 = 0
 # Session 24: with the prologue compiled for the plan's shape (kernels.linear.FIXED_PROLOGUE) the static
 # fused kernel at 4096^2 M = 4 gives 72.7-72.8% against 67.7-68.1 for the two launches (M = 8 does not fit
@@ -292,7 +292,7 @@ class _LinearPlan(Plan):
                 kernel = linear_kernel(out, desc.has_bias, False, True, None, chunks, tiles,
                                        fused_input=self.entry.input_element, fused_prefetch=prefetch,
                                        fused_min_blocks=min_blocks, double_buffer=True, staged=staged,
-                                       early_l2=self._early_l2(tiles) if early and not static else 0,
+                                       early_l2=gemm.FUSED_EARLY_L2 if early and not static else 0,
                                        early_registers=early and static, x_loads=x_loads, fixed=fixed,
                                        static_scale=self._static_activation())
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
@@ -352,10 +352,6 @@ class _LinearPlan(Plan):
         x_loads = gemm.fused_x_loads(d.m, d.k, x_element, min_blocks)
         fixed = gemm.fixed_prologue(d.m, d.k, x_element, x_loads) if gemm.FIXED_PROLOGUE else None
         return chunks, min_blocks, prefetch, x_loads, fixed
-
-    def _early_l2(self, tiles: int) -> int:
-        """Iterations of weight the fused kernel without the static promise asks L2 for before its wait."""
-        return ONE_WAVE_EARLY_L2 if ONE_WAVE_SHAPE and self._one_wave(tiles) else gemm.FUSED_EARLY_L2
 
     def _one_wave(self, tiles: int) -> bool:
         """Whether the fused kernel's blocks (``tiles`` column tiles each) fit one wave at two per SM."""
