@@ -823,18 +823,23 @@ def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static, 
 
 
 @requires_gpu
-def test_gpu_weight_quantized_just_before_the_call_is_read_after_the_wait():
-    """Without the static-weight promise the fused kernel (a programmatic dependent at K = 8192) only asks
-    L2 for weight before its wait, and SmoothQuant's GEMM waits first thing: a weight that the kernel
-    before it (the per-token quantizer, which lets its dependents start early) writes is read whole.
-    Queued calls against the same calls synchronized."""
+@pytest.mark.parametrize("k", [8192, 4096])
+def test_gpu_weight_quantized_just_before_the_call_is_read_after_the_wait(k):
+    """Without the static-weight promise the fused kernel (a programmatic dependent; at 4096^2 in its
+    one-wave shape) only asks L2 for weight before its wait, and SmoothQuant's GEMM waits first thing: a
+    weight that the kernel before it (the per-token quantizer, which lets its dependents start early)
+    writes is read whole. Queued calls against the same calls synchronized."""
     torch = pytest.importorskip("torch")
-    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.ops.common import clear_plan_cache, select_plan
     from baracuda_numba.plans import linear as plans
+    from baracuda_numba.vocabulary import ElementKind
 
-    n = k = 8192
-    assert k >= plans.FUSED_DEPENDENT_MIN_K and n >= plans.FUSED_MIN_N
+    n = k
     clear_plan_cache()
+    plan = select_plan(bn.QuantizedLinearPlan, bn.QuantizedLinearDescriptor(1, n, k, ElementKind.BF16,
+                                                                              ElementKind.BF16))
+    assert plan._fused and plan._variants["fused"][0].dependent and k >= plans.FUSED_DEPENDENT_MIN_K
+    assert ("_b2_" in plan._variants["fused"][0]._compile.__self__.py_func.__name__) == (k == 4096)
     g = torch.Generator(device="cuda").manual_seed(7)
     w_float = torch.randn(n, k, device="cuda", generator=g, dtype=torch.bfloat16)
     x = torch.randn(1, k, device="cuda", generator=g, dtype=torch.bfloat16)
