@@ -1,3 +1,0 @@
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 PYTHONUNBUFFERED=1 || exit 1
-timeout 290 python3 -m pytest -q -n 15 -p no:cacheprovider tests/test_linear.py tests/test_torch_modules.py tests/test_torch_e2e.py tests/test_torch_ops.py -k "static or fused or chain or captur or prologue or W8A8 or w8a8 or linear or smoothquant or just_before or fast_path or selection" > $OUT/gpu-tests.txt 2>&1; tail -4 $OUT/gpu-tests.txt; grep -E "FAILED|Error" $OUT/gpu-tests.txt | head -20
-timeout 240 python3 -m benchmarks.tune_linear --out $OUT/tune --only fused --decode-nk 4096x4096 --decode-m 1 2 4 2>&1 | tee $OUT/tune.out | grep -v "^{" | tail -5
