@@ -349,6 +349,10 @@ STATIC_VARIANT = True
 # {"WIDE_X_LOADS_MAX": 16, "plans.STATIC_FUSED_MAX_M": 8}} at 4096^2 M = 8: 45.1% against 55.8 for the two
 # launches; not shipped.
 STATIC_EXTRA: dict[str, dict] = {}
+# SmoothQuant's GEMM alone without the static promise with these knobs too: label -> knobs. Session 26:
+# without the L2 prefetch before its wait (plans.WAIT_FIRST_EARLY_L2).
+SMOOTHQUANT_EXTRA: dict[str, dict] = {"e0": {"plans.WAIT_FIRST_EARLY_L2": 0}, "e1": {"plans.WAIT_FIRST_EARLY_L2": 1},
+                                      "e4": {"plans.WAIT_FIRST_EARLY_L2": 4}}
 # Session 23's (-call3-prefetch.log): {"static_fused": {"plans.STATIC_FUSED_MAX_M": 4}, **{f"static_pf{p}":
 # {"plans.STATIC_FUSED_MAX_M": 4, "FUSED_PREFETCH_L2": p} for p in (1, 2, 3)}}
 # the knobs the variants override (each restored after): kernels.linear's, and plans.dynamic's /
@@ -359,7 +363,7 @@ GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "
               "WIDE_X_LOADS_MAX", "FUSED_PREFETCH_L2", "FIXED_PROLOGUE", "plans.STATIC_FUSED_MAX_M",
               "dynamic.DEPENDENT_SEGMENTS_MAX",
               "plans.FUSED_DEPENDENT_MIN_K", "plans.ONE_WAVE_SHAPE", "plans.STATIC_ONE_WAVE_PREFETCH_L2",
-              "plans.ONE_WAVE_PREFETCH_L2",
+              "plans.ONE_WAVE_PREFETCH_L2", "plans.WAIT_FIRST_EARLY_L2",
               "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
 # dependents of the kernel before them)
@@ -491,8 +495,13 @@ def fused_decode(copy: float) -> list[dict]:
         # calls (quantize_per_tensor of x, then the static GEMM) and as one (quantized_linear with act_scale)
         act = torch.clamp(torch.round(x.float() * 50), -127, 127).to(torch.int8)
         sq_outputs = []
-        for label, static, quantize in (("smoothquant", False, False), ("smoothquant_static", True, False),
-                                        ("sq_step_static", True, True), ("static_act", True, None)):
+        sq_variants = [("smoothquant", False, False, {}), ("smoothquant_static", True, False, {}),
+                       ("sq_step_static", True, True, {}), ("static_act", True, None, {})]
+        sq_variants += [(f"smoothquant_{extra}", False, False, knobs) for extra, knobs in SMOOTHQUANT_EXTRA.items()]
+        for label, static, quantize, knobs in sq_variants:
+            for name, value in {**saved_knobs, **knobs}.items():
+                setattr(*knob_module(name), value)
+            clear_plan_cache()
             def step(calls, static=static, quantize=quantize, x=x, act=act, ws=ws):
                 if quantize is None:
                     return bn.quantized_linear(x, next(calls), ws, static_weight=static, act_scale=0.02)
@@ -502,6 +511,11 @@ def fused_decode(copy: float) -> list[dict]:
             calls = itertools.cycle(weights)
             ms = graph_ms(lambda calls=calls, step=step: step(calls), calls=10 * len(weights))
             row[f"{label}_us"], row[f"{label}_pct"] = 1e3 * ms, 100 * n * k / ms / 1e6 / copy
+        for name, value in saved_knobs.items():
+            setattr(*knob_module(name), value)
+        clear_plan_cache()
+        row["smoothquant variants == plain"] = all(bit_equal(sq_outputs[0], v) for i, v in enumerate(sq_outputs)
+                                                   if sq_variants[i][2] is False)
         row["smoothquant static == plain"] = bit_equal(sq_outputs[0], sq_outputs[1])
         row["static_act == sq_step"] = bit_equal(sq_outputs[2], sq_outputs[3])
         row["all == two_launch"] = all(bit_equal(outputs["two_launch"], v) for v in outputs.values())

@@ -769,9 +769,11 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     word_type = {2: np.uint16, 4: np.uint32, 8: np.uint64}.get(per_pair, np.uint64)
     word_dtype = np.dtype(word_type) if SIMULATOR else word_type
     step = chunks_in_flight * SKINNY_WARPS  # chunks of K the block takes per main-loop iteration
-    if (early_l2 or early_registers) and not (x_element is not None and not cooperative and not staged):
-        raise ValueError("only the fused kernel without staging loads weight before its wait")
-    early = bool(early_l2 or early_registers)
+    fused_early = x_element is not None and not cooperative and not staged
+    if (early_registers and not fused_early) or (early_l2 and not (fused_early or (dependent and wait_first))):
+        raise ValueError("only the fused kernel without staging loads weight before its wait, and only it and the "
+                         "dependent kernel waiting first ask L2 for weight before it")
+    early = bool(early_l2 or early_registers) and fused_early
     # cooperative: rows quantized per block (the simulator's one block at a time takes them all)
     quantizer_rows = SKINNY_M if SIMULATOR else 1
 
@@ -1133,6 +1135,10 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         stamp(bias, 0, tid)
         if dependent:
             if wait_first:
+                # a prefetch holds no data: the weight is still read after the wait
+                for ahead in range(early_l2):
+                    prefetch_weights(w_pairs, (cuda.blockIdx.x // tiles_m) * (SKINNY_N * n_tiles), tid % 32 // 4, N,
+                                     CHUNK_K * (ahead * step + tid // 32) + 16 * (tid % 4), K)
                 device.grid_dependency_wait()  # nothing is read before the kernel before it is complete
             # the next kernel, if launched as a programmatic dependent (the next call's quantizer), may
             # start now: it waits for this grid before it touches memory
@@ -1392,9 +1398,10 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
             fused_min_blocks = STAGED_MIN_BLOCKS  # the registers of the blocks DEPENDENT_STAGE_BYTES is sized for
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, prefetch_l2=fused_prefetch, double_buffer=double_buffer,
                          vector_only=vector_only, dependent=dependent, staged=staged, trace=trace,
-                         wait_first=wait_first)
+                         wait_first=wait_first, early_l2=early_l2)
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
                  f"{f'_dep{dependent}' if dependent else ''}{'_w' if wait_first else ''}"
+                 f"{f'_e{early_l2}' if early_l2 else ''}"
                  f"{f'_st{staged}' if staged else ''}"
                  f"{f'_l2p{fused_prefetch}' if fused_prefetch else ''}"
                  f"{f'_b{fused_min_blocks}' if fused_min_blocks else ''}{f'_r{max_registers}' if max_registers else ''}"

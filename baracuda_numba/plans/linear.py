@@ -124,6 +124,9 @@ class SmoothQuantLinearArgs:
 # decode GEMM is launched the same way after whatever kernel precedes it, and waits for it first thing
 # unless the weight is static. False: both GEMMs are plain launches.
 DEPENDENT_GEMM = True
+# SmoothQuant's decode GEMM without the static promise (waiting first thing) asks L2 for this many main-loop
+# iterations of weight before its wait, as the fused kernel does (a prefetch holds no data).
+WAIT_FIRST_EARLY_L2 = 2
 # Up to FUSED_MAX_M tokens, with K of at least FUSED_MIN_K and FUSED_MIN_N .. FUSED_MAX_N weight rows, and
 # up to FUSED_ANY_SHAPE_MAX_M tokens against any weight up to FUSED_MAX_N rows and FUSED_ANY_SHAPE_MAX_WEIGHT
 # bytes (the quantized rows within
@@ -277,7 +280,8 @@ class _LinearPlan(Plan):
                                    fused_min_blocks=gemm.dependent_min_blocks(tiles) if dependent else 0,
                                    dependent=gemm.DEPENDENT_PRELOAD if dependent else 0, staged=staged,
                                    max_registers=gemm.DEPENDENT_MAX_REGISTERS if dependent else 0,
-                                   wait_first=dependent and self._dependent_waits_first())
+                                   wait_first=dependent and self._dependent_waits_first(),
+                                   early_l2=WAIT_FIRST_EARLY_L2 if dependent and self._dependent_waits_first() else 0)
             variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                     staged * gemm.staged_iteration_bytes(chunks, tiles), dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
