@@ -351,8 +351,7 @@ STATIC_VARIANT = True
 STATIC_EXTRA: dict[str, dict] = {}
 # SmoothQuant's GEMM alone without the static promise with these knobs too: label -> knobs. Session 26:
 # without the L2 prefetch before its wait (plans.WAIT_FIRST_EARLY_L2).
-SMOOTHQUANT_EXTRA: dict[str, dict] = {"e0": {"plans.WAIT_FIRST_EARLY_L2": 0}, "e1": {"plans.WAIT_FIRST_EARLY_L2": 1},
-                                      "e4": {"plans.WAIT_FIRST_EARLY_L2": 4}}
+SMOOTHQUANT_EXTRA: dict[str, dict] = {"e0": {"plans.WAIT_FIRST_EARLY_L2": 0}}
 # Session 23's (-call3-prefetch.log): {"static_fused": {"plans.STATIC_FUSED_MAX_M": 4}, **{f"static_pf{p}":
 # {"plans.STATIC_FUSED_MAX_M": 4, "FUSED_PREFETCH_L2": p} for p in (1, 2, 3)}}
 # the knobs the variants override (each restored after): kernels.linear's, and plans.dynamic's /

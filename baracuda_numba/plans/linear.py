@@ -125,7 +125,11 @@ class SmoothQuantLinearArgs:
 # unless the weight is static. False: both GEMMs are plain launches.
 DEPENDENT_GEMM = True
 # SmoothQuant's decode GEMM without the static promise (waiting first thing) asks L2 for this many main-loop
-# iterations of weight before its wait, as the fused kernel does (a prefetch holds no data).
+# iterations of weight before its wait where its blocks fit one wave at two per SM, as the fused kernel does (a
+# prefetch holds no data). Session 26 (call 10, graph replay, % of the eager copy, M = 1 / 16, none -> 1 / 2 / 4
+# iterations): 4096^2 71.8 / 64.1 -> 74.3 / 67.2, 72.9 / 70.1, 64.8 / 64.3; 8192^2 82.7 / 77.7 -> 83.8 / 79.1,
+# 85.8 / 80.5, 86.2 / 81.7; but 11008 x 4096 (688 blocks, several waves) 78.2 / 71.1 -> 76.2 / 69.0, 75.0 /
+# 67.6, 68.2 / 63.9.
 WAIT_FIRST_EARLY_L2 = 2
 # Up to FUSED_MAX_M tokens, with K of at least FUSED_MIN_K and FUSED_MIN_N .. FUSED_MAX_N weight rows, and
 # up to FUSED_ANY_SHAPE_MAX_M tokens against any weight up to FUSED_MAX_N rows and FUSED_ANY_SHAPE_MAX_WEIGHT
@@ -281,7 +285,8 @@ class _LinearPlan(Plan):
                                    dependent=gemm.DEPENDENT_PRELOAD if dependent else 0, staged=staged,
                                    max_registers=gemm.DEPENDENT_MAX_REGISTERS if dependent else 0,
                                    wait_first=dependent and self._dependent_waits_first(),
-                                   early_l2=WAIT_FIRST_EARLY_L2 if dependent and self._dependent_waits_first() else 0)
+                                   early_l2=WAIT_FIRST_EARLY_L2 if dependent and self._dependent_waits_first()
+                                   and blocks <= 2 * _multiprocessors() else 0)
             variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                     staged * gemm.staged_iteration_bytes(chunks, tiles), dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
