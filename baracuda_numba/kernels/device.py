@@ -59,10 +59,6 @@ unsigned integers (Numba types that mix as float64).
 - ``load_u64x2_streaming(words, c)``: the same words through the read-only path, not kept in L1 and with
   256-byte L2 prefetch (``ld.global.nc.L1::no_allocate.L2::256B.v2.u64``): for inputs no kernel writes
   while the reading kernel runs.
-- ``load_u64x2_priority(priority)``: ``load(words, c)``, the same words with an L2 eviction priority
-  (``createpolicy.fractional.L2::<priority>`` and ``ld.global.L2::cache_hint.v2.u64``), ``priority``
-  ``"evict_last"`` (the lines stay in L2 ahead of lines of normal priority: for data a later kernel reads
-  again) or ``"evict_first"`` (the lines leave first). The simulator loads plainly.
 - ``vector_copy(count)``: the device function ``copy(dst, at, src, i)`` that reads ``src[i .. i + count)``
   (a global array) as one vector access and writes it into ``dst[at .. at + count)``, a local array (which NVVM keeps
   in registers where its indices are constant). The address of ``src[i]`` must be a multiple of
@@ -153,7 +149,6 @@ __all__ = [
     "cp_async_commit",
     "cp_async_wait_group",
     "prefetch_l2",
-    "load_u64x2_priority",
     "streaming_store",
     "grid_dependency_wait",
     "launch_dependents",
@@ -164,12 +159,6 @@ __all__ = [
     "cp_async_16_at",
     "ldmatrix_x4_at",
 ]
-
-
-def _check_priority(priority: str) -> None:
-    if priority not in ("evict_last", "evict_first"):
-        raise ValueError(f"load_u64x2_priority: evict_last or evict_first, not {priority!r}")
-
 
 if SIMULATOR:
     _M32 = 0xFFFFFFFF
@@ -325,11 +314,6 @@ if SIMULATOR:
         return words[2 * c], words[2 * c + 1]
 
     load_u64x2_streaming = load_u64x2  # a cache hint: the same words
-
-    @functools.cache
-    def load_u64x2_priority(priority: str):
-        _check_priority(priority)
-        return load_u64x2  # an eviction priority: the same words
 
     @functools.cache
     def vector_copy(count: int):
@@ -706,28 +690,6 @@ else:
             return context.make_tuple(builder, sig.return_type, [builder.extract_value(pair, i) for i in (0, 1)])
 
         return types.UniTuple(types.uint64, 2)(words, c), codegen
-
-    @functools.cache
-    def load_u64x2_priority(priority: str):
-        _check_priority(priority)
-        text = ("{ .reg .b64 policy; "
-                f"createpolicy.fractional.L2::{priority}.b64 policy, 1.0; "
-                "ld.global.L2::cache_hint.v2.u64 {$0, $1}, [$2], policy; }")
-
-        @intrinsic
-        def load(typingctx, words, c):
-            if not _is_pair_access(words, c):
-                return None
-
-            def codegen(context, builder, sig, args):
-                address = builder.ptrtoint(_pair(context, builder, words, args[0], args[1], c), _I64)
-                asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I64, _I64]), [_I64]), text, "=l,=l,l")
-                pair = builder.call(asm, [address])
-                return context.make_tuple(builder, sig.return_type, [builder.extract_value(pair, i) for i in (0, 1)])
-
-            return types.UniTuple(types.uint64, 2)(words, c), codegen
-
-        return load
 
     @functools.cache
     def vector_copy(count: int):

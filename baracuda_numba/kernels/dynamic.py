@@ -299,10 +299,6 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     a_load, _ = chunk_io(G * a.itemsize)
     if LOAD_HINT and G * a.itemsize == 16:
         a_load = device.load_u64x2_streaming
-    # the tensor scope's tail of x: kept in L2 by the range pass, dropped by the quantize pass
-    pair_loads = G * a.itemsize == 16
-    keep_load = device.load_u64x2_priority("evict_last") if pair_loads else a_load
-    drop_load = device.load_u64x2_priority("evict_first") if pair_loads else a_load
     _, o_store = chunk_io(G * out.itemsize)
     evict_first_store = device.streaming_store(G * out.itemsize)
     segment_store = evict_first_store if streaming else o_store
@@ -584,10 +580,8 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
 
     resident_kernel, staged_kernel = segment_in_registers(False), segment_in_registers(True)
 
-    def partial_kernel(xw, xe, partials, n, nchunks, tail):
+    def partial_kernel(xw, xe, partials, n, nchunks):
         # One partial range per block: rounds of keep loads in flight per thread, then the block's range.
-        # The last `tail` chunks (read last) are loaded to stay in L2 for the quantize pass, which
-        # reads them first.
         tid = cuda.threadIdx.x
         scratch_hi = cuda.shared.array(tpb, M)
         scratch_lo = cuda.shared.array(tpb, M)
@@ -598,15 +592,11 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         buf_hi = cuda.local.array(keep, np.uint64)
         hi, lo = zero, zero
         base = start
-        kept = nchunks - tail
         while base < nchunks:
             for k in range(keep):
                 c = base + k * stride
                 if c < nchunks:
-                    if c < kept:
-                        buf_lo[k], buf_hi[k] = a_load(xw, c)
-                    else:
-                        buf_lo[k], buf_hi[k] = keep_load(xw, c)
+                    buf_lo[k], buf_hi[k] = a_load(xw, c)
             for k in range(keep):
                 if base + k * stride < nchunks:
                     hi, lo = chunk_range(hi, lo, buf_lo[k], buf_hi[k])
@@ -620,8 +610,8 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
             partials[2 * cuda.blockIdx.x] = hi
             partials[2 * cuda.blockIdx.x + 1] = lo
 
-    def tensor_quantize_kernel(xw, xe, qw, qe, partials, scales, zero_points, n, nchunks, nparts, tail, q_min,
-                               q_max, zp_sym):
+    def tensor_quantize_kernel(xw, xe, qw, qe, partials, scales, zero_points, n, nchunks, nparts, q_min, q_max,
+                               zp_sym):
         # Every block combines the partials itself (a few hundred, each thread's loads issued
         # together), so the scale needs no launch of its own; block 0 writes it.
         tid = cuda.threadIdx.x
@@ -641,18 +631,14 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         buf_lo = cuda.local.array(keep, np.uint64)
         buf_hi = cuda.local.array(keep, np.uint64)
         # From the last chunk back: the partial pass read the tensor front to back, so its last few
-        # tens of MB (what the L2 holds; the `tail` it kept there) are read again from the L2 instead of
-        # DRAM, and leave it first once read.
+        # tens of MB (what the L2 holds) are read again from the L2 instead of DRAM.
         last = nchunks - 1
         base = start
         while base < nchunks:
             for k in range(keep):
                 c = base + k * stride
                 if c < nchunks:
-                    if c < tail:
-                        buf_lo[k], buf_hi[k] = drop_load(xw, last - c)
-                    else:
-                        buf_lo[k], buf_hi[k] = a_load(xw, last - c)
+                    buf_lo[k], buf_hi[k] = a_load(xw, last - c)
             for k in range(keep):
                 c = base + k * stride
                 if c < nchunks:
@@ -806,10 +792,10 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         segment=make(segment_kernel, "segment", f"void({segment_args})"),
         resident=make(resident_kernel, "resident", f"void({segment_args})"),
         staged=make(staged_kernel, "staged", f"void({segment_args})"),
-        partial=make(partial_kernel, "partial", f"void({x_views}, {m}[::1], int64, int64, int64)"),
+        partial=make(partial_kernel, "partial", f"void({x_views}, {m}[::1], int64, int64)"),
         tensor_quantize=make(tensor_quantize_kernel, "tensor_quantize",
                              f"void({x_views}, {q_views}, {m}[::1], {m}[::1], int32[::1], int64, int64, int64, "
-                             f"int64, {m}, {m}, {m})"),
+                             f"{m}, {m}, {m})"),
         column_partial=make(column_partial_kernel, "columns",
                             f"void({x_views}, {m}[::1], int64, int64, int64, int64, int64)"),
         channel_finalize=make(channel_finalize_kernel, "channels",

@@ -64,10 +64,6 @@ class DynamicTuning:
     resident_staged: bool = False  # aligned resident segments: the next round's chunks staged by cp.async
     tensor_partial_blocks_per_sm: int = 4  # blocks of the partial-range pass (one partial each)
     tensor_quantize_blocks_per_sm: int = 8  # blocks of the quantize pass
-    # Bytes at the end of x that the tensor scope's range pass loads with L2's evict-last priority, and its
-    # quantize pass (reading back to front) reads first, with evict-first: more of x read once from DRAM
-    # than the L2 keeps of an ordinary pass's tail.
-    tensor_l2_tail_bytes: int = 0
     column_threads_per_sm: int = 2048  # threads of the column passes (rows split into that many slices)
     # Segments too long for a resident block of resident_threads, but no more of them than SMs: one
     # block of up to this many threads per segment (every chunk in registers, one round of loads), where
@@ -266,7 +262,6 @@ class DynamicRangeQuantizePlan(Plan):
             self._partial_blocks = max(1, min(-(-self._n // per_block), tuning.tensor_partial_blocks_per_sm * sms))
             self._quantize_blocks = max(1, min(-(-self._n // per_block), tuning.tensor_quantize_blocks_per_sm * sms))
             self._workspace = 2 * self._partial_blocks * np.dtype(M).itemsize
-            self._l2_tail_bytes = tuning.tensor_l2_tail_bytes
         elif scope.kind is ScopeKind.CHANNEL and math.prod(shape[:scope.axis]) > 1:
             self._strategy = "columns"
             outer, channels = math.prod(shape[:scope.axis]), shape[scope.axis]
@@ -333,8 +328,8 @@ class DynamicRangeQuantizePlan(Plan):
             self._segment_blocks = max(1, min(-(-nseg // per_block), blocks_per_sm * sms))
         launcher = {
             "segments": lambda: self._segment_launchers(M),
-            "tensor": lambda: (KernelLauncher(kernels.partial.compiled, 3, (np.int64,) * 3),
-                               KernelLauncher(kernels.tensor_quantize.compiled, 7, (np.int64,) * 4 + (M,) * 3)),
+            "tensor": lambda: (KernelLauncher(kernels.partial.compiled, 3, (np.int64,) * 2),
+                               KernelLauncher(kernels.tensor_quantize.compiled, 7, (np.int64,) * 3 + (M,) * 3)),
             "columns": lambda: (KernelLauncher(kernels.column_partial.compiled, 3, (np.int64,) * 5),
                                 KernelLauncher(kernels.channel_finalize.compiled, 3, (np.int64,) * 3 + (M,) * 3),
                                 KernelLauncher(kernels.column_quantize.compiled, 6, (np.int64,) * 6 + (M,) * 2)),
@@ -524,14 +519,13 @@ class DynamicRangeQuantizePlan(Plan):
         G = self._kernels.chunk
         aligned = _aligned(x, G) and _aligned(q, G)
         nchunks = self._n // G if aligned else 0
-        tail = min(nchunks, self._l2_tail_bytes // (G * x.element.itemsize))
         x_views = chunk_views(x, self._n, nchunks, G)
         partial, quantize = self._launchers
-        partial.launch(self._partial_blocks, self._threads, handle, (*x_views, partials), (self._n, nchunks, tail),
+        partial.launch(self._partial_blocks, self._threads, handle, (*x_views, partials), (self._n, nchunks),
                        device_id)
         quantize.launch(self._quantize_blocks, self._threads, handle,
                         (*x_views, *chunk_views(q, self._n, nchunks, G), partials, scale_view, zp_view),
-                        (self._n, nchunks, self._partial_blocks, tail, *self._q_scalars), device_id)
+                        (self._n, nchunks, self._partial_blocks, *self._q_scalars), device_id)
 
     def _run_columns(self, x, q, partials, scale_view, zp_view, handle, device_id) -> None:
         outer, channels, inner, width = self._columns
