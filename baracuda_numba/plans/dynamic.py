@@ -62,8 +62,13 @@ class DynamicTuning:
     # 81.1 / 88.6 without them.
     resident_blocks_per_sm: int = 128
     resident_staged: bool = False  # aligned resident segments: the next round's chunks staged by cp.async
-    tensor_partial_blocks_per_sm: int = 4  # blocks of the partial-range pass (one partial each)
-    tensor_quantize_blocks_per_sm: int = 8  # blocks of the quantize pass
+    # Blocks of the tensor scope's range pass (one partial each) and of its quantize pass. H100, [65536, 4096]
+    # bf16 against torch.compile's 455.5-457.0 us (session 27, call 3, benchmarks/probe_tensor_scope.py; range :
+    # quantize blocks per SM): 4 : 8 456.7-457.0 us (a quarter of the warps resident in the range pass, 87% of
+    # DRAM peak), 8 : 8 451.0-451.3, 16 : 8 451.9-452.0, 2 : 8 501.7, 4 : 16 468.2-468.5, 8 : 16 460.1-462.3,
+    # 8 : 32 456.8-457.1, 16 : 128 451.9.
+    tensor_partial_blocks_per_sm: int = 8
+    tensor_quantize_blocks_per_sm: int = 8
     column_threads_per_sm: int = 2048  # threads of the column passes (rows split into that many slices)
     # Segments too long for a resident block of resident_threads, but no more of them than SMs: one
     # block of up to this many threads per segment (every chunk in registers, one round of loads), where
