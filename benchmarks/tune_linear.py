@@ -854,7 +854,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=["sass", "exact", "prefill", "decode", "host", "fused",
                                                        "host_calls"])
     parser.add_argument("--decode-m", nargs="*", type=int, help="fused: only these M (default: 1, 2, 4, 8, 16)")
-    parser.add_argument("--decode-nk", nargs="*", help="fused: only these N x K (as 4096x4096)")
+    parser.add_argument("--decode-nk", nargs="*", help="fused: these N x K (as 4096x4096) instead")
     parser.add_argument("--early", nargs="*", type=int, help="fused: these FUSED_EARLY_L2 variants (default: 1 2 4 8)")
     parser.add_argument("--old-root", help="fused_ab: a directory holding another checkout's baracuda_numba")
     parser.add_argument("--variants", nargs="*", help="fused_ab: this checkout's variants besides the shipped one "
@@ -870,10 +870,11 @@ def main() -> None:
     if args.side:
         fused_side(args.side, args.copy, Path(args.save) if args.save else None)
         return
+    if args.decode_nk:  # any N x K, at the M of FUSED_DECODE (or --decode-m)
+        ms = sorted({shape[0] for shape in FUSED_DECODE})
+        FUSED_DECODE[:] = [(m, *map(int, nk.split("x"))) for nk in args.decode_nk for m in ms]
     if args.decode_m:
         FUSED_DECODE[:] = [shape for shape in FUSED_DECODE if shape[0] in args.decode_m]
-    if args.decode_nk:
-        FUSED_DECODE[:] = [shape for shape in FUSED_DECODE if f"{shape[1]}x{shape[2]}" in args.decode_nk]
     if args.early is not None:
         FUSED_EARLY[:] = args.early
     out_dir = Path(args.out)
