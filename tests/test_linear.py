@@ -289,23 +289,24 @@ def test_staging_weight_in_shared_memory_matches_reference(monkeypatch, variant,
     clear_plan_cache()
 
 
-@pytest.mark.parametrize(("m", "n", "k", "one_wave", "two_launches"), [
-    (1, 24, 64, False, True), (1, 24, 64, True, False), (2, 24, 64, True, False), (1, 32, 128, False, False),
-    (2, 40, 128, False, False)])
-def test_capture_launches_two_kernels_where_fusing_only_saves_host_time(monkeypatch, m, n, k, one_wave, two_launches):
+@pytest.mark.parametrize(("m", "n", "k", "sms", "two_launches"), [
+    (1, 64, 64, 1, True), (1, 24, 64, 132, False), (2, 24, 64, 132, False), (1, 88, 64, 1, False),
+    (1, 32, 128, 1, False), (2, 40, 128, 1, False)])
+def test_capture_launches_two_kernels_where_fusing_only_saves_host_time(monkeypatch, m, n, k, sms, two_launches):
     """A call being captured into a CUDA graph (where host time is not spent again at replay) launches the
     quantizer and the GEMM where the fused kernel is chosen for host time alone (weights under
-    FUSED_MIN_K x FUSED_MIN_N whose blocks do not fit one wave at two per SM), and keeps the fused kernel
-    where it is the faster on the GPU too (``one_wave``, up to ONE_WAVE_FUSED_MAX_M tokens); eager calls
-    fuse at every shape here. Bit for bit against the reference either way."""
+    FUSED_MIN_K x FUSED_MIN_N whose blocks do not fit one wave at two per SM and make (1, 1.5] waves at
+    three), and keeps the fused kernel where it is the faster on the GPU too (one wave, up to
+    ONE_WAVE_FUSED_MAX_M tokens; one token past 1.5 waves); eager calls fuse at every shape here. Bit for bit
+    against the reference either way."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
     monkeypatch.setattr(plans, "FUSED_MIN_K", 128)  # in place of 8192 x 8192, small enough to simulate
     monkeypatch.setattr(plans, "FUSED_MIN_N", 32)
-    # no multiprocessor: no weight fits one wave (in place of 4224 rows and more)
-    monkeypatch.setattr(plans, "_multiprocessors", lambda: 132 if one_wave else 0)
+    # one multiprocessor (in place of 132): 64 rows are 4 blocks of 16, 1.33 waves of 3; 88 rows 2 waves
+    monkeypatch.setattr(plans, "_multiprocessors", lambda: sms)
     clear_plan_cache()
     rng = np.random.default_rng(m + n + k)
     x = torch.from_numpy(rng.standard_normal((m, k)).astype(np.float32))
@@ -1050,7 +1051,7 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
     k, n, fm, fa = plans.FUSED_MIN_K, plans.FUSED_MIN_N, plans.FUSED_MAX_M, plans.FUSED_ANY_SHAPE_MAX_M
     assert fa < fm
     cases = [(fa, 8, 64, "fused"), (fm, n, k, "fused"), (fm, plans.FUSED_MAX_N, k, "fused"),
-             (fa, plans.FUSED_MAX_N + 16, 64, "skinny_vector"),
+             (fa, plans.WIDE_FUSED_MAX_N + 16, 64, "skinny_vector"),
              (fm + 1, n, k, "skinny_vector"), (fm, n, k - 16, "skinny_vector"), (fm, n - 16, k, "skinny_vector"),
              (16, n, k, "skinny_vector"), (fm, plans.FUSED_MAX_N + 16, k, "skinny_vector"),
              (64, 8, 64, "skinny_vector")]
@@ -1060,8 +1061,13 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
     assert plans.ONE_WAVE_FUSED_MAX_M == 2 and plans.ONE_WAVE_SHAPE
     cases += [(2, 4096, 4096, "fused"), (2, 4224, 4096, "fused"), (2, 4240, 4096, "skinny_vector"),
               (3, 4096, 4096, "skinny_vector"), (2, 4096, 8192, "skinny_vector")]
-    cases += [(1, 4096, 4096, "fused"), (1, 8192, 4096, "fused"), (1, 8208, 4096, "skinny_vector"),
-              (1, 11008, 4096, "skinny_vector"), (1, 4096, 11008, "skinny_vector"), (1, 8192, 8192, "fused")]
+    cases += [(1, 4096, 4096, "fused"), (1, 8192, 4096, "fused"), (1, 8192, 8192, "fused")]
+    # one token past 32 MiB at K < FUSED_MIN_K, up to WIDE_FUSED_MAX_N rows, where the fused kernel's blocks
+    # (16 rows each, 3 per SM on 132 SMs) do not make (1, 1.5] waves: 8208 rows 1.30, 9504 1.50, 9520 1.50+
+    assert (plans.WIDE_FUSED_MAX_M, plans.WIDE_FUSED_MAX_N, plans.WIDE_FUSED_SKIP_WAVES) == (1, 14336, 1.5)
+    cases += [(1, 8208, 4096, "skinny_vector"), (1, 9504, 4096, "skinny_vector"), (1, 9520, 4096, "fused"),
+              (1, 11008, 4096, "fused"), (1, 14336, 4096, "fused"), (1, 14352, 4096, "skinny_vector"),
+              (2, 11008, 4096, "skinny_vector"), (1, 4096, 11008, "skinny_vector")]
     for m, n, kk, variant in cases:
         x, w, ws = np.zeros((m, kk), np.float32), np.zeros((n, kk), np.int8), np.ones(n, np.float32)
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, kk, "f32", "f32"))

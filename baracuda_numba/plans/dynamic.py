@@ -63,12 +63,13 @@ class DynamicTuning:
     resident_blocks_per_sm: int = 128
     resident_staged: bool = False  # aligned resident segments: the next round's chunks staged by cp.async
     # Blocks of the tensor scope's range pass (one partial each) and of its quantize pass. H100, [65536, 4096]
-    # bf16 against torch.compile's 455.5-457.0 us (session 27, call 3, benchmarks/probe_tensor_scope.py; range :
-    # quantize blocks per SM): 4 : 8 456.7-457.0 us (a quarter of the warps resident in the range pass, 87% of
-    # DRAM peak), 8 : 8 451.0-451.3, 16 : 8 451.9-452.0, 2 : 8 501.7, 4 : 16 468.2-468.5, 8 : 16 460.1-462.3,
-    # 8 : 32 456.8-457.1, 16 : 128 451.9.
+    # bf16 against torch.compile's 455.5-457.8 us (session 27, calls 3-5, benchmarks/probe_tensor_scope.py;
+    # range : quantize blocks per SM): 4 : 8 456.7-457.0 us (a quarter of the warps resident in the range
+    # pass, 87% of DRAM peak), 8 : 8 451.0-452.3, 16 : 8 451.9-453.0, 2 : 8 501.7, 4 : 16 468.2-468.5,
+    # 8 : 16 460.1-462.3, 8 : 32 456.8-457.1, 16 : 128 451.9; 8 : 3 469.9-470.1, 8 : 4 447.8-449.6,
+    # 8 : 5 446.8-446.9, 8 : 6 448.7-450.1, 8 : 7 451.3-452.1, 8 : 12 482.3-483.0, 6 : 6 449.7-451.4.
     tensor_partial_blocks_per_sm: int = 8
-    tensor_quantize_blocks_per_sm: int = 8
+    tensor_quantize_blocks_per_sm: int = 5
     column_threads_per_sm: int = 2048  # threads of the column passes (rows split into that many slices)
     # Segments too long for a resident block of resident_threads, but no more of them than SMs: one
     # block of up to this many threads per segment (every chunk in registers, one round of loads), where

@@ -12,6 +12,7 @@ is ``[N, K]`` int8 row-major (``nn.Linear.weight``), ``weight_scale`` ``[N]`` fl
 from __future__ import annotations
 
 import functools
+import math
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -161,6 +162,17 @@ FUSED_MAX_M = 2
 FUSED_DEPENDENT_MIN_K = 0
 FUSED_ANY_SHAPE_MAX_M = 1
 FUSED_ANY_SHAPE_MAX_WEIGHT = 32 << 20
+# One token with K < FUSED_MIN_K (2 column tiles), up to WIDE_FUSED_MAX_N rows, takes the fused kernel (a
+# programmatic dependent) past FUSED_ANY_SHAPE_MAX_WEIGHT too, and keeps it under capture: it is the faster
+# on the GPU, unless its blocks make more than one wave and at most WIDE_FUSED_SKIP_WAVES at its launch bounds
+# (3 per SM), where the few blocks of the last wave each pay the prologue. Session 27 (H100, graph replay of
+# back-to-back calls, weights rotating past L2, % of the eager copy, fused / two launches, waves):
+# 6144 x 4096 74.3 / 59.2 (0.97), 8192 x 4096 63.7 / 67.3 (1.29), 11008 x 4096 74.3-74.5 / 70.5-70.9 (1.74),
+# 14336 x 4096 74.9 / 72.5 (2.26); at K = 11008 (4 tiles) 4096 x 11008 60.6 / 63.2. Two tokens at 11008 x 4096:
+# 68.9 / 69.2 (session 26).
+WIDE_FUSED_MAX_M = 1
+WIDE_FUSED_MAX_N = 14336
+WIDE_FUSED_SKIP_WAVES = 1.5
 # A call captured into a CUDA graph costs no host time at replay, so there the shapes that fuse only for
 # host time (FUSED_ANY_SHAPE_MAX_M: weights under FUSED_MIN_K x FUSED_MIN_N) launch the two kernels, the
 # faster on the GPU: M = 1 at 4096^2, fused 63.8 against 71.0% of copy (session 21, call 1). False: the
@@ -618,7 +630,8 @@ class QuantizedLinearPlan(_LinearPlan):
         if not d.static_weight and self._one_wave_fused():
             any_shape = max(any_shape, ONE_WAVE_FUSED_MAX_M)
         tokens = FUSED_MAX_M if large else any_shape if d.n * d.k <= FUSED_ANY_SHAPE_MAX_WEIGHT else 0
-        return (d.m <= tokens and d.n <= FUSED_MAX_N and d.k % 16 == 0
+        max_n = WIDE_FUSED_MAX_N if self._wide_fused() else FUSED_MAX_N
+        return (d.m <= tokens and d.n <= max_n and d.k % 16 == 0
                 and gemm.fused_shared_bytes(d.m, d.k) <= FUSED_MAX_SHARED)
 
     def _static_weight(self) -> bool:
@@ -627,7 +640,21 @@ class QuantizedLinearPlan(_LinearPlan):
     def _fused_on_gpu_time(self) -> bool:
         """Whether the fused kernel is the faster one on the GPU at this shape (not only on the host)."""
         d = self.desc
-        return (d.k >= FUSED_MIN_K and d.n >= FUSED_MIN_N) or (self._one_wave_fused() and d.m <= ONE_WAVE_FUSED_MAX_M)
+        return ((d.k >= FUSED_MIN_K and d.n >= FUSED_MIN_N) or (self._one_wave_fused() and d.m <= ONE_WAVE_FUSED_MAX_M)
+                or self._wide_fused())
+
+    def _wide_fused(self) -> bool:
+        """Whether the fused kernel is the faster on the GPU by WIDE_FUSED_MAX_M / WIDE_FUSED_MAX_N /
+        WIDE_FUSED_SKIP_WAVES: few tokens, 2 column tiles, its blocks not more than one wave and at most
+        WIDE_FUSED_SKIP_WAVES at its launch bounds."""
+        d = self.desc
+        tiles = gemm.skinny_tiles(d.k)
+        min_blocks = gemm.fused_min_blocks(tiles, self.entry.input_element)
+        if d.m > WIDE_FUSED_MAX_M or tiles != 2 or d.n > WIDE_FUSED_MAX_N or not min_blocks:
+            return False
+        slots = min_blocks * _multiprocessors()
+        waves = -(-d.n // (SKINNY_N * tiles)) / slots if slots else math.inf
+        return not 1 < waves <= WIDE_FUSED_SKIP_WAVES
 
     def _one_wave_fused(self) -> bool:
         """Whether the fused kernel would run in its one-wave shape without the static promise."""
@@ -759,8 +786,9 @@ class QuantizedLinearPlan(_LinearPlan):
         (the fused kernel needs none; the fast path below keeps one per stream).
 
         At ``m <= FUSED_MAX_M``, ``FUSED_MIN_K <= k``, ``FUSED_MIN_N <= n <= FUSED_MAX_N`` (and at
-        ``m <= FUSED_ANY_SHAPE_MAX_M`` for any ``n <= FUSED_MAX_N`` with ``n * k <= FUSED_ANY_SHAPE_MAX_WEIGHT``),
-        ``K % 16 == 0``, with 16-byte aligned ``x``
+        ``m <= FUSED_ANY_SHAPE_MAX_M`` for any ``n <= FUSED_MAX_N`` with ``n * k <= FUSED_ANY_SHAPE_MAX_WEIGHT``,
+        and at ``m <= WIDE_FUSED_MAX_M`` with ``k < FUSED_MIN_K`` up to ``WIDE_FUSED_MAX_N`` rows outside a
+        window of waves, ``WIDE_FUSED_SKIP_WAVES``), ``K % 16 == 0``, with 16-byte aligned ``x``
         and weight, one kernel does both (``fused``); other decode shapes
         (``m <= 64``) launch the skinny GEMM as the quantizer's programmatic dependent (``DEPENDENT_GEMM``),
         sm_90. When, in addition,
