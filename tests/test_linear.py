@@ -476,7 +476,8 @@ def test_static_smoothquant_decode_is_a_dependent_launch(m, n, k, dtype, bias):
 
 # The unfused decode GEMM's chunks and launch bounds by shape: with 4 column tiles (K >= 8192) one chunk
 # where its blocks outnumber the SMs (two chunks take 140 registers, one block per SM), two where they
-# fit one wave; with 2 tiles the dependent kernel runs under launch bounds of 2 blocks.
+# fit one wave; with 2 tiles the dependent kernel runs under launch bounds of 2 blocks (SmoothQuant's, waiting
+# first, with one chunk where its blocks outnumber two per SM).
 @pytest.mark.parametrize(("m", "n", "k", "name"), [
     (1, 8192, 8192, "skinny1x4_db_v_dep1_"), (16, 8192, 8192, "skinny1x4_db_v_dep1_"),
     (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_"), (1, 4096, 4096, "skinny2x2_db_v_dep1_l2p1_b2_"),
@@ -497,34 +498,38 @@ def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name):
         one_wave = -(-m // 16) * -(-n // (8 * (4 if k >= 8192 else 2))) <= 2 * 132  # not 11008 x 4096
         early = f"e{plans.WAIT_FIRST_EARLY_L2}_" if one_wave else ""
         waits = name if static else name.replace("_dep1_", f"_dep1_w_{early}")
+        if not (static or one_wave or k >= 8192):  # more than a wave of 2-tile blocks: WAIT_FIRST_MULTI_WAVE_CHUNKS
+            waits = waits.replace("skinny2x2", f"skinny{plans.WAIT_FIRST_MULTI_WAVE_CHUNKS}x2")
         assert _skinny_vector_name(sq) == f"w8a8_gemm_{waits}bf16_tensor"
     clear_plan_cache()
 
 
-@pytest.mark.parametrize("static", [False, True])
-def test_decode_gemm_with_one_chunk_of_four_tiles_matches_reference(monkeypatch, static):
-    """The multi-wave 4-tile kernels (1 chunk), forced at a small shape: quantized_linear's dependent
-    GEMM and SmoothQuant's (waiting first, or loading its weight first with a static one), bit for bit."""
+@pytest.mark.parametrize(("static", "tiles"), [(False, 4), (True, 4), (False, 2)])
+def test_decode_gemm_with_one_chunk_matches_reference(monkeypatch, static, tiles):
+    """The multi-wave 1-chunk kernels, forced at a small shape: with 4 tiles quantized_linear's dependent
+    GEMM and SmoothQuant's (waiting first, or loading its weight first with a static one); with 2 tiles
+    SmoothQuant's waiting first (WAIT_FIRST_MULTI_WAVE_CHUNKS) next to quantized_linear's 2 chunks; bit for bit."""
     from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
     _force_decode_variant(monkeypatch, "two_launch")
-    monkeypatch.setattr(gemm, "SKINNY_TILES", 4)
+    monkeypatch.setattr(gemm, "SKINNY_TILES", tiles)
     monkeypatch.setattr(plans, "_multiprocessors", lambda: 1)
     clear_plan_cache()
     rng = np.random.default_rng(5)
-    m, n, k = 3, 72, 1040  # 3 column blocks of 32, the last one partial; K past the warps' 8 x 64 bytes
+    m, n, k = 3, 72, 1040  # 3 column blocks of 32 (5 of 16), the last one partial; K past the warps' 8 x 64 bytes
     x = rng.standard_normal((m, k)).astype(np.float32)
     act = rng.integers(-127, 128, (m, k)).astype(np.int8)
     w, ws = weights(rng, n, k)
     bias = rng.standard_normal(n).astype(np.float32)
     plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32", True, static))
-    assert _skinny_vector_name(plan).startswith("w8a8_gemm_skinny1x4_db_v_dep1")
+    gemm_chunks = 1 if tiles == 4 else gemm.VECTOR_CHUNKS
+    assert _skinny_vector_name(plan).startswith(f"w8a8_gemm_skinny{gemm_chunks}x{tiles}_db_v_dep1")
     np.testing.assert_array_equal(bn.quantized_linear(x, w, ws, bias=bias, static_weight=static),
                                   ref.linear.quantized_linear(x, w, ws, bias))
     sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "f32", True, static))
-    assert _skinny_vector_name(sq).startswith("w8a8_gemm_skinny1x4_db_v_dep1" + ("_l2p" if static else "_w_"))
+    assert _skinny_vector_name(sq).startswith(f"w8a8_gemm_skinny1x{tiles}_db_v_dep1" + ("_l2p" if static else "_w_"))
     np.testing.assert_array_equal(bn.smoothquant_linear(act, w, ws, 0.021, bias=bias, static_weight=static),
                                   ref.linear.smoothquant_linear(act, w, ws, 0.021, bias, np.float32))
     clear_plan_cache()

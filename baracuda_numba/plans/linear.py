@@ -132,6 +132,10 @@ DEPENDENT_GEMM = True
 # 85.8 / 80.5, 86.2 / 81.7; but 11008 x 4096 (688 blocks, several waves) 78.2 / 71.1 -> 76.2 / 69.0, 75.0 /
 # 67.6, 68.2 / 63.9.
 WAIT_FIRST_EARLY_L2 = 2
+# ... and keeps this many chunks in flight (in place of kernels.linear.VECTOR_CHUNKS) where, with 2 column tiles,
+# its blocks outnumber two per SM. Session 27 (call 7, same measure, M = 1 / 16, 2 chunks -> 1): 11008 x 4096
+# 78.1 / 70.5 -> 78.0 / 72.4; under launch bounds of 3, 77.9 / 72.2 (at 4096^2, one wave, 1 chunk loses 13 points).
+WAIT_FIRST_MULTI_WAVE_CHUNKS = 1
 # Up to FUSED_MAX_M tokens, with K of at least FUSED_MIN_K and FUSED_MIN_N .. FUSED_MAX_N weight rows, and
 # up to FUSED_ANY_SHAPE_MAX_M tokens against any weight up to FUSED_MAX_N rows and FUSED_ANY_SHAPE_MAX_WEIGHT
 # bytes (the quantized rows within
@@ -289,6 +293,9 @@ class _LinearPlan(Plan):
             dependent = self._dependent_gemm()
             blocks = -(-desc.m // SKINNY_M) * -(-desc.n // (SKINNY_N * tiles))
             chunks = gemm.skinny_chunks(False, dependent, tiles, blocks, _multiprocessors())
+            if (dependent and self._dependent_waits_first() and tiles == 2 and blocks > 2 * _multiprocessors()
+                    and gemm.DEPENDENT_CHUNKS is None):
+                chunks = WAIT_FIRST_MULTI_WAVE_CHUNKS
             staged = gemm.dependent_staged(desc.m, desc.n, desc.k, chunks, tiles) if dependent else 0
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, tiles,
                                    double_buffer=True, vector_only=True,
