@@ -477,11 +477,11 @@ def test_static_smoothquant_decode_is_a_dependent_launch(m, n, k, dtype, bias):
 # The unfused decode GEMM's chunks and launch bounds by shape: with 4 column tiles (K >= 8192) one chunk
 # where its blocks outnumber the SMs (two chunks take 140 registers, one block per SM), two where they
 # fit one wave; with 2 tiles the dependent kernel runs under launch bounds of 2 blocks (SmoothQuant's, waiting
-# first, with one chunk where its blocks outnumber two per SM).
+# first, with one chunk where its blocks make one wave at three per SM but not at two).
 @pytest.mark.parametrize(("m", "n", "k", "name"), [
     (1, 8192, 8192, "skinny1x4_db_v_dep1_"), (16, 8192, 8192, "skinny1x4_db_v_dep1_"),
     (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_"), (1, 4096, 4096, "skinny2x2_db_v_dep1_l2p1_b2_"),
-    (16, 11008, 4096, "skinny2x2_db_v_dep1_b2_")])
+    (16, 11008, 4096, "skinny2x2_db_v_dep1_b2_"), (16, 6144, 4096, "skinny2x2_db_v_dep1_b2_")])
 def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name):
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
@@ -498,8 +498,8 @@ def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name):
         one_wave = -(-m // 16) * -(-n // (8 * (4 if k >= 8192 else 2))) <= 2 * 132  # not 11008 x 4096
         early = f"e{plans.WAIT_FIRST_EARLY_L2}_" if one_wave else ""
         waits = name if static else name.replace("_dep1_", f"_dep1_w_{early}")
-        if not (static or one_wave or k >= 8192):  # more than a wave of 2-tile blocks: WAIT_FIRST_MULTI_WAVE_CHUNKS
-            waits = waits.replace("skinny2x2", f"skinny{plans.WAIT_FIRST_MULTI_WAVE_CHUNKS}x2")
+        if not static and n == 6144:  # 2-tile blocks, one wave at 3 per SM only: WAIT_FIRST_3_PER_SM_CHUNKS
+            waits = waits.replace("skinny2x2", f"skinny{plans.WAIT_FIRST_3_PER_SM_CHUNKS}x2")
         assert _skinny_vector_name(sq) == f"w8a8_gemm_{waits}bf16_tensor"
     clear_plan_cache()
 
@@ -508,7 +508,7 @@ def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name):
 def test_decode_gemm_with_one_chunk_matches_reference(monkeypatch, static, tiles):
     """The multi-wave 1-chunk kernels, forced at a small shape: with 4 tiles quantized_linear's dependent
     GEMM and SmoothQuant's (waiting first, or loading its weight first with a static one); with 2 tiles
-    SmoothQuant's waiting first (WAIT_FIRST_MULTI_WAVE_CHUNKS) next to quantized_linear's 2 chunks; bit for bit."""
+    SmoothQuant's waiting first (WAIT_FIRST_3_PER_SM_CHUNKS) next to quantized_linear's 2 chunks; bit for bit."""
     from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
@@ -518,7 +518,9 @@ def test_decode_gemm_with_one_chunk_matches_reference(monkeypatch, static, tiles
     monkeypatch.setattr(plans, "_multiprocessors", lambda: 1)
     clear_plan_cache()
     rng = np.random.default_rng(5)
-    m, n, k = 3, 72, 1040  # 3 column blocks of 32 (5 of 16), the last one partial; K past the warps' 8 x 64 bytes
+    # 3 column blocks (of 32 / of 16 rows; one wave at 3 per SM, not at 2), the last one partial; K past the
+    # warps' 8 x 64 bytes
+    m, n, k = 3, 72 if tiles == 4 else 40, 1040
     x = rng.standard_normal((m, k)).astype(np.float32)
     act = rng.integers(-127, 128, (m, k)).astype(np.int8)
     w, ws = weights(rng, n, k)

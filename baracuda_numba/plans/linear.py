@@ -133,9 +133,12 @@ DEPENDENT_GEMM = True
 # 67.6, 68.2 / 63.9.
 WAIT_FIRST_EARLY_L2 = 2
 # ... and keeps this many chunks in flight (in place of kernels.linear.VECTOR_CHUNKS) where, with 2 column tiles,
-# its blocks outnumber two per SM. Session 27 (call 7, same measure, M = 1 / 16, 2 chunks -> 1): 11008 x 4096
-# 78.1 / 70.5 -> 78.0 / 72.4; under launch bounds of 3, 77.9 / 72.2 (at 4096^2, one wave, 1 chunk loses 13 points).
-WAIT_FIRST_MULTI_WAVE_CHUNKS = 1
+# its blocks make more than one wave at two per SM and at most one at three: 1 chunk takes 72 registers (2
+# chunks 96, local ptxas), so three blocks fit an SM. Session 27 (calls 7-8, same measure, M = 1 / 16, 2 chunks
+# -> 1; blocks of 16 rows): 6144 x 4096 (384 blocks) 69.1 / 62.4 -> 75.8 / 70.3; more blocks: 11008 x 4096
+# 77.7-78.1 / 70.5-71.0 -> 77.3-78.0 / 72.1-72.4, 14336 x 4096 80.0 / 73.4 -> 75.4 / 70.3; at 4096^2 (256
+# blocks, one wave at two) 72.1 / 69.7 -> 59.2 / 56.0.
+WAIT_FIRST_3_PER_SM_CHUNKS = 1
 # Up to FUSED_MAX_M tokens, with K of at least FUSED_MIN_K and FUSED_MIN_N .. FUSED_MAX_N weight rows, and
 # up to FUSED_ANY_SHAPE_MAX_M tokens against any weight up to FUSED_MAX_N rows and FUSED_ANY_SHAPE_MAX_WEIGHT
 # bytes (the quantized rows within
@@ -293,9 +296,9 @@ class _LinearPlan(Plan):
             dependent = self._dependent_gemm()
             blocks = -(-desc.m // SKINNY_M) * -(-desc.n // (SKINNY_N * tiles))
             chunks = gemm.skinny_chunks(False, dependent, tiles, blocks, _multiprocessors())
-            if (dependent and self._dependent_waits_first() and tiles == 2 and blocks > 2 * _multiprocessors()
-                    and gemm.DEPENDENT_CHUNKS is None):
-                chunks = WAIT_FIRST_MULTI_WAVE_CHUNKS
+            if (dependent and self._dependent_waits_first() and tiles == 2 and gemm.DEPENDENT_CHUNKS is None
+                    and 2 * _multiprocessors() < blocks <= 3 * _multiprocessors()):
+                chunks = WAIT_FIRST_3_PER_SM_CHUNKS
             staged = gemm.dependent_staged(desc.m, desc.n, desc.k, chunks, tiles) if dependent else 0
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, tiles,
                                    double_buffer=True, vector_only=True,
