@@ -476,12 +476,13 @@ def test_static_smoothquant_decode_is_a_dependent_launch(m, n, k, dtype, bias):
 
 # The unfused decode GEMM's chunks and launch bounds by shape: with 4 column tiles (K >= 8192) one chunk
 # where its blocks outnumber the SMs (two chunks take 140 registers, one block per SM), two where they
-# fit one wave; with 2 tiles the dependent kernel runs under launch bounds of 2 blocks (SmoothQuant's, waiting
-# first, with one chunk where its blocks make one wave at three per SM but not at two).
+# fit one wave; with 2 tiles the dependent kernel runs under launch bounds of 2 blocks, with one chunk where its
+# blocks make one wave at three per SM but not at two (THREE_PER_SM_CHUNKS: 265-396 blocks of 16 rows).
 @pytest.mark.parametrize(("m", "n", "k", "name"), [
     (1, 8192, 8192, "skinny1x4_db_v_dep1_"), (16, 8192, 8192, "skinny1x4_db_v_dep1_"),
     (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_"), (1, 4096, 4096, "skinny2x2_db_v_dep1_l2p1_b2_"),
-    (16, 11008, 4096, "skinny2x2_db_v_dep1_b2_"), (16, 6144, 4096, "skinny2x2_db_v_dep1_b2_")])
+    (16, 11008, 4096, "skinny2x2_db_v_dep1_b2_"), (16, 6144, 4096, "skinny1x2_db_v_dep1_b2_"),
+    (2, 4240, 4096, "skinny1x2_db_v_dep1_b2_")])
 def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name):
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
@@ -498,17 +499,15 @@ def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name):
         one_wave = -(-m // 16) * -(-n // (8 * (4 if k >= 8192 else 2))) <= 2 * 132  # not 11008 x 4096
         early = f"e{plans.WAIT_FIRST_EARLY_L2}_" if one_wave else ""
         waits = name if static else name.replace("_dep1_", f"_dep1_w_{early}")
-        if not static and n == 6144:  # 2-tile blocks, one wave at 3 per SM only: WAIT_FIRST_3_PER_SM_CHUNKS
-            waits = waits.replace("skinny2x2", f"skinny{plans.WAIT_FIRST_3_PER_SM_CHUNKS}x2")
         assert _skinny_vector_name(sq) == f"w8a8_gemm_{waits}bf16_tensor"
     clear_plan_cache()
 
 
 @pytest.mark.parametrize(("static", "tiles"), [(False, 4), (True, 4), (False, 2)])
 def test_decode_gemm_with_one_chunk_matches_reference(monkeypatch, static, tiles):
-    """The multi-wave 1-chunk kernels, forced at a small shape: with 4 tiles quantized_linear's dependent
-    GEMM and SmoothQuant's (waiting first, or loading its weight first with a static one); with 2 tiles
-    SmoothQuant's waiting first (WAIT_FIRST_3_PER_SM_CHUNKS) next to quantized_linear's 2 chunks; bit for bit."""
+    """The 1-chunk kernels, forced at a small shape: quantized_linear's dependent GEMM and SmoothQuant's (waiting
+    first, or loading its weight first with a static one), with 4 tiles (more blocks than SMs) and with 2
+    (one wave at three per SM, not at two: THREE_PER_SM_CHUNKS); bit for bit."""
     from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
@@ -526,8 +525,7 @@ def test_decode_gemm_with_one_chunk_matches_reference(monkeypatch, static, tiles
     w, ws = weights(rng, n, k)
     bias = rng.standard_normal(n).astype(np.float32)
     plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32", True, static))
-    gemm_chunks = 1 if tiles == 4 else gemm.VECTOR_CHUNKS
-    assert _skinny_vector_name(plan).startswith(f"w8a8_gemm_skinny{gemm_chunks}x{tiles}_db_v_dep1")
+    assert _skinny_vector_name(plan).startswith(f"w8a8_gemm_skinny1x{tiles}_db_v_dep1")
     np.testing.assert_array_equal(bn.quantized_linear(x, w, ws, bias=bias, static_weight=static),
                                   ref.linear.quantized_linear(x, w, ws, bias))
     sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "f32", True, static))
@@ -1066,7 +1064,7 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
     assert plans.FUSED_ANY_SHAPE_MAX_WEIGHT == 8192 * 4096
     # two tokens where the fused kernel's blocks fit one wave (ONE_WAVE_FUSED_MAX_M): 4224 rows at K = 4096
     assert plans.ONE_WAVE_FUSED_MAX_M == 2 and plans.ONE_WAVE_SHAPE
-    cases += [(2, 4096, 4096, "fused"), (2, 4224, 4096, "fused"), (2, 4240, 4096, "skinny_vector"),
+    cases += [(2, 4096, 4096, "fused"), (2, 4224, 4096, "fused"), (2, 4240, 4096, "fused"),  # (then one wave of 3)
               (3, 4096, 4096, "skinny_vector"), (2, 4096, 8192, "skinny_vector")]
     cases += [(1, 4096, 4096, "fused"), (1, 8192, 4096, "fused"), (1, 8192, 8192, "fused")]
     # one token past 32 MiB at K < FUSED_MIN_K, up to WIDE_FUSED_MAX_N rows, where the fused kernel's blocks
@@ -1075,6 +1073,10 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
     cases += [(1, 8208, 4096, "skinny_vector"), (1, 9504, 4096, "skinny_vector"), (1, 9520, 4096, "fused"),
               (1, 11008, 4096, "fused"), (1, 14336, 4096, "fused"), (1, 14352, 4096, "skinny_vector"),
               (2, 11008, 4096, "skinny_vector"), (1, 4096, 11008, "skinny_vector")]
+    # two tokens where those blocks make at most one wave (WIDE_ONE_WAVE_FUSED_MAX_M): up to 6336 rows
+    assert plans.WIDE_ONE_WAVE_FUSED_MAX_M == 2
+    cases += [(2, 6144, 4096, "fused"), (2, 6336, 4096, "fused"), (2, 6352, 4096, "skinny_vector"),
+              (4, 6144, 4096, "skinny_vector")]
     for m, n, kk, variant in cases:
         x, w, ws = np.zeros((m, kk), np.float32), np.zeros((n, kk), np.int8), np.ones(n, np.float32)
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, kk, "f32", "f32"))

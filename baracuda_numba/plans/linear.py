@@ -132,13 +132,18 @@ DEPENDENT_GEMM = True
 # 85.8 / 80.5, 86.2 / 81.7; but 11008 x 4096 (688 blocks, several waves) 78.2 / 71.1 -> 76.2 / 69.0, 75.0 /
 # 67.6, 68.2 / 63.9.
 WAIT_FIRST_EARLY_L2 = 2
-# ... and keeps this many chunks in flight (in place of kernels.linear.VECTOR_CHUNKS) where, with 2 column tiles,
-# its blocks make more than one wave at two per SM and at most one at three: 1 chunk takes 72 registers (2
-# chunks 96, local ptxas), so three blocks fit an SM. Session 27 (calls 7-8, same measure, M = 1 / 16, 2 chunks
-# -> 1; blocks of 16 rows): 6144 x 4096 (384 blocks) 69.1 / 62.4 -> 75.8 / 70.3; more blocks: 11008 x 4096
-# 77.7-78.1 / 70.5-71.0 -> 77.3-78.0 / 72.1-72.4, 14336 x 4096 80.0 / 73.4 -> 75.4 / 70.3; at 4096^2 (256
-# blocks, one wave at two) 72.1 / 69.7 -> 59.2 / 56.0.
-WAIT_FIRST_3_PER_SM_CHUNKS = 1
+# The dependent decode GEMM (quantized_linear's second launch, SmoothQuant's) keeps this many chunks in flight (in
+# place of kernels.linear.VECTOR_CHUNKS) where, with 2 column tiles, its blocks make more than one wave at two per
+# SM and at most one at three: 1 chunk takes 72 registers (2 chunks 96; local ptxas, every output dtype), so
+# three blocks fit an SM. Session 27 (H100, graph replay, % of the eager copy, 2 chunks -> 1; blocks of 16 rows):
+# - SmoothQuant, M = 1 / 16 (calls 7-10): 5120 x 4096 (320 blocks) 62.4 / 54.2 -> 70.4 / 66.4, 6144 x 4096 (384)
+#   67.6-69.1 / 60.6-62.6 -> 74.5-75.8 / 70.1-71.2; more blocks: 11008 x 4096 77.7-78.1 / 70.5-71.0 -> 77.3-78.0
+#   / 72.1-72.4, 14336 x 4096 80.0 / 73.4 -> 75.4 / 70.3; at 4096^2 (256, one wave at two) 72.1 / 69.7 -> 59.2
+#   / 56.0;
+# - quantized_linear's two launches, M = 1 / 2 / 4 / 16 (call 10): 5120 x 4096 52.1 / 52.0 / 50.7 / 47.7 -> 59.7
+#   / 58.8 / 58.6 / 55.4, 6144 x 4096 59.7 / 58.1 / 57.2 / 55.2 -> 64.6 / 64.2 / 63.7 / 59.2 (the GEMM alone
+#   69.0 -> 80.7 at M = 1); 11008 x 4096 70.5 / 65.1 -> 70.1 / 64.6 under launch bounds of 3 (call 7).
+THREE_PER_SM_CHUNKS = 1
 # Up to FUSED_MAX_M tokens, with K of at least FUSED_MIN_K and FUSED_MIN_N .. FUSED_MAX_N weight rows, and
 # up to FUSED_ANY_SHAPE_MAX_M tokens against any weight up to FUSED_MAX_N rows and FUSED_ANY_SHAPE_MAX_WEIGHT
 # bytes (the quantized rows within
@@ -176,8 +181,12 @@ FUSED_ANY_SHAPE_MAX_WEIGHT = 32 << 20
 # back-to-back calls, weights rotating past L2, % of the eager copy, fused / two launches, waves):
 # 6144 x 4096 74.3 / 59.2 (0.97), 8192 x 4096 63.7 / 67.3 (1.29), 11008 x 4096 74.3-74.5 / 70.5-70.9 (1.74),
 # 14336 x 4096 74.9 / 72.5 (2.26); at K = 11008 (4 tiles) 4096 x 11008 60.6 / 63.2. Two tokens at 11008 x 4096:
-# 68.9 / 69.2 (session 26).
+# 68.9 / 69.2 (session 26). Up to WIDE_ONE_WAVE_FUSED_MAX_M tokens fuse where those blocks make at most one
+# wave, and more than one at two per SM (fewer: ONE_WAVE_SHAPE's rule): M = 2 / 4 (call 10; the two launches
+# with THREE_PER_SM_CHUNKS) 5120 x 4096 62.2 / 45.5 against 58.8 / 58.6, 6144 x 4096 68.7 / 49.7 against
+# 64.2 / 63.7.
 WIDE_FUSED_MAX_M = 1
+WIDE_ONE_WAVE_FUSED_MAX_M = 2
 WIDE_FUSED_MAX_N = 14336
 WIDE_FUSED_SKIP_WAVES = 1.5
 # A call captured into a CUDA graph costs no host time at replay, so there the shapes that fuse only for
@@ -296,9 +305,9 @@ class _LinearPlan(Plan):
             dependent = self._dependent_gemm()
             blocks = -(-desc.m // SKINNY_M) * -(-desc.n // (SKINNY_N * tiles))
             chunks = gemm.skinny_chunks(False, dependent, tiles, blocks, _multiprocessors())
-            if (dependent and self._dependent_waits_first() and tiles == 2 and gemm.DEPENDENT_CHUNKS is None
+            if (dependent and tiles == 2 and gemm.DEPENDENT_CHUNKS is None
                     and 2 * _multiprocessors() < blocks <= 3 * _multiprocessors()):
-                chunks = WAIT_FIRST_3_PER_SM_CHUNKS
+                chunks = THREE_PER_SM_CHUNKS
             staged = gemm.dependent_staged(desc.m, desc.n, desc.k, chunks, tiles) if dependent else 0
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, tiles,
                                    double_buffer=True, vector_only=True,
@@ -654,16 +663,20 @@ class QuantizedLinearPlan(_LinearPlan):
                 or self._wide_fused())
 
     def _wide_fused(self) -> bool:
-        """Whether the fused kernel is the faster on the GPU by WIDE_FUSED_MAX_M / WIDE_FUSED_MAX_N /
-        WIDE_FUSED_SKIP_WAVES: few tokens, 2 column tiles, its blocks not more than one wave and at most
-        WIDE_FUSED_SKIP_WAVES at its launch bounds."""
+        """Whether the fused kernel is the faster on the GPU by the WIDE_FUSED_* rules: with 2 column tiles and
+        up to WIDE_FUSED_MAX_N rows, up to WIDE_FUSED_MAX_M tokens where its blocks do not make more than one
+        and at most WIDE_FUSED_SKIP_WAVES waves at its launch bounds, up to WIDE_ONE_WAVE_FUSED_MAX_M where
+        they make at most one there but more than one at two per SM."""
         d = self.desc
         tiles = gemm.skinny_tiles(d.k)
         min_blocks = gemm.fused_min_blocks(tiles, self.entry.input_element)
-        if d.m > WIDE_FUSED_MAX_M or tiles != 2 or d.n > WIDE_FUSED_MAX_N or not min_blocks:
+        if (d.m > max(WIDE_FUSED_MAX_M, WIDE_ONE_WAVE_FUSED_MAX_M) or tiles != 2 or d.n > WIDE_FUSED_MAX_N
+                or not min_blocks):
             return False
         slots = min_blocks * _multiprocessors()
         waves = -(-d.n // (SKINNY_N * tiles)) / slots if slots else math.inf
+        if d.m > WIDE_FUSED_MAX_M:  # (fewer blocks: the one-wave shape's, ONE_WAVE_FUSED_MAX_M)
+            return waves <= 1 and not self._one_wave(tiles)
         return not 1 < waves <= WIDE_FUSED_SKIP_WAVES
 
     def _one_wave_fused(self) -> bool:
