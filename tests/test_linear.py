@@ -1083,6 +1083,17 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
         assert plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, n), np.float32))) == variant
         assert not plan._cooperative
         assert plan._variants["skinny_vector"][0].dependent
+    # a static weight: up to STATIC_FUSED_MAX_M tokens in the one-wave shape, elsewhere the rules above; under
+    # capture the two launches where only host time fuses (8192 x 4096, one token)
+    assert plans.STATIC_FUSED_MAX_M == 4
+    for m, n, kk, variant, captured_two in [(4, 4096, 4096, "fused", False), (5, 4096, 4096, "skinny_vector", False),
+                                            (2, 6144, 4096, "fused", False), (4, 6144, 4096, "skinny_vector", False),
+                                            (1, 8192, 4096, "fused", True), (2, 8192, 4096, "skinny_vector", False),
+                                            (1, 11008, 4096, "fused", False)]:
+        x, w, ws = np.zeros((m, kk), np.float32), np.zeros((n, kk), np.int8), np.ones(n, np.float32)
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, kk, "f32", "f32", False, True))
+        assert plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, n), np.float32))) == variant, (m, n)
+        assert plan._capture_choice == captured_two, (m, n)
 
 
 def test_dependent_gemm_prefetches_one_iteration_into_l2_for_narrow_weights_with_long_rows_or_few_tokens():

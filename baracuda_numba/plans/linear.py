@@ -198,11 +198,13 @@ CAPTURE_UNFUSED = True
 # at every K and loads its first iteration of weight (and its column scales and bias) before its wait, not
 # only L2 prefetches (kernels.linear.FUSED_EARLY_L2). Where its blocks fit one wave at two per SM (2 column
 # tiles), it keeps STATIC_ONE_WAVE_CHUNKS chunks in flight under launch bounds of
-# STATIC_ONE_WAVE_MIN_BLOCKS; it then fuses up to STATIC_FUSED_MAX_M tokens under
-# FUSED_ANY_SHAPE_MAX_WEIGHT, under capture too. Session 22 (H100, back-to-back calls in graph replay, %
-# of copy, M = 1 / 2): 4096^2 fused 63.6 / 57.0, static 80.0 / 73.7, two launches 70.9 / 67.1 (1 chunk
-# under 3 blocks, static: 66.5 / 59.9); 8192^2 fused (2 iterations asked of L2) 100.0 / 88.6, static
-# 101.5 / 92.0; 11008 x 4096 static 85.4, two launches 85.3 (M = 1, more than one wave: 1 chunk, 3 blocks).
+# STATIC_ONE_WAVE_MIN_BLOCKS; it then fuses up to STATIC_FUSED_MAX_M tokens, under capture too (elsewhere it
+# fuses as the fused kernel without the promise does: at 6144 x 4096, M = 4, session 27, call 11, it gave 52.2%
+# against 63.4 for the two launches; at 8192 x 4096, M = 1, 64.6 against 67.3, call 4). Session 22 (H100,
+# back-to-back calls in graph replay, % of copy, M = 1 / 2): 4096^2 fused 63.6 / 57.0, static 80.0 / 73.7, two
+# launches 70.9 / 67.1 (1 chunk under 3 blocks, static: 66.5 / 59.9); 8192^2 fused (2 iterations asked of L2)
+# 100.0 / 88.6, static 101.5 / 92.0; 11008 x 4096 static 85.4, two launches 85.3 (M = 1, more than one wave: 1
+# chunk, 3 blocks).
 STATIC_ONE_WAVE_CHUNKS = 2
 STATIC_ONE_WAVE_MIN_BLOCKS = 2
 # The fused kernel without the static promise takes that one-wave shape too (False: only with it). It reads
@@ -632,8 +634,7 @@ class QuantizedLinearPlan(_LinearPlan):
         super()._prepare()
         # a call captured into a CUDA graph launches the two kernels where the fused kernel is chosen for
         # host time alone (CAPTURE_UNFUSED); compiled now, not while a graph is captured
-        self._capture_choice = (self._fused and CAPTURE_UNFUSED and not self._fused_on_gpu_time()
-                                and not d.static_weight)
+        self._capture_choice = self._fused and CAPTURE_UNFUSED and not self._fused_on_gpu_time()
         if self._capture_choice and not SIMULATOR:
             from numba import cuda
 
@@ -644,23 +645,28 @@ class QuantizedLinearPlan(_LinearPlan):
 
     def _fuses_quantize(self) -> bool:
         d = self.desc
-        large = self._fused_on_gpu_time()
-        any_shape = STATIC_FUSED_MAX_M if d.static_weight else FUSED_ANY_SHAPE_MAX_M
-        if not d.static_weight and self._one_wave_fused():
-            any_shape = max(any_shape, ONE_WAVE_FUSED_MAX_M)
-        tokens = FUSED_MAX_M if large else any_shape if d.n * d.k <= FUSED_ANY_SHAPE_MAX_WEIGHT else 0
+        # FUSED_ANY_SHAPE_MAX_M: one launch for its host time where the fused kernel is not the faster on the GPU
+        host = d.m <= FUSED_ANY_SHAPE_MAX_M and d.n * d.k <= FUSED_ANY_SHAPE_MAX_WEIGHT
+        # no more tokens than FUSED_MAX_M (STATIC_FUSED_MAX_M in the static one-wave shape) either way
+        static_wave = d.static_weight and self._one_wave(gemm.skinny_tiles(d.k))
+        gpu = self._fused_on_gpu_time() and d.m <= (STATIC_FUSED_MAX_M if static_wave else FUSED_MAX_M)
         max_n = WIDE_FUSED_MAX_N if self._wide_fused() else FUSED_MAX_N
-        return (d.m <= tokens and d.n <= max_n and d.k % 16 == 0
+        return ((host or gpu) and d.n <= max_n and d.k % 16 == 0
                 and gemm.fused_shared_bytes(d.m, d.k) <= FUSED_MAX_SHARED)
 
     def _static_weight(self) -> bool:
         return self.desc.static_weight
 
     def _fused_on_gpu_time(self) -> bool:
-        """Whether the fused kernel is the faster one on the GPU at this shape (not only on the host)."""
+        """Whether the fused kernel is the faster one on the GPU at this shape (not only on the host): up to
+        FUSED_MAX_M tokens with long rows against wide weights, up to ONE_WAVE_FUSED_MAX_M (with a static weight
+        STATIC_FUSED_MAX_M) where its blocks fit one wave at two per SM, and by the WIDE_FUSED_* rules."""
         d = self.desc
-        return ((d.k >= FUSED_MIN_K and d.n >= FUSED_MIN_N) or (self._one_wave_fused() and d.m <= ONE_WAVE_FUSED_MAX_M)
-                or self._wide_fused())
+        tiles = gemm.skinny_tiles(d.k)
+        one_wave = (d.static_weight or ONE_WAVE_SHAPE) and self._one_wave(tiles)
+        one_wave_tokens = STATIC_FUSED_MAX_M if d.static_weight else ONE_WAVE_FUSED_MAX_M
+        return ((d.k >= FUSED_MIN_K and d.n >= FUSED_MIN_N and d.m <= FUSED_MAX_M)
+                or (one_wave and d.m <= one_wave_tokens) or self._wide_fused())
 
     def _wide_fused(self) -> bool:
         """Whether the fused kernel is the faster on the GPU by the WIDE_FUSED_* rules: with 2 column tiles and
@@ -678,10 +684,6 @@ class QuantizedLinearPlan(_LinearPlan):
         if d.m > WIDE_FUSED_MAX_M:  # (fewer blocks: the one-wave shape's, ONE_WAVE_FUSED_MAX_M)
             return waves <= 1 and not self._one_wave(tiles)
         return not 1 < waves <= WIDE_FUSED_SKIP_WAVES
-
-    def _one_wave_fused(self) -> bool:
-        """Whether the fused kernel would run in its one-wave shape without the static promise."""
-        return ONE_WAVE_SHAPE and self._one_wave(gemm.skinny_tiles(self.desc.k))
 
     def _cooperates(self) -> bool:
         d = self.desc
