@@ -813,7 +813,8 @@ class QuantizedLinearPlan(_LinearPlan):
         At ``m <= FUSED_MAX_M``, ``FUSED_MIN_K <= k``, ``FUSED_MIN_N <= n <= FUSED_MAX_N`` (and at
         ``m <= FUSED_ANY_SHAPE_MAX_M`` for any ``n <= FUSED_MAX_N`` with ``n * k <= FUSED_ANY_SHAPE_MAX_WEIGHT``,
         and at ``m <= WIDE_FUSED_MAX_M`` with ``k < FUSED_MIN_K`` up to ``WIDE_FUSED_MAX_N`` rows outside a
-        window of waves, ``WIDE_FUSED_SKIP_WAVES``), ``K % 16 == 0``, with 16-byte aligned ``x``
+        window of waves, ``WIDE_FUSED_SKIP_WAVES``, or ``m <= WIDE_ONE_WAVE_FUSED_MAX_M`` where the blocks make
+        one wave at three per SM but not at two), ``K % 16 == 0``, with 16-byte aligned ``x``
         and weight, one kernel does both (``fused``); other decode shapes
         (``m <= 64``) launch the skinny GEMM as the quantizer's programmatic dependent (``DEPENDENT_GEMM``),
         sm_90. When, in addition,
