@@ -137,7 +137,7 @@ def record_bytes(record: np.ndarray, ints: Sequence[int] = (), floats: Sequence[
     return block.tobytes()[:record[_SIZE]]
 
 
-def make_record_launch(launch_kernel: Any, launch_kernel_ex: Any, ctx_get_device: Any) -> Any:
+def make_record_launch(launch_kernel: Any, launch_kernel_ex: Any, ctx_get_device: Any, release_gil: bool = True) -> Any:
     """The hot path of every launch, compiled by numba for the CPU: ``launch(function, device, blocks,
     threads, stream, record, ints, floats) -> status``.
 
@@ -148,11 +148,12 @@ def make_record_launch(launch_kernel: Any, launch_kernel_ex: Any, ctx_get_device
     previous kernel on the stream completes, and waits for it with ``griddepcontrol.wait``). Status:
     the CUresult, or -1 when ``device``'s context is not current (nothing launched). Everything lives
     in locals, so threads need no lock. ``launch_kernel`` / ``launch_kernel_ex`` / ``ctx_get_device``:
-    ctypes functions with the driver's signatures, every handle and pointer as ``c_uint64``.
+    ctypes functions with the driver's signatures, every handle and pointer as ``c_uint64``;
+    ``release_gil``: other Python threads may run while the driver call is made.
     """
     from numba import njit
 
-    @njit(nogil=True)
+    @njit(nogil=release_gil)
     def launch(function, device, blocks, threads, stream, record, ints, floats):  # pragma: no cover (compiled)
         if device >= 0:
             current = np.empty(1, np.int32)

@@ -804,8 +804,10 @@ def sass(out_dir: Path) -> list[dict]:
                                 double_buffer=True, vector_only=True)
     kernels.append(("skinny_vector", vector))
     # the dependent decode GEMMs as shipped: 2 tiles under launch bounds of 2 (4096^2, after the quantizer),
-    # 1 chunk of 4 tiles (8192^2), and SmoothQuant's waiting first (per-tensor rows)
+    # 1 chunk of 4 tiles (8192^2), 1 chunk of 2 tiles (three blocks per SM: 4240-6336 rows at K < 8192), and
+    # SmoothQuant's waiting first (per-tensor rows)
     for name, chunks, tiles, wait_first in (("dependent_2x2", 2, 2, False), ("dependent_1x4", 1, 4, False),
+                                            ("dependent_1x2", 1, 2, False),
                                             ("smoothquant_dependent_w_2x2", 2, 2, True)):
         kernels.append((name, gemm.linear_kernel(ElementKind.BF16, False, wait_first, True, None, chunks, tiles,
                                                  double_buffer=True, vector_only=True, dependent=1,
