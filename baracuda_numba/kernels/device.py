@@ -59,6 +59,12 @@ unsigned integers (Numba types that mix as float64).
 - ``load_u64x2_streaming(words, c)``: the same words through the read-only path, not kept in L1 and with
   256-byte L2 prefetch (``ld.global.nc.L1::no_allocate.L2::256B.v2.u64``): for inputs no kernel writes
   while the reading kernel runs.
+- ``hinted_load_u64x2(hint)``: ``load(words, c)``, :func:`load_u64x2` with the cache operators ``hint``
+  names (a key of ``LOAD_HINTS``; ``""``: none): ``"na"`` ``ld.global.L1::no_allocate`` (the line is not
+  kept in L1, so it evicts nothing there), ``"ef"`` ``.L1::evict_first``, ``"nc_na"`` the read-only path
+  and no L1 allocation (for data no kernel writes while the reading kernel runs). The load is ordered
+  with the kernel's other side-effecting instructions (``griddepcontrol.wait`` among them). The simulator
+  loads plainly.
 - ``vector_copy(count)``: the device function ``copy(dst, at, src, i)`` that reads ``src[i .. i + count)``
   (a global array) as one vector access and writes it into ``dst[at .. at + count)``, a local array (which NVVM keeps
   in registers where its indices are constant). The address of ``src[i]`` must be a multiple of
@@ -127,6 +133,8 @@ __all__ = [
     "bits_to_u8",
     "int_to_bits",
     "load_u64x2",
+    "hinted_load_u64x2",
+    "LOAD_HINTS",
     "store_u64x2",
     "reciprocal",
     "round_to_int",
@@ -159,6 +167,9 @@ __all__ = [
     "cp_async_16_at",
     "ldmatrix_x4_at",
 ]
+
+# hinted_load_u64x2's cache operators, by name
+LOAD_HINTS = {"": "", "na": ".L1::no_allocate", "ef": ".L1::evict_first", "nc_na": ".nc.L1::no_allocate"}
 
 if SIMULATOR:
     _M32 = 0xFFFFFFFF
@@ -314,6 +325,11 @@ if SIMULATOR:
         return words[2 * c], words[2 * c + 1]
 
     load_u64x2_streaming = load_u64x2  # a cache hint: the same words
+
+    def hinted_load_u64x2(hint: str):
+        if hint not in LOAD_HINTS:
+            raise ValueError(f"hinted_load_u64x2: a hint of {sorted(LOAD_HINTS)}, not {hint!r}")
+        return load_u64x2  # cache hints: the same words
 
     @functools.cache
     def vector_copy(count: int):
@@ -690,6 +706,30 @@ else:
             return context.make_tuple(builder, sig.return_type, [builder.extract_value(pair, i) for i in (0, 1)])
 
         return types.UniTuple(types.uint64, 2)(words, c), codegen
+
+    @functools.cache
+    def hinted_load_u64x2(hint: str):
+        if hint not in LOAD_HINTS:
+            raise ValueError(f"hinted_load_u64x2: a hint of {sorted(LOAD_HINTS)}, not {hint!r}")
+        if not hint:
+            return load_u64x2
+        text = f"ld.global{LOAD_HINTS[hint]}.v2.u64 {{$0, $1}}, [$2];"
+
+        @intrinsic
+        def load(typingctx, words, c):
+            if not _is_pair_access(words, c):
+                return None
+
+            def codegen(context, builder, sig, args):
+                address = builder.ptrtoint(_pair(context, builder, words, args[0], args[1], c), _I64)
+                asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I64, _I64]), [_I64]), text, "=l,=l,l",
+                                   side_effect=True)
+                pair = builder.call(asm, [address])
+                return context.make_tuple(builder, sig.return_type, [builder.extract_value(pair, i) for i in (0, 1)])
+
+            return types.UniTuple(types.uint64, 2)(words, c), codegen
+
+        return load
 
     @functools.cache
     def vector_copy(count: int):

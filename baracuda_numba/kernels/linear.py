@@ -63,6 +63,9 @@ SKINNY_MAX_M, SKINNY_M, SKINNY_N, SKINNY_WARPS = 64, 16, 8, 8
 SKINNY_THREADS = 32 * SKINNY_WARPS
 SKINNY_CHUNKS = 2  # byte-path skinny kernel: 64-byte weight chunks each warp has in flight per iteration
 SKINNY_TILES: int | None = None  # 8-column tiles per block sharing each activation fragment; None: skinny_tiles(k)
+# the cache operators of the decode kernels' weight loads on aligned operands (device.LOAD_HINTS; "": plain
+# ld.global, which keeps every weight line in L1, where the activation rows every warp re-reads also live)
+WEIGHT_LOAD_HINT = ""
 # fused skinny: 16-byte pieces of x each thread has in flight in the scale pass (and keeps for the
 # quantize when they are all its pieces: M = 1 up to K = 8192 for 16-bit x). 8 spills at 80 registers.
 ABSMAX_LOADS = 4
@@ -344,15 +347,26 @@ def load_chunk(bytes_view, pairs_view, row, rows, k, K, aligned):
     return lo, hi
 
 
-@device_function
-def load_vector_chunk(pairs_view, row, rows, k, K):
-    """:func:`load_chunk` of a matrix known to be 16-byte aligned with ``K % 16 == 0`` (``k`` a multiple
-    of 16): one vector load or zeros, no byte path."""
-    lo = _U64(0)
-    hi = _U64(0)
-    if row < rows and k < K:
-        lo, hi = device.load_u64x2(pairs_view, (row * K + k) >> 4)  # a shift: row * K + k >= 0
-    return lo, hi
+@functools.cache
+def vector_chunk_loader(hint: str = ""):
+    """``load_vector_chunk(pairs_view, row, rows, k, K)``: :func:`load_chunk` of a matrix known to be
+    16-byte aligned with ``K % 16 == 0`` (``k`` a multiple of 16), one vector load (with the cache
+    operators of ``hint``, see :func:`~baracuda_numba.kernels.device.hinted_load_u64x2`) or zeros, no
+    byte path."""
+    load_pair = device.hinted_load_u64x2(hint)
+
+    @device_function
+    def load_vector_chunk(pairs_view, row, rows, k, K):
+        lo = _U64(0)
+        hi = _U64(0)
+        if row < rows and k < K:
+            lo, hi = load_pair(pairs_view, (row * K + k) >> 4)  # a shift: row * K + k >= 0
+        return lo, hi
+
+    return load_vector_chunk
+
+
+load_vector_chunk = vector_chunk_loader()
 
 
 @device_function
@@ -688,7 +702,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
             dependent: int = 0, staged: int = 0, trace: bool = False, early_l2: int = 0,
             early_registers: bool = False, x_loads: int = ABSMAX_LOADS, fixed: tuple[int, int] | None = None,
-            wait_first: bool = False, static_scale: bool = False):
+            wait_first: bool = False, static_scale: bool = False, weight_hint: str = ""):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -744,7 +758,10 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     ``trace`` (the unfused kernel without bias, a profiling build): thread 0 of block ``b`` stores the
     low 32 bits of ``%globaltimer`` (as float32 bit patterns) into ``bias[4b .. 4b + 3]`` when the block
     starts, when its wait returns (dependent; else again at the start), when its weight stream ends and
-    after its stores."""
+    after its stores.
+
+    ``weight_hint`` (aligned operands, ``vector_only``): the cache operators of the weight's loads (see
+    :func:`~baracuda_numba.kernels.device.hinted_load_u64x2`); the activations' keep the default."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
     # staged, activations in global memory: both rows' pieces of every staged chunk
     x_words = max(4 * chunks_in_flight * staged, 1) if x_element is None or cooperative else 1
@@ -757,6 +774,15 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         """An operand's 16 bytes (see :func:`load_chunk`); ``vector_only``: no byte path (``aligned`` holds)."""
         if vector_only:
             return load_vector_chunk(pairs_view, row, rows, k, K)
+        return load_chunk(bytes_view, pairs_view, row, rows, k, K, aligned)
+
+    load_weight_vector = vector_chunk_loader(weight_hint if vector_only else "")
+
+    @device_function
+    def load_weight_chunk(bytes_view, pairs_view, row, rows, k, K, aligned):
+        """The weight's 16 bytes, as :func:`load_operand_chunk` with ``weight_hint``'s loads."""
+        if vector_only:
+            return load_weight_vector(pairs_view, row, rows, k, K)
         return load_chunk(bytes_view, pairs_view, row, rows, k, K, aligned)
     quantizes = x_element is not None
     fused = quantizes and not cooperative  # the quantized rows live in shared memory
@@ -784,8 +810,8 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         for c in range(chunks_in_flight):
             for j in range(n_tiles):
                 w = 2 * (c * n_tiles + j)
-                w_frag[w], w_frag[w + 1] = load_operand_chunk(w_bytes, w_pairs, n_block + SKINNY_N * j + group, N,
-                                                      k + c * CHUNK_K * SKINNY_WARPS, K, aligned)
+                w_frag[w], w_frag[w + 1] = load_weight_chunk(w_bytes, w_pairs, n_block + SKINNY_N * j + group, N,
+                                                             k + c * CHUNK_K * SKINNY_WARPS, K, aligned)
 
     @device_function
     def prefetch_weights(w_pairs, n_block, group, N, k, K):
@@ -1320,7 +1346,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   staged: int = 0, max_registers: int = 0, trace: bool = False, early_l2: int = 0,
                   early_registers: bool = False, x_loads: int = ABSMAX_LOADS,
                   fixed: tuple[int, int] | None = None, wait_first: bool = False,
-                  static_scale: bool = False) -> ElementwiseKernel:
+                  static_scale: bool = False, weight_hint: str = "") -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -1350,8 +1376,10 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     ``early_l2`` / ``early_registers`` (the fused kernel): weight asked of L2 / loaded before its wait (see
     :func:`_skinny`); ``x_loads`` (the fused kernel): pieces of ``x`` per thread in flight in its prologue
     (:func:`fused_x_loads`); ``fixed`` (the fused kernel): its prologue compiled for one shape
-    (:func:`fixed_prologue`; the plan's ``M`` and ``K`` only)."""
+    (:func:`fixed_prologue`; the plan's ``M`` and ``K`` only); ``weight_hint`` (the skinny kernels on aligned
+    operands): the cache operators of the weight's loads (:func:`~baracuda_numba.kernels.device.hinted_load_u64x2`)."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
+    hint_suffix = f"_h{weight_hint}" if weight_hint else ""
     options: tuple = ()
     extra = ""
     if fused_input is not None:
@@ -1367,8 +1395,9 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
             raise ValueError("a static activation scale needs a fixed prologue and 16- or 32-bit x")
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, fused_input, fused_prefetch, cooperative,
                          double_buffer, staged=staged, early_l2=early_l2, early_registers=early_registers,
-                         x_loads=x_loads, fixed=fixed, static_scale=static_scale)
+                         x_loads=x_loads, fixed=fixed, static_scale=static_scale, weight_hint=weight_hint)
         shape = f"skinny{skinny_chunks}x{skinny_tiles}_{'cooperative' if cooperative else 'fused'}_{fused_input.short}"
+        shape += hint_suffix
         shape += f"_x{x_loads}" if x_loads != ABSMAX_LOADS else ""
         shape += f"_p{fixed[0]}x{fixed[1]}" if fixed else ""
         shape += "_sa" if static_scale else ""
@@ -1398,8 +1427,9 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
             fused_min_blocks = STAGED_MIN_BLOCKS  # the registers of the blocks DEPENDENT_STAGE_BYTES is sized for
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, prefetch_l2=fused_prefetch, double_buffer=double_buffer,
                          vector_only=vector_only, dependent=dependent, staged=staged, trace=trace,
-                         wait_first=wait_first, early_l2=early_l2)
+                         wait_first=wait_first, early_l2=early_l2, weight_hint=weight_hint if vector_only else "")
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
+                 f"{hint_suffix if vector_only else ''}"
                  f"{f'_dep{dependent}' if dependent else ''}{'_w' if wait_first else ''}"
                  f"{f'_e{early_l2}' if early_l2 else ''}"
                  f"{f'_st{staged}' if staged else ''}"

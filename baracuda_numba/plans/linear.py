@@ -319,7 +319,8 @@ class _LinearPlan(Plan):
                                    max_registers=gemm.DEPENDENT_MAX_REGISTERS if dependent else 0,
                                    wait_first=dependent and self._dependent_waits_first(),
                                    early_l2=WAIT_FIRST_EARLY_L2 if dependent and self._dependent_waits_first()
-                                   and blocks <= 2 * _multiprocessors() else 0)
+                                   and blocks <= 2 * _multiprocessors() else 0,
+                                   weight_hint=gemm.WEIGHT_LOAD_HINT)
             variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                     staged * gemm.staged_iteration_bytes(chunks, tiles), dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
@@ -336,7 +337,7 @@ class _LinearPlan(Plan):
                                        fused_min_blocks=min_blocks, double_buffer=True, staged=staged,
                                        early_l2=gemm.FUSED_EARLY_L2 if early and not static else 0,
                                        early_registers=early and static, x_loads=x_loads, fixed=fixed,
-                                       static_scale=self._static_activation())
+                                       static_scale=self._static_activation(), weight_hint=gemm.WEIGHT_LOAD_HINT)
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                         gemm.fused_shared_bytes(desc.m, desc.k) + staged * gemm.staged_iteration_bytes(chunks, tiles),
                         dependent=fused_dependent)
