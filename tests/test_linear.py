@@ -478,10 +478,11 @@ def test_static_smoothquant_decode_is_a_dependent_launch(m, n, k, dtype, bias):
 # where its blocks outnumber the SMs (two chunks take 140 registers, one block per SM), two where they
 # fit one wave; with 2 tiles the dependent kernel runs under launch bounds of 2 blocks, with one chunk where its
 # blocks make one wave at three per SM but not at two (THREE_PER_SM_CHUNKS: 265-396 blocks of 16 rows).
+# Its weight loads skip L1 (`_hna`) at K >= 8192 or 16 tokens (plans.linear.WEIGHT_NO_L1_*).
 @pytest.mark.parametrize(("m", "n", "k", "name"), [
-    (1, 8192, 8192, "skinny1x4_db_v_dep1_"), (16, 8192, 8192, "skinny1x4_db_v_dep1_"),
-    (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_"), (1, 4096, 4096, "skinny2x2_db_v_dep1_l2p1_b2_"),
-    (16, 11008, 4096, "skinny2x2_db_v_dep1_b2_"), (16, 6144, 4096, "skinny1x2_db_v_dep1_b2_"),
+    (1, 8192, 8192, "skinny1x4_db_v_dep1_hna_"), (16, 8192, 8192, "skinny1x4_db_v_dep1_hna_"),
+    (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_hna_"), (1, 4096, 4096, "skinny2x2_db_v_dep1_l2p1_b2_"),
+    (16, 11008, 4096, "skinny2x2_db_v_dep1_b2_hna_"), (16, 6144, 4096, "skinny1x2_db_v_dep1_b2_hna_"),
     (2, 4240, 4096, "skinny1x2_db_v_dep1_b2_")])
 def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name):
     from baracuda_numba.ops.common import clear_plan_cache
@@ -500,6 +501,59 @@ def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name):
         early = f"e{plans.WAIT_FIRST_EARLY_L2}_" if one_wave else ""
         waits = name if static else name.replace("_dep1_", f"_dep1_w_{early}")
         assert _skinny_vector_name(sq) == f"w8a8_gemm_{waits}bf16_tensor"
+    clear_plan_cache()
+
+
+@pytest.mark.parametrize(("m", "n", "k", "skips_l1"), [
+    (1, 8192, 8192, True), (2, 8192, 8192, True), (1, 4096, 4096, False), (1, 11008, 4096, False),
+    (16, 4096, 4096, True), (8, 4096, 4096, False)])
+def test_decode_weight_loads_skip_l1_by_shape(monkeypatch, m, n, k, skips_l1):
+    """The fused kernel and both dependent GEMMs (quantized_linear's, SmoothQuant's, with and without the static
+    promise) load the weight with ld.global.L1::no_allocate (`_hna` in the kernel's name) at K >= 8192 or 16
+    tokens, plainly elsewhere; kernels.linear.WEIGHT_LOAD_HINT, when set, overrides the rule for every plan."""
+    from baracuda_numba.kernels import linear as gemm
+    from baracuda_numba.ops.common import clear_plan_cache
+
+    def names():
+        clear_plan_cache()
+        found = []
+        for static in (False, True):
+            for variant in ("fused", "two_launch"):
+                with monkeypatch.context() as patch:
+                    _force_decode_variant(patch, variant)
+                    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16", False,
+                                                                                      static))
+                    kernel = "fused" if variant == "fused" else "skinny_vector"
+                    found.append(plan._variants[kernel][0]._compile.__self__.py_func.__name__)
+            sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", False, static))
+            found.append(_skinny_vector_name(sq))
+        clear_plan_cache()
+        return found
+
+    assert all(("_hna_" in name) == skips_l1 for name in names()), names()
+    monkeypatch.setattr(gemm, "WEIGHT_LOAD_HINT", "")
+    assert not any("_h" in name.split("skinny")[1] for name in names())
+    monkeypatch.setattr(gemm, "WEIGHT_LOAD_HINT", "ef")
+    assert all("_hef_" in name for name in names())
+
+
+def test_weight_load_hints_keep_the_bits(monkeypatch):
+    """Every cache operator of the weight's loads gives the same outputs (the simulator loads plainly; on the GPU
+    the linear tests run the shipped rule's hints), and an unknown one is refused when the kernel is built."""
+    from baracuda_numba.kernels import device
+    from baracuda_numba.kernels import linear as gemm
+    from baracuda_numba.ops.common import clear_plan_cache
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 528)).astype(np.float32)
+    w, ws = weights(rng, 40, 528)
+    expected = ref.linear.quantized_linear(x, w, ws, None)
+    for hint in device.LOAD_HINTS:
+        monkeypatch.setattr(gemm, "WEIGHT_LOAD_HINT", hint)
+        clear_plan_cache()
+        np.testing.assert_array_equal(bn.quantized_linear(x, w, ws), expected)
+    with pytest.raises(ValueError, match="hinted_load_u64x2: a hint of"):
+        device.hinted_load_u64x2("L2")
     clear_plan_cache()
 
 

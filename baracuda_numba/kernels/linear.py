@@ -63,9 +63,9 @@ SKINNY_MAX_M, SKINNY_M, SKINNY_N, SKINNY_WARPS = 64, 16, 8, 8
 SKINNY_THREADS = 32 * SKINNY_WARPS
 SKINNY_CHUNKS = 2  # byte-path skinny kernel: 64-byte weight chunks each warp has in flight per iteration
 SKINNY_TILES: int | None = None  # 8-column tiles per block sharing each activation fragment; None: skinny_tiles(k)
-# the cache operators of the decode kernels' weight loads on aligned operands (device.LOAD_HINTS; "": plain
-# ld.global, which keeps every weight line in L1, where the activation rows every warp re-reads also live)
-WEIGHT_LOAD_HINT = ""
+# the cache operators of the decode kernels' weight loads on aligned operands, for every plan (device.LOAD_HINTS;
+# "": plain ld.global); None: each plan's rule (plans.linear.WEIGHT_NO_L1_*)
+WEIGHT_LOAD_HINT: str | None = None
 # fused skinny: 16-byte pieces of x each thread has in flight in the scale pass (and keeps for the
 # quantize when they are all its pieces: M = 1 up to K = 8192 for 16-bit x). 8 spills at 80 registers.
 ABSMAX_LOADS = 4
@@ -1397,7 +1397,6 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                          double_buffer, staged=staged, early_l2=early_l2, early_registers=early_registers,
                          x_loads=x_loads, fixed=fixed, static_scale=static_scale, weight_hint=weight_hint)
         shape = f"skinny{skinny_chunks}x{skinny_tiles}_{'cooperative' if cooperative else 'fused'}_{fused_input.short}"
-        shape += hint_suffix
         shape += f"_x{x_loads}" if x_loads != ABSMAX_LOADS else ""
         shape += f"_p{fixed[0]}x{fixed[1]}" if fixed else ""
         shape += "_sa" if static_scale else ""
@@ -1407,6 +1406,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
         shape += f"_l2p{fused_prefetch}" if fused_prefetch else ""
         shape += f"_b{fused_min_blocks}" if fused_min_blocks else ""
         shape += "_db" if double_buffer else ""
+        shape += hint_suffix
         if fused_min_blocks:
             options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)
         if cooperative:
@@ -1429,13 +1429,12 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                          vector_only=vector_only, dependent=dependent, staged=staged, trace=trace,
                          wait_first=wait_first, early_l2=early_l2, weight_hint=weight_hint if vector_only else "")
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
-                 f"{hint_suffix if vector_only else ''}"
                  f"{f'_dep{dependent}' if dependent else ''}{'_w' if wait_first else ''}"
                  f"{f'_e{early_l2}' if early_l2 else ''}"
                  f"{f'_st{staged}' if staged else ''}"
                  f"{f'_l2p{fused_prefetch}' if fused_prefetch else ''}"
                  f"{f'_b{fused_min_blocks}' if fused_min_blocks else ''}{f'_r{max_registers}' if max_registers else ''}"
-                 f"{'_trace' if trace else ''}")
+                 f"{'_trace' if trace else ''}{hint_suffix if vector_only else ''}")
         if fused_min_blocks:
             options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)
         if max_registers:

@@ -194,6 +194,17 @@ WIDE_FUSED_SKIP_WAVES = 1.5
 # faster on the GPU: M = 1 at 4096^2, fused 63.8 against 71.0% of copy (session 21, call 1). False: the
 # fused kernel under capture too.
 CAPTURE_UNFUSED = True
+# The decode kernels' weight loads skip L1 (ld.global.L1::no_allocate, kernels.linear.WEIGHT_LOAD_HINT "na")
+# against weights at least WEIGHT_NO_L1_MIN_K long or for at least WEIGHT_NO_L1_MIN_M tokens. Every weight line
+# is read once, and a plain load keeps it in L1, where the activation rows that every warp re-reads live too.
+# Session 28 (H100, call 2, tune-linear-2026-11-26-s28-call2-weight-hint.log, graph replay, % of the eager copy,
+# plain -> no_allocate): 8192^2 M = 1 / 16 SmoothQuant 85.6 / 78.6 -> 90.6 / 87.9, fused (M = 1) 85.8 -> 89.9,
+# two launches 76.5 / 70.2 -> 77.1 / 71.4; 4096^2 M = 16 two launches 49.2 -> 51.4, static weight 49.4 -> 53.2;
+# 11008 x 4096 M = 16 +0.4 .. +1.0. One token at K = 4096 moved -1.6 .. +0.6 (4096^2 SmoothQuant 72.4 -> 70.8):
+# plain loads there. The read-only path with no L1 allocation (nc_na) was no faster and the static fused
+# kernel lost 5 points with it.
+WEIGHT_NO_L1_MIN_K = 8192
+WEIGHT_NO_L1_MIN_M = 16
 # With a static weight (QuantizedLinearDescriptor.static_weight) the fused kernel is a programmatic dependent
 # at every K and loads its first iteration of weight (and its column scales and bias) before its wait, not
 # only L2 prefetches (kernels.linear.FUSED_EARLY_L2). Where its blocks fit one wave at two per SM (2 column
@@ -320,7 +331,7 @@ class _LinearPlan(Plan):
                                    wait_first=dependent and self._dependent_waits_first(),
                                    early_l2=WAIT_FIRST_EARLY_L2 if dependent and self._dependent_waits_first()
                                    and blocks <= 2 * _multiprocessors() else 0,
-                                   weight_hint=gemm.WEIGHT_LOAD_HINT)
+                                   weight_hint=self._weight_hint())
             variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                     staged * gemm.staged_iteration_bytes(chunks, tiles), dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
@@ -337,7 +348,7 @@ class _LinearPlan(Plan):
                                        fused_min_blocks=min_blocks, double_buffer=True, staged=staged,
                                        early_l2=gemm.FUSED_EARLY_L2 if early and not static else 0,
                                        early_registers=early and static, x_loads=x_loads, fixed=fixed,
-                                       static_scale=self._static_activation(), weight_hint=gemm.WEIGHT_LOAD_HINT)
+                                       static_scale=self._static_activation(), weight_hint=self._weight_hint())
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                         gemm.fused_shared_bytes(desc.m, desc.k) + staged * gemm.staged_iteration_bytes(chunks, tiles),
                         dependent=fused_dependent)
@@ -382,6 +393,14 @@ class _LinearPlan(Plan):
     def _static_activation(self) -> bool:
         """Whether ``x`` is quantized with one given per-tensor scale rather than per token."""
         return False
+
+    def _weight_hint(self) -> str:
+        """The cache operators of the decode kernels' weight loads (``kernels.linear.WEIGHT_LOAD_HINT`` when
+        set, else the ``WEIGHT_NO_L1_*`` rule)."""
+        if gemm.WEIGHT_LOAD_HINT is not None:
+            return gemm.WEIGHT_LOAD_HINT
+        d = self.desc
+        return "na" if d.k >= WEIGHT_NO_L1_MIN_K or d.m >= WEIGHT_NO_L1_MIN_M else ""
 
     def _fused_shape(self, tiles: int) -> tuple[int, int, int, int, tuple[int, int] | None]:
         """The fused kernel's ``(chunks, launch bounds, L2 prefetch, x_loads, fixed prologue)`` at this plan's
