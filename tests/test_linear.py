@@ -480,7 +480,7 @@ def test_static_smoothquant_decode_is_a_dependent_launch(m, n, k, dtype, bias):
 # blocks make one wave at three per SM but not at two (THREE_PER_SM_CHUNKS: 265-396 blocks of 16 rows).
 # Its weight loads skip L1 (`_hna`) at K >= 8192 or 16 tokens (plans.linear.WEIGHT_NO_L1_*).
 @pytest.mark.parametrize(("m", "n", "k", "name"), [
-    (1, 8192, 8192, "skinny1x4_db_v_dep1_hna_"), (16, 8192, 8192, "skinny1x4_db_v_dep1_hna_"),
+    (1, 8192, 8192, "skinny1x4_db_v_dep1_l2p1_hna_"), (16, 8192, 8192, "skinny1x4_db_v_dep1_l2p1_hna_"),
     (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_hna_"), (1, 4096, 4096, "skinny2x2_db_v_dep1_l2p1_b2_"),
     (16, 11008, 4096, "skinny2x2_db_v_dep1_b2_hna_"), (16, 6144, 4096, "skinny1x2_db_v_dep1_b2_hna_"),
     (2, 4240, 4096, "skinny1x2_db_v_dep1_b2_")])
@@ -499,7 +499,8 @@ def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name):
         # waiting first, it asks L2 for weight before its wait where its blocks fit one wave at two per SM
         one_wave = -(-m // 16) * -(-n // (8 * (4 if k >= 8192 else 2))) <= 2 * 132  # not 11008 x 4096
         early = f"e{plans.WAIT_FIRST_EARLY_L2}_" if one_wave else ""
-        waits = name if static else name.replace("_dep1_", f"_dep1_w_{early}")
+        sq_name = name if k < 8192 or n <= 4096 else name.replace("_l2p1_", "_")  # (the one-wave prefetch: see below)
+        waits = sq_name if static else sq_name.replace("_dep1_", f"_dep1_w_{early}")
         assert _skinny_vector_name(sq) == f"w8a8_gemm_{waits}bf16_tensor"
     clear_plan_cache()
 
@@ -1160,6 +1161,9 @@ def test_dependent_gemm_prefetches_one_iteration_into_l2_for_narrow_weights_with
              ((16, 4096, 8192), 1), ((1, 4104, 4096), 0), ((1, 8192, 8192), 0), ((16, 11008, 4096), 0)]
     for (m, n, k), prefetch in cases:
         assert gemm.dependent_prefetch(m, n, k) == prefetch, (m, n, k)
+    # and at K >= 8192 where the blocks fit one wave at two per SM (quantized_linear's GEMM only)
+    for (m, n, k), prefetch in [((1, 8192, 8192), 1), ((16, 8192, 8192), 1), ((16, 11008, 4096), 0)]:
+        assert gemm.dependent_prefetch(m, n, k, one_wave=True) == prefetch, (m, n, k)
     with pytest.MonkeyPatch.context() as monkeypatch:
         _force_decode_variant(monkeypatch, "two_launch")
         for forced in (None, 2):

@@ -322,9 +322,13 @@ class _LinearPlan(Plan):
                     and 2 * _multiprocessors() < blocks <= 3 * _multiprocessors()):
                 chunks = THREE_PER_SM_CHUNKS
             staged = gemm.dependent_staged(desc.m, desc.n, desc.k, chunks, tiles) if dependent else 0
+            # the one-wave prefetch at K >= 8192 was measured after the per-token quantizer only (not for
+            # SmoothQuant's GEMM, which asks L2 for its weight by WAIT_FIRST_EARLY_L2)
+            one_wave = not per_tensor_rows and blocks <= 2 * _multiprocessors()
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, tiles,
                                    double_buffer=True, vector_only=True,
-                                   fused_prefetch=gemm.dependent_prefetch(desc.m, desc.n, desc.k) if dependent else 0,
+                                   fused_prefetch=gemm.dependent_prefetch(desc.m, desc.n, desc.k, one_wave)
+                                   if dependent else 0,
                                    fused_min_blocks=gemm.dependent_min_blocks(tiles) if dependent else 0,
                                    dependent=gemm.DEPENDENT_PRELOAD if dependent else 0, staged=staged,
                                    max_registers=gemm.DEPENDENT_MAX_REGISTERS if dependent else 0,
