@@ -693,27 +693,9 @@ else:
 
         return types.UniTuple(types.uint64, 2)(words, c), codegen
 
-    @intrinsic
-    def load_u64x2_streaming(typingctx, words, c):
-        if not _is_pair_access(words, c):
-            return None
-
-        def codegen(context, builder, sig, args):
-            address = builder.ptrtoint(_pair(context, builder, words, args[0], args[1], c), _I64)
-            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I64, _I64]), [_I64]),
-                               "ld.global.nc.L1::no_allocate.L2::256B.v2.u64 {$0, $1}, [$2];", "=l,=l,l")
-            pair = builder.call(asm, [address])
-            return context.make_tuple(builder, sig.return_type, [builder.extract_value(pair, i) for i in (0, 1)])
-
-        return types.UniTuple(types.uint64, 2)(words, c), codegen
-
-    @functools.cache
-    def hinted_load_u64x2(hint: str):
-        if hint not in LOAD_HINTS:
-            raise ValueError(f"hinted_load_u64x2: a hint of {sorted(LOAD_HINTS)}, not {hint!r}")
-        if not hint:
-            return load_u64x2
-        text = f"ld.global{LOAD_HINTS[hint]}.v2.u64 {{$0, $1}}, [$2];"
+    def _asm_pair_load(operators: str, side_effect: bool):
+        """The intrinsic ``load(words, c)`` of pair ``c`` through ``ld.global<operators>.v2.u64``."""
+        text = f"ld.global{operators}.v2.u64 {{$0, $1}}, [$2];"
 
         @intrinsic
         def load(typingctx, words, c):
@@ -723,13 +705,21 @@ else:
             def codegen(context, builder, sig, args):
                 address = builder.ptrtoint(_pair(context, builder, words, args[0], args[1], c), _I64)
                 asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I64, _I64]), [_I64]), text, "=l,=l,l",
-                                   side_effect=True)
+                                   side_effect=side_effect)
                 pair = builder.call(asm, [address])
                 return context.make_tuple(builder, sig.return_type, [builder.extract_value(pair, i) for i in (0, 1)])
 
             return types.UniTuple(types.uint64, 2)(words, c), codegen
 
         return load
+
+    load_u64x2_streaming = _asm_pair_load(".nc.L1::no_allocate.L2::256B", False)
+
+    @functools.cache
+    def hinted_load_u64x2(hint: str):
+        if hint not in LOAD_HINTS:
+            raise ValueError(f"hinted_load_u64x2: a hint of {sorted(LOAD_HINTS)}, not {hint!r}")
+        return _asm_pair_load(LOAD_HINTS[hint], True) if hint else load_u64x2
 
     @functools.cache
     def vector_copy(count: int):
