@@ -11,6 +11,7 @@ tensors; the public functions; and small PyTorch ops timed in the same loop shap
 from __future__ import annotations
 
 import ctypes
+from types import SimpleNamespace
 
 import torch
 from numba import cuda
@@ -27,27 +28,38 @@ def one_parameter(n):
     pass
 
 
+def per_tensor_launch(x: torch.Tensor, q: torch.Tensor) -> SimpleNamespace:
+    """``QuantizePerTensorPlan`` on 4096 float32 ``x`` into int8 ``q`` (scale 0.02, zero point 3), run once, and
+    the pieces of its launch: the plan and args, its launcher, ``CUfunction``, record, stream, grid, the patched
+    ints and scalars, and the packed parameter bytes in ``buffer`` with a pointer per parameter in ``pointers``."""
+    plan = bn.QuantizePerTensorPlan.select(bn.QuantizePerTensorDescriptor(4096, -128, 127, "f32", "s8"))
+    args = bn.QuantizePerTensorArgs(x, 0.02, 3, q)
+    plan.run(args)
+    torch.cuda.synchronize()
+    launcher = plan._launcher
+    blocks, step_q, step_r, _ = plan._geometry(4096 // plan._chunk, 0)
+    ptr, qptr = x.data_ptr(), q.data_ptr()
+    scalars = plan._scalars(args)
+    ints = (ptr, ptr, ptr, ptr, qptr, qptr, 0, 0, step_q, step_r)
+    packed = launch.record_bytes(launcher.params.record, ints, scalars)
+    buffer = ctypes.create_string_buffer(packed, len(packed))
+    pointers = (ctypes.c_uint64 * launcher.params.n_params)(*(ctypes.addressof(buffer) + offset
+                                                              for offset in launcher.params.offsets))
+    return SimpleNamespace(plan=plan, args=args, launcher=launcher, function=launcher._functions[0],
+                           record=launcher.params.record, stream=launch.torch_current_stream(0), blocks=blocks,
+                           threads=plan.entry.policy.threads_per_block, ints=ints, scalars=scalars, packed=packed,
+                           buffer=buffer, pointers=pointers)
+
+
 def main() -> None:
     small = torch.randn(4096, device="cuda")
     small_q = torch.empty(4096, device="cuda", dtype=torch.int8)
     other = torch.empty_like(small)
-    plan = bn.QuantizePerTensorPlan.select(bn.QuantizePerTensorDescriptor(4096, -128, 127, "f32", "s8"))
-    args = bn.QuantizePerTensorArgs(small, 0.02, 3, small_q)
-    plan.run(args)
-    torch.cuda.synchronize()
-    launcher = plan._launcher
-    function = launcher._functions[0]
-    record = launcher.params.record
-    stream = launch.torch_current_stream(0)
-    blocks, step_q, step_r, _ = plan._geometry(4096 // plan._chunk, 0)
-    threads = plan.entry.policy.threads_per_block
-    ptr, qptr = small.data_ptr(), small_q.data_ptr()
-    scalars = plan._scalars(args)
-    ints = (ptr, ptr, ptr, ptr, qptr, qptr, 0, 0, step_q, step_r)
-    packed = launch.record_bytes(record, ints, scalars)
-    buffer = ctypes.create_string_buffer(packed, len(packed))
-    pointers = (ctypes.c_uint64 * launcher.params.n_params)(*(ctypes.addressof(buffer) + offset
-                                                              for offset in launcher.params.offsets))
+    parts = per_tensor_launch(small, small_q)
+    plan, args, launcher, function, record, stream = (parts.plan, parts.args, parts.launcher, parts.function,
+                                                      parts.record, parts.stream)
+    blocks, threads, ints, scalars = parts.blocks, parts.threads, parts.ints, parts.scalars
+    packed, buffer, pointers = parts.packed, parts.buffer, parts.pointers
     size = ctypes.c_uint64(len(packed))
     extra = (ctypes.c_uint64 * 5)(1, ctypes.addressof(buffer), 2, ctypes.addressof(size), 0)
 

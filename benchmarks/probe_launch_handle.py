@@ -12,6 +12,7 @@ each mode before it is timed.
 from __future__ import annotations
 
 import gc
+from types import SimpleNamespace
 
 import torch
 
@@ -22,6 +23,24 @@ from baracuda_numba.bench import host_us
 MODES = ("kernel", "function")
 
 
+def linear_problems() -> SimpleNamespace:
+    """``quantized_linear``'s host-time problems: 16 and 1 bf16 tokens (``x16``, ``x1``) against a 4096^2 int8 weight
+    ``w`` with column scales ``ws``, their outputs, selected plans, args and workspaces."""
+    x16 = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    x1 = x16[:1].contiguous()
+    w = torch.randint(-128, 128, (4096, 4096), device="cuda", dtype=torch.int8)
+    ws = torch.rand(4096, device="cuda") * 0.01 + 0.001
+    out16 = torch.empty(16, 4096, device="cuda", dtype=torch.bfloat16)
+    out1 = torch.empty(1, 4096, device="cuda", dtype=torch.bfloat16)
+    linear16 = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
+    linear1 = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(1, 4096, 4096, "bf16", "bf16"))
+    return SimpleNamespace(
+        x16=x16, x1=x1, w=w, ws=ws, out16=out16, out1=out1, linear16=linear16, linear1=linear1,
+        args16=bn.QuantizedLinearArgs(x16, w, ws, out16), args1=bn.QuantizedLinearArgs(x1, w, ws, out1),
+        workspace16=torch.empty(max(linear16.workspace_size(), 1), device="cuda", dtype=torch.uint8),
+        workspace1=torch.empty(max(linear1.workspace_size(), 1), device="cuda", dtype=torch.uint8))
+
+
 def main() -> None:
     launch.CONTEXT_FUNCTIONS = False
     x = torch.randn(4096, device="cuda")
@@ -29,21 +48,13 @@ def main() -> None:
     other = torch.empty_like(x)
     plan = bn.QuantizePerTensorPlan.select(bn.QuantizePerTensorDescriptor(4096, -128, 127, "f32", "s8"))
     args = bn.QuantizePerTensorArgs(x, 0.02, 3, q)
-    x16 = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
-    x1 = x16[:1].contiguous()
-    w = torch.randint(-128, 128, (4096, 4096), device="cuda", dtype=torch.int8)
-    ws = torch.rand(4096, device="cuda") * 0.01 + 0.001
+    linear = linear_problems()
+    x16, x1, w, ws, out16, out1 = linear.x16, linear.x1, linear.w, linear.ws, linear.out16, linear.out1
+    linear16, linear1, args16, args1 = linear.linear16, linear.linear1, linear.args16, linear.args1
+    workspace16, workspace1 = linear.workspace16, linear.workspace1
     w_tall = torch.randint(-128, 128, (11008, 4096), device="cuda", dtype=torch.int8)
     ws_tall = torch.rand(11008, device="cuda") * 0.01 + 0.001
     token_scales = torch.rand(16, device="cuda") * 0.05 + 0.01
-    out16 = torch.empty(16, 4096, device="cuda", dtype=torch.bfloat16)
-    out1 = torch.empty(1, 4096, device="cuda", dtype=torch.bfloat16)
-    linear16 = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
-    linear1 = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(1, 4096, 4096, "bf16", "bf16"))
-    args16 = bn.QuantizedLinearArgs(x16, w, ws, out16)
-    args1 = bn.QuantizedLinearArgs(x1, w, ws, out1)
-    workspace16 = torch.empty(max(linear16.workspace_size(), 1), device="cuda", dtype=torch.uint8)
-    workspace1 = torch.empty(max(linear1.workspace_size(), 1), device="cuda", dtype=torch.uint8)
     w16 = w.to(torch.bfloat16)
 
     expected = torch.clamp(torch.round(x * torch.tensor(1 / 0.02)) + 3, -128, 127).to(torch.int8)

@@ -28,6 +28,9 @@ import baracuda_numba as bn
 from baracuda_numba import launch
 from baracuda_numba.bench import host_us
 
+from .host_floor import per_tensor_launch
+from .probe_launch_handle import linear_problems
+
 ROUNDS = 3
 
 
@@ -36,38 +39,15 @@ def main() -> None:
     x = torch.randn(4096, device="cuda")
     q = torch.empty(4096, device="cuda", dtype=torch.int8)
     other = torch.empty_like(x)
-    plan = bn.QuantizePerTensorPlan.select(bn.QuantizePerTensorDescriptor(4096, -128, 127, "f32", "s8"))
-    args = bn.QuantizePerTensorArgs(x, 0.02, 3, q)
-    plan.run(args)
-    torch.cuda.synchronize()
-    x16 = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
-    x1 = x16[:1].contiguous()
-    w = torch.randint(-128, 128, (4096, 4096), device="cuda", dtype=torch.int8)
-    ws = torch.rand(4096, device="cuda") * 0.01 + 0.001
-    out16 = torch.empty(16, 4096, device="cuda", dtype=torch.bfloat16)
-    out1 = torch.empty(1, 4096, device="cuda", dtype=torch.bfloat16)
-    linear16 = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(16, 4096, 4096, "bf16", "bf16"))
-    linear1 = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(1, 4096, 4096, "bf16", "bf16"))
-    args16 = bn.QuantizedLinearArgs(x16, w, ws, out16)
-    args1 = bn.QuantizedLinearArgs(x1, w, ws, out1)
-    workspace16 = torch.empty(max(linear16.workspace_size(), 1), device="cuda", dtype=torch.uint8)
-    workspace1 = torch.empty(max(linear1.workspace_size(), 1), device="cuda", dtype=torch.uint8)
-
-    launcher = plan._launcher
-    function = launcher._functions[0]
-    record = launcher.params.record
+    parts = per_tensor_launch(x, q)
+    plan, args, function, record, stream = parts.plan, parts.args, parts.function, parts.record, parts.stream
+    blocks, threads, ints, scalars, pointers = parts.blocks, parts.threads, parts.ints, parts.scalars, parts.pointers
     dependent_record = record.copy()
     dependent_record[launch._DEPENDENT] = 1
-    stream = launch.torch_current_stream(0)
-    blocks, step_q, step_r, _ = plan._geometry(4096 // plan._chunk, 0)
-    threads = plan.entry.policy.threads_per_block
-    ptr, qptr = x.data_ptr(), q.data_ptr()
-    scalars = plan._scalars(args)
-    ints = (ptr, ptr, ptr, ptr, qptr, qptr, 0, 0, step_q, step_r)
-    packed = launch.record_bytes(record, ints, scalars)
-    buffer = ctypes.create_string_buffer(packed, len(packed))
-    pointers = (ctypes.c_uint64 * launcher.params.n_params)(*(ctypes.addressof(buffer) + offset
-                                                              for offset in launcher.params.offsets))
+    linear = linear_problems()
+    x16, x1, w, ws, out16, out1 = linear.x16, linear.x1, linear.w, linear.ws, linear.out16, linear.out1
+    linear16, linear1, args16, args1 = linear.linear16, linear.linear1, linear.args16, linear.args1
+    workspace16, workspace1 = linear.workspace16, linear.workspace1
 
     driver = launch._driver()
     libcuda = ctypes.CDLL("libcuda.so.1")
