@@ -1152,8 +1152,9 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
 
 def test_dependent_gemm_prefetches_one_iteration_into_l2_for_narrow_weights_with_long_rows_or_few_tokens():
     """The dependent decode GEMM asks L2 for one more iteration of weight before its wait on weights of
-    at most 4096 rows with K >= 8192 or up to 4 tokens (``dependent_prefetch``), none elsewhere; its
-    kernel is compiled with that many (``_l2p<i>`` in the name)."""
+    at most 4096 rows with K >= 8192 or up to 4 tokens, and (``quantized_linear``'s, ``one_wave``) at K >= 8192
+    where its blocks fit one wave at two per SM (``dependent_prefetch``), none elsewhere; its kernel is compiled
+    with that many (``_l2p<i>`` in the name)."""
     from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
 
