@@ -25,8 +25,8 @@ import numpy as np
 from .errors import BaracudaError, InvalidOperand, problem_message
 from .platform import SIMULATOR
 
-__all__ = ["ArrayArg", "KernelLauncher", "ParameterBlock", "array_values", "make_record_launch", "record_bytes",
-           "stream_handle", "synchronize", "torch_current_stream", "zero_words", "fill_words"]
+__all__ = ["ArrayArg", "KernelLauncher", "LaunchPair", "ParameterBlock", "array_values", "make_record_launch",
+           "record_bytes", "stream_handle", "synchronize", "torch_current_stream", "zero_words", "fill_words"]
 
 # Each kernel parameter's struct code and size; parameters sit at their natural alignment, as in the
 # kernel's .param space (what cuLaunchKernel's CU_LAUNCH_PARAM_BUFFER_POINTER takes).
@@ -54,6 +54,10 @@ _NO_INTS = (0,)
 # two runs, each alternating both handles twice): QuantizePerTensorPlan.run 8.3-8.4 -> 7.5 us, the
 # two-launch QuantizedLinearPlan.run 14.7-15.0 -> 13.5-13.7 us, quantized_linear() 21.7-22.2 -> 20.5 us.
 CONTEXT_FUNCTIONS = True
+# Call the compiled launch through the entry point numba compiled for the call's argument types, resolved once
+# per launcher, rather than through its dispatcher, which types every argument and looks the overload up at
+# each call (0.40 -> 0.20 us a call on a CPU host, with a stand-in driver).
+ENTRY_POINTS = True
 
 
 class ArrayArg(tuple):
@@ -206,6 +210,35 @@ def make_record_launch(launch_kernel: Any, launch_kernel_ex: Any, ctx_get_device
     return launch
 
 
+def make_pair_launch(launch: Any) -> Any:
+    """``launch_pair(device, stream, function, blocks, threads, record, ints, floats, function2, blocks2, threads2,
+    record2, ints2, floats2) -> status``: two launches of ``launch`` (:func:`make_record_launch`) on one stream
+    from one compiled call, the second after the first; the device check is the first's. Status: the first's
+    when it is not 0 (nothing launched), else the second's."""
+    from numba import njit
+
+    @njit(nogil=True)
+    def launch_pair(device, stream, function, blocks, threads, record, ints, floats, function2, blocks2, threads2,
+                    record2, ints2, floats2):  # pragma: no cover (compiled)
+        status = launch(function, device, blocks, threads, stream, record, ints, floats)
+        if status != 0:
+            return status
+        return launch(function2, -1, blocks2, threads2, stream, record2, ints2, floats2)
+
+    return launch_pair
+
+
+def compiled_entry(dispatcher: Any, args: Sequence[Any]) -> Any:
+    """``dispatcher``'s compiled entry point for arguments of the types of ``args`` (compiled on first use), or
+    the dispatcher itself without :data:`ENTRY_POINTS`. The entry point converts each argument to its compiled
+    type without checking it; a tuple of another length raises."""
+    if not ENTRY_POINTS:
+        return dispatcher
+    from numba import typeof
+
+    return dispatcher.compile(tuple(typeof(value) for value in args))
+
+
 class KernelLauncher:
     """Launches one compiled kernel given ``n_arrays`` 1-D arrays then scalars of ``scalar_types``,
     with ``shared_bytes`` of dynamic shared memory per block (above 48 KiB the kernel is opted in);
@@ -221,6 +254,8 @@ class KernelLauncher:
         self._scalar_types = tuple(scalar_types)
         self._lock = threading.Lock()
         self._functions: dict[int, int] = {}  # raw handles, per device
+        self._entry: Any = None  # the compiled launch's entry point for launch_patched's arguments ...
+        self._entry_of: Any = None  # ... and the compiled launch it belongs to
         if not SIMULATOR:
             self.params = ParameterBlock(n_arrays, self._scalar_types)
 
@@ -282,14 +317,19 @@ class KernelLauncher:
         and its floats to ``floats`` (tuples, each of one type). The hot path of every fast call: one
         compiled call (:func:`make_record_launch`) when the kernel is loaded and its device current."""
         function = self._functions.get(device_id)
+        floats = floats or _NO_FLOATS
         if function is not None:
-            status = _driver().launch_record(function, device_id, blocks, threads, stream, self.params.record, ints,
-                                             floats or _NO_FLOATS)
+            driver = _driver()
+            if self._entry_of is not driver.launch_record:
+                self._entry = compiled_entry(driver.launch_record, (function, device_id, blocks, threads, stream,
+                                                                    self.params.record, ints, floats))
+                self._entry_of = driver.launch_record
+            status = self._entry(function, device_id, blocks, threads, stream, self.params.record, ints, floats)
             if status == 0:
                 return
             if status > 0:
                 raise _launch_error(status)
-        self._launch(blocks, threads, stream, device_id, self.params.record, ints, floats or _NO_FLOATS)
+        self._launch(blocks, threads, stream, device_id, self.params.record, ints, floats)
 
     def _launch(self, blocks: int, threads: int, stream: int, device_id: int, record: np.ndarray, ints: tuple,
                 floats: tuple) -> None:
@@ -320,6 +360,39 @@ class KernelLauncher:
         dispatcher[blocks, threads, 0, self._shared_bytes](*args)
 
 
+class LaunchPair:
+    """Two patched launches (:meth:`KernelLauncher.launch_patched`) on one stream, ``first`` then ``second``, made
+    from one compiled call (:func:`make_pair_launch`) when both kernels are loaded and the device's context is
+    current: one entry from Python instead of two. Each call passes each launch's arguments of the same
+    types as the first call did."""
+
+    def __init__(self, first: KernelLauncher, second: KernelLauncher) -> None:
+        self.first, self.second = first, second
+        self._entry: Any = None
+        self._entry_of: Any = None
+
+    def launch(self, stream: int, device_id: int, blocks: int, threads: int, ints: tuple, floats: tuple,
+               blocks2: int, threads2: int, ints2: tuple, floats2: tuple) -> None:
+        """``first`` on ``blocks x threads`` patched with ``ints`` / ``floats``, then ``second`` with the
+        ``2`` arguments, on ``stream`` of ``device_id``."""
+        first, second = self.first, self.second
+        function, function2 = first._functions.get(device_id), second._functions.get(device_id)
+        floats, floats2 = floats or _NO_FLOATS, floats2 or _NO_FLOATS
+        if function is not None and function2 is not None:
+            pair = _driver().launch_pair
+            args = (device_id, stream, function, blocks, threads, first.params.record, ints, floats, function2,
+                    blocks2, threads2, second.params.record, ints2, floats2)
+            if self._entry_of is not pair:
+                self._entry, self._entry_of = compiled_entry(pair, args), pair
+            status = self._entry(*args)
+            if status == 0:
+                return
+            if status > 0:
+                raise _launch_error(status)
+        first.launch_patched(blocks, threads, stream, ints, floats, device_id)
+        second.launch_patched(blocks2, threads2, stream, ints2, floats2, device_id)
+
+
 def _launch_error(status: int) -> BaracudaError:
     return BaracudaError(f"cuLaunchKernel failed with CUresult {status}")
 
@@ -342,6 +415,7 @@ class _Driver:
         launch_kernel_ex = _entry_point(libcuda, "cuLaunchKernelEx", _LAUNCH_KERNEL_EX)
         ctx_get_device = _entry_point(libcuda, "cuCtxGetDevice", _CTX_GET_DEVICE)
         self.launch_record = make_record_launch(launch_kernel, launch_kernel_ex, ctx_get_device)
+        self.launch_pair = make_pair_launch(self.launch_record)
         self.stream_synchronize = libcuda.cuStreamSynchronize
         self.stream_synchronize.argtypes = [ctypes.c_void_p]
         self.stream_synchronize.restype = ctypes.c_int
@@ -396,10 +470,10 @@ _CTX_GET_DEVICE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64)
 _PROC_ADDRESS_VERSION = 12000  # the CUDA version whose flavour of each entry point is asked for
 
 
-def _entry_point(libcuda: ctypes.CDLL, name: str, prototype: Any) -> Any:
-    """``name`` as a ctypes function of ``prototype``: the pointer ``cuGetProcAddress`` gives (what
-    cuda.bindings calls), else the exported symbol. On an H100 host the exported ``cuLaunchKernel``
-    took 7.2 us a launch through ctypes where cuda.bindings' call took 4.6-4.9 us."""
+def _entry_point(libcuda: ctypes.CDLL, name: str, prototype: Any, version: int = _PROC_ADDRESS_VERSION) -> Any:
+    """``name`` as a ctypes function of ``prototype``: the pointer ``cuGetProcAddress`` gives for the CUDA
+    ``version`` (what cuda.bindings calls), else the exported symbol. On an H100 host the exported
+    ``cuLaunchKernel`` took 7.2 us a launch through ctypes where cuda.bindings' call took 4.6-4.9 us."""
     address = ctypes.c_void_p()
     for symbol, extra in (("cuGetProcAddress_v2", (None,)), ("cuGetProcAddress", ())):
         try:
@@ -409,7 +483,7 @@ def _entry_point(libcuda: ctypes.CDLL, name: str, prototype: Any) -> Any:
         get_proc_address.restype = ctypes.c_int
         get_proc_address.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
                                      ctypes.c_uint64] + [ctypes.c_void_p] * len(extra)
-        if get_proc_address(name.encode(), ctypes.byref(address), _PROC_ADDRESS_VERSION, 0, *extra) == 0 \
+        if get_proc_address(name.encode(), ctypes.byref(address), version, 0, *extra) == 0 \
                 and address.value:
             return prototype(address.value)
     return prototype((name, libcuda))

@@ -1,13 +1,17 @@
-"""How the driver takes a launch's parameters, and what that costs the host, on the GPU:
+"""How a launch reaches the driver, and what each way costs the host, on the GPU:
 ``python3 -m benchmarks.probe_launch_params``.
 
-The package's compiled launch (:func:`baracuda_numba.launch.make_record_launch`) hands ``cuLaunchKernel`` one
-packed buffer through ``extra``. This probe launches the same record, from compiled code, in the other ways the
-driver takes: a pointer per parameter (``kernelParams``), and ``cuLaunchKernelEx`` with no attributes (either
-way), for ``QuantizePerTensorPlan``'s kernel (67 parameters) and a one-parameter kernel; without the device
-check; and the pieces of ``plan.run``'s Python around it. The cases run interleaved, round after round, so that a
-slow stretch of the host shows in all of them; each case's best and median round are printed. The outputs of
-every launch mode are checked against PyTorch before timing.
+- The package's compiled launch (:func:`baracuda_numba.launch.make_record_launch`) hands ``cuLaunchKernel`` one
+  packed buffer through ``extra``. The same record is launched from compiled code in the other ways the driver
+  takes: a pointer per parameter (``kernelParams``), and ``cuLaunchKernelEx`` with no attributes (either way),
+  for ``QuantizePerTensorPlan``'s kernel (67 parameters) and a one-parameter kernel; and without the device check.
+- Every package launch through numba's dispatcher, or through the entry point each launcher resolves once
+  (``launch.ENTRY_POINTS``); the W8A8 linear's two launches as two ``launch_patched`` calls or one
+  :class:`~baracuda_numba.launch.LaunchPair`; the plans and functions in each mode.
+- cuda.bindings' ``cuLaunchKernel`` and PyTorch ops in the same loop shape.
+
+The cases run interleaved, round after round, so that a slow stretch of the host shows in all of them; each case's
+best and median round are printed. Outputs of every launch mode are checked against PyTorch before timing.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from numba import njit
 import baracuda_numba as bn
 from baracuda_numba import launch
 from baracuda_numba.bench import host_us
+from baracuda_numba.plans.linear import QUANTIZER_DEPENDENT_MIN_WEIGHT
 
 from .host_floor import one_parameter, per_tensor_launch
+from .probe_launch_handle import linear_problems
 
 ROUNDS = 7
 PARAMS, PARAMS_EX, EXTRA_EX = range(3)  # the modes of the probe's launch
@@ -104,7 +110,64 @@ def main() -> None:
         torch.cuda.synchronize()
         print(f"{name}: status {status}, output equals torch {torch.equal(q, expected)}", flush=True)
 
-    cases = [
+    driver = launch._driver()
+    linear = linear_problems()
+    expected16 = bn.quantized_linear(linear.x16, linear.w, linear.ws)
+    w16 = linear.w.to(torch.bfloat16)
+    # the two modes of every package launch: the compiled launch through its dispatcher, or through the entry
+    # point each launcher resolves (launch.ENTRY_POINTS); each mode has compiled launches of its own, so that
+    # every launcher resolves again when the mode changes
+    modes = {"dispatcher": (False, launch.make_record_launch(
+                 launch._entry_point(libcuda, "cuLaunchKernel", launch._LAUNCH_KERNEL),
+                 launch._entry_point(libcuda, "cuLaunchKernelEx", launch._LAUNCH_KERNEL_EX),
+                 launch._entry_point(libcuda, "cuCtxGetDevice", launch._CTX_GET_DEVICE))),
+             "entry points": (True, driver.launch_record)}
+    modes = {name: (flag, record_launch, launch.make_pair_launch(record_launch))
+             for name, (flag, record_launch) in modes.items()}
+
+    def install(mode: str) -> None:
+        launch.ENTRY_POINTS, driver.launch_record, driver.launch_pair = modes[mode]
+
+    # the two-launch plan's pair, called directly, and its two launches one after the other
+    plan16 = linear.linear16
+    pointers, _ = plan16._fast_pointers(linear.args16)
+    ws_ptr = linear.workspace16.data_ptr()
+    scale_ptr = ws_ptr + plan16._scale_offset
+    q_launcher, q_blocks, q_threads, q_ints = plan16._quantizer.segment_launch_fast(
+        pointers[0], ws_ptr, scale_ptr, ws_ptr + plan16._quantizer_offset,
+        plan16.desc.n * plan16.desc.k >= QUANTIZER_DEPENDENT_MIN_WEIGHT)
+    g_launcher, g_blocks, g_threads, g_ints = plan16._fast_gemm(list(pointers), ws_ptr, scale_ptr)
+    pair = launch.LaunchPair(q_launcher, g_launcher)
+    zero = np.float32(0)
+
+    cases = []
+    for mode in modes:
+        install(mode)
+        q.zero_()
+        linear.out16.zero_()
+        plan.run(args)
+        plan16.run(linear.args16, linear.workspace16)
+        torch.cuda.synchronize()
+        print(f"{mode}: quantize equals torch {torch.equal(q, expected)}, linear M=16 equals the function's "
+              f"{torch.equal(linear.out16, expected16)}", flush=True)
+        cases += [
+            (f"launch_patched, plan kernel, {mode}", mode,
+             lambda: parts.launcher.launch_patched(blocks, threads, stream, ints, scalars, 0)),
+            (f"QuantizePerTensorPlan.run 4096 f32, {mode}", mode, lambda: plan.run(args)),
+            (f"quantize_per_tensor() 4096 f32, {mode}", mode, lambda: bn.quantize_per_tensor(x, 0.02, 3)),
+            (f"linear M=16's two launches as two launch_patched, {mode}", mode,
+             lambda: (q_launcher.launch_patched(q_blocks, q_threads, stream, q_ints, (), 0),
+                      g_launcher.launch_patched(g_blocks, g_threads, stream, g_ints, (zero,), 0))),
+            (f"linear M=16's two launches as a LaunchPair, {mode}", mode,
+             lambda: pair.launch(stream, 0, q_blocks, q_threads, q_ints, (), g_blocks, g_threads, g_ints, (zero,))),
+            (f"QuantizedLinearPlan.run 16 x 4096 @ 4096^2 (two launches), {mode}", mode,
+             lambda: plan16.run(linear.args16, linear.workspace16)),
+            (f"quantized_linear() 16 x 4096 @ 4096^2, {mode}", mode,
+             lambda: bn.quantized_linear(linear.x16, linear.w, linear.ws)),
+        ]
+    install("entry points")
+    compiled = driver.launch_record
+    cases += [(label, None, fn) for label, fn in [
         ("compiled launch, plan kernel (extra, device check) [shipped]",
          lambda: compiled(function, 0, blocks, threads, stream, record, ints, scalars)),
         ("compiled launch, plan kernel (extra, no device check)",
@@ -125,19 +188,40 @@ def main() -> None:
         ("quantize_per_tensor() 4096 f32", lambda: bn.quantize_per_tensor(x, 0.02, 3)),
         ("torch.neg(out=) 4096 f32", lambda: torch.neg(x, out=other)),
         ("torch.quantize_per_tensor 4096 f32", lambda: torch.quantize_per_tensor(x, 0.02, 3, torch.qint8)),
-    ]
+        ("QuantizedLinearPlan.run 16 x 4096 @ 4096^2 (two launches)",
+         lambda: linear.linear16.run(linear.args16, linear.workspace16)),
+        ("quantized_linear() 16 x 4096 @ 4096^2", lambda: bn.quantized_linear(linear.x16, linear.w, linear.ws)),
+        ("F.linear 16 x 4096 @ 4096^2 bf16", lambda: torch.nn.functional.linear(linear.x16, w16)),
+    ]]
     try:
         from cuda.bindings import driver as cuda_driver
 
         cu_function, cu_stream = cuda_driver.CUfunction(function), cuda_driver.CUstream(stream)
-        cases.append(("cuda.bindings cuLaunchKernel, plan kernel, a pointer per parameter",
-                      lambda: cuda_driver.cuLaunchKernel(cu_function, blocks, 1, 1, threads, 1, 1, 0, cu_stream,
-                                                         ctypes.addressof(parts.pointers), 0)))
+        import cuda.bindings
+
+        print("cuda.bindings", getattr(cuda.bindings, "__version__", "?"), flush=True)
+        size = ctypes.c_uint64(len(parts.packed))
+        extra = (ctypes.c_uint64 * 5)(1, ctypes.addressof(parts.buffer), 2, ctypes.addressof(size), 0)
+        cu_one = cuda_driver.CUfunction(one)
+        one_value = ctypes.c_int64(1)
+        one_pointers = (ctypes.c_uint64 * 1)(ctypes.addressof(one_value))
+        cases += [(label, None, fn) for label, fn in [
+            ("cuda.bindings cuLaunchKernel, plan kernel, a pointer per parameter",
+             lambda: cuda_driver.cuLaunchKernel(cu_function, blocks, 1, 1, threads, 1, 1, 0, cu_stream,
+                                                ctypes.addressof(parts.pointers), 0)),
+            ("cuda.bindings cuLaunchKernel, plan kernel, extra",
+             lambda: cuda_driver.cuLaunchKernel(cu_function, blocks, 1, 1, threads, 1, 1, 0, cu_stream, 0,
+                                                ctypes.addressof(extra))),
+            ("cuda.bindings cuLaunchKernel, 1-parameter kernel",
+             lambda: cuda_driver.cuLaunchKernel(cu_one, 1, 1, 1, 32, 1, 1, 0, cu_stream,
+                                                ctypes.addressof(one_pointers), 0)),
+        ]]
     except Exception as error:  # report, keep measuring
         print("cuda.bindings unavailable:", error)
     rows: dict[str, list[float]] = {}
     for _ in range(ROUNDS):
-        for label, fn in cases:
+        for label, mode, fn in cases:
+            install(mode or "entry points")
             rows.setdefault(label, []).append(host_us(fn, calls=1000))
     for label, values in rows.items():
         print(f"{label}: best {min(values):.2f} us, median {statistics.median(values):.2f} "

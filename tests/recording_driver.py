@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 
-from baracuda_numba.launch import make_record_launch
+from baracuda_numba.launch import make_pair_launch, make_record_launch
 
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64, ctypes.c_uint64,
                            ctypes.c_uint64)
@@ -58,6 +58,7 @@ class RecordingDriver:
 
         self._callbacks = (_LAUNCH(launch_kernel), _LAUNCH_EX(launch_kernel_ex), _GET_DEVICE(ctx_get_device))
         self.launch_record = make_record_launch(*self._callbacks)
+        self.launch_pair = make_pair_launch(self.launch_record)
 
     def memset_d32_async(self, ptr: int, value: int, count: int, stream: int) -> int:
         self.memsets.append((ptr, value, count, stream))

@@ -144,6 +144,40 @@ def test_gpu_launch_path_hands_the_driver_the_packed_block(monkeypatch):
     assert [call[1] for call in driver.calls] == raws
 
 
+@pytest.mark.parametrize("entry_points", [True, False])
+def test_launch_pair_hands_the_driver_the_two_launches_of_launch_patched(monkeypatch, entry_points):
+    """One compiled call of a :class:`LaunchPair` makes the launches, bytes and dependencies that the two
+    ``launch_patched`` calls make, first then second, through the compiled entry point or the dispatcher."""
+    monkeypatch.setattr(launch, "ENTRY_POINTS", entry_points)
+    first, driver = _gpu_launcher(monkeypatch, 1, (np.int64,))
+    first.set_template((0, 0, 8, 1, 0, 8, 1, 3), (slice(4, 5),), range(0), np.float32)
+    second = launch.KernelLauncher(lambda: None, 1, (np.int64, np.float32), dependent=True)
+    second._functions[0] = 0xF01
+    second.set_template((0, 0, 16, 4, 0, 16, 4, 7, np.float32(0)), (slice(4, 5),), range(8, 9), np.float32)
+    pair = launch.LaunchPair(first, second)
+    for a, b, scale in ((0x100, 0x200, 2.5), (0x300, 0x400, -0.75)):
+        pair.launch(0x5, 0, 2, 64, (a,), (), 9, 128, (b,), (np.float32(scale),))
+        first.launch_patched(2, 64, 0x5, (a,), ())
+        second.launch_patched(9, 128, 0x5, (b,), (np.float32(scale),))
+    assert len(driver.calls) == 8
+    assert driver.calls[0:2] == driver.calls[2:4] and driver.calls[4:6] == driver.calls[6:8]
+    assert driver.dependent == [False, True] * 4
+    assert driver.calls[0][0] == (0xF00, 2, 1, 1, 64, 1, 1, 0, 0x5)
+    assert driver.calls[1][0] == (0xF01, 9, 1, 1, 128, 1, 1, 0, 0x5)
+    assert driver.calls[5][1] == ParameterBlock(1, (np.int64, np.float32)).pack(
+        (0, 0, 16, 4, 0x400, 16, 4, 7, np.float32(-0.75)))
+
+
+def test_launch_pair_on_another_devices_context_launches_nothing():
+    block = ParameterBlock(1, (np.int64,))
+    block.set_template((0,) * 8, (4,), range(0), np.float32)
+    driver = recording_driver()
+    driver.device = 1
+    args = (0, 0x5, 0xF00, 1, 32, block.record, (7,), (0.0,), 0xF01, 1, 32, block.record, (8,), (0.0,))
+    assert driver.launch_pair(*args) == -1 and driver.calls == []
+    assert driver.launch_pair(1, *args[1:]) == 0 and len(driver.calls) == 2
+
+
 def test_gpu_launch_failure_is_reported_with_its_cuda_result(monkeypatch):
     launcher, driver = _gpu_launcher(monkeypatch, 1, (np.int64,))
     launcher.set_template((0,) * 8, (4,), range(0), np.float32)

@@ -1153,8 +1153,8 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
 def test_dependent_gemm_prefetches_one_iteration_into_l2_for_narrow_weights_with_long_rows_or_few_tokens():
     """The dependent decode GEMM asks L2 for one more iteration of weight before its wait on weights of
     at most 4096 rows with K >= 8192 or up to 4 tokens, and (``quantized_linear``'s, ``one_wave``) at K >= 8192
-    where its blocks fit one wave at two per SM (``dependent_prefetch``), none elsewhere; its kernel is compiled
-    with that many (``_l2p<i>`` in the name)."""
+    where its blocks fit one wave at two per SM (two there from 4 tokens on wider weights; ``dependent_prefetch``),
+    none elsewhere; its kernel is compiled with that many (``_l2p<i>`` in the name)."""
     from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
 
@@ -1162,8 +1162,10 @@ def test_dependent_gemm_prefetches_one_iteration_into_l2_for_narrow_weights_with
              ((16, 4096, 8192), 1), ((1, 4104, 4096), 0), ((1, 8192, 8192), 0), ((16, 11008, 4096), 0)]
     for (m, n, k), prefetch in cases:
         assert gemm.dependent_prefetch(m, n, k) == prefetch, (m, n, k)
-    # and at K >= 8192 where the blocks fit one wave at two per SM (quantized_linear's GEMM only)
-    for (m, n, k), prefetch in [((1, 8192, 8192), 1), ((16, 8192, 8192), 1), ((16, 11008, 4096), 0)]:
+    # and at K >= 8192 where the blocks fit one wave at two per SM (quantized_linear's GEMM only): two from 4
+    # tokens on weights of more than 4096 rows
+    for (m, n, k), prefetch in [((1, 8192, 8192), 1), ((3, 8192, 8192), 1), ((4, 8192, 8192), 2),
+                                ((16, 8192, 8192), 2), ((16, 4096, 8192), 1), ((16, 11008, 4096), 0)]:
         assert gemm.dependent_prefetch(m, n, k, one_wave=True) == prefetch, (m, n, k)
     with pytest.MonkeyPatch.context() as monkeypatch:
         _force_decode_variant(monkeypatch, "two_launch")

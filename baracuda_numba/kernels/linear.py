@@ -254,6 +254,9 @@ def fixed_prologue(m: int, k: int, x_element: ElementKind, x_loads: int) -> tupl
     return (m, per_row) if 0 < m <= SKINNY_M and m * per_row <= x_loads else None
 
 
+ONE_WAVE_DEEP_PREFETCH_MIN_M = 4  # tokens from which the one-wave dependent GEMM asks L2 for two iterations
+
+
 def dependent_prefetch(m: int, n: int, k: int, one_wave: bool = False) -> int:
     """Main-loop iterations of weight the dependent decode GEMM asks L2 for before it waits for the
     quantizer (``DEPENDENT_PREFETCH_L2`` when set). One, for weights of at most 4096 rows with long
@@ -264,12 +267,16 @@ def dependent_prefetch(m: int, n: int, k: int, one_wave: bool = False) -> int:
     8192^2 and 11008 x 4096: 0.4-2.5 points slower at every M, and 2 or 4 iterations slower still.
 
     One also at K >= 8192 where the blocks fit one wave at two per SM (``one_wave``), whose weight loads skip
-    L1 there (``plans.linear.WEIGHT_NO_L1_MIN_K``). Session 28 (call 5, two launches, % of the eager copy,
-    8192^2 M = 1 / 16, none -> 1 / 2 iterations): 76.9 / 71.3 -> 82.2 / 75.7 and 80.9 / 77.2; 4096^2 M = 16
-    (K < 8192) 51.8 -> 49.9 / 48.5."""
+    L1 there (``plans.linear.WEIGHT_NO_L1_MIN_K``), and two there from ``ONE_WAVE_DEEP_PREFETCH_MIN_M`` tokens on
+    weights of more than 4096 rows.
+    Session 28 (call 5, two launches, % of the eager copy, 8192^2 M = 1 / 16, none -> 1 / 2 iterations): 76.9 /
+    71.3 -> 82.2 / 75.7 and 80.9 / 77.2; 4096^2 M = 16 (K < 8192) 51.8 -> 49.9 / 48.5. Session 29 (call 2,
+    8192^2 M = 4 / 8 / 16, 1 -> 2 iterations): 79.0 / 77.9 / 76.0 -> 80.8 / 79.5 / 77.3."""
     if DEPENDENT_PREFETCH_L2 is not None:
         return DEPENDENT_PREFETCH_L2
-    return 1 if (n <= 4096 and (k >= 8192 or m <= 4)) or (k >= 8192 and one_wave) else 0
+    if k >= 8192 and one_wave:
+        return 2 if m >= ONE_WAVE_DEEP_PREFETCH_MIN_M and n > 4096 else 1
+    return 1 if n <= 4096 and (k >= 8192 or m <= 4) else 0
 
 
 def staged_iteration_bytes(chunks_in_flight: int, n_tiles: int) -> int:

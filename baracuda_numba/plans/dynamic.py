@@ -387,8 +387,15 @@ class DynamicRangeQuantizePlan(Plan):
         on ``device``. For callers that have checked them (the op's and the W8A8 linear's fast paths).
         ``dependent``: launched as a programmatic dependent of the kernel before whatever
         ``DEPENDENT_SEGMENTS_MAX`` says (else as it says)."""
-        self._launchers["segment_dependent" if dependent else "segment"].launch_patched(
-            self._segment_blocks, self._threads, stream, (x_ptr, x_ptr, q_ptr, q_ptr, scale_ptr, zp_ptr), (), device)
+        launcher, blocks, threads, ints = self.segment_launch_fast(x_ptr, q_ptr, scale_ptr, zp_ptr, dependent)
+        launcher.launch_patched(blocks, threads, stream, ints, (), device)
+
+    def segment_launch_fast(self, x_ptr: int, q_ptr: int, scale_ptr: int, zp_ptr: int,
+                            dependent: bool = False) -> tuple[KernelLauncher, int, int, tuple[int, ...]]:
+        """``(launcher, blocks, threads, ints)``: what :meth:`launch_segments_fast` patches and launches (no
+        floats), for a caller that launches it next to its own kernel (:class:`~baracuda_numba.launch.LaunchPair`)."""
+        return (self._launchers["segment_dependent" if dependent else "segment"], self._segment_blocks, self._threads,
+                (x_ptr, x_ptr, q_ptr, q_ptr, scale_ptr, zp_ptr))
 
     def _segment_launchers(self, M: Any) -> dict[str, KernelLauncher]:
         """``"segment"``: the kernel of aligned segments (the chunk path, which the linear plan's fast

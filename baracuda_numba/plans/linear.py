@@ -34,7 +34,16 @@ from ..kernels.linear import (
     TILE_THREADS,
     linear_kernel,
 )
-from ..launch import ArrayArg, KernelLauncher, fill_words, stream_handle, synchronize, torch_current_stream, zero_words
+from ..launch import (
+    ArrayArg,
+    KernelLauncher,
+    LaunchPair,
+    fill_words,
+    stream_handle,
+    synchronize,
+    torch_current_stream,
+    zero_words,
+)
 from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, QuantizeKind
 from .base import Plan, _torch_tensor_type, checked_operand, checked_scale, fast_pointers, trusted_pointers
@@ -382,6 +391,7 @@ class _LinearPlan(Plan):
                 self._aligned_variant = "wgmma"
             self._other_variant = "tiled"
         self._fast_specs: tuple | None = None
+        self._fast_pairs: dict[KernelLauncher, LaunchPair] = {}  # per quantizer launcher: it, then the GEMM
         if not SIMULATOR:
             compiles[self._aligned_variant]()  # compile now rather than in the first run
             self._install_fast_template()
@@ -498,6 +508,12 @@ class _LinearPlan(Plan):
         """The aligned GEMM variant on ``pointers`` (input, weight, weight_scale, [bias,] output);
         ``a_ptr`` / ``row_ptr``: quantized activations and their scales in place of the input;
         ``ws_ptr``: the cooperative kernel's workspace (``row_ptr`` its scales)."""
+        launcher, blocks, threads, ints = self._fast_gemm(pointers, a_ptr, row_ptr, ws_ptr)
+        launcher.launch_patched(blocks, threads, stream, ints, (tensor_scale,), device)
+
+    def _fast_gemm(self, pointers: list[int], a_ptr: int | None = None, row_ptr: int = 0,
+                   ws_ptr: int = 0) -> tuple[KernelLauncher, int, int, tuple[int, ...]]:
+        """``(launcher, blocks, threads, ints)`` of :meth:`_launch_fast` (its floats: the tensor scale)."""
         if not self.desc.has_bias:
             pointers.insert(3, pointers[2])  # the unused bias slot points at weight_scale
         in_ptr, w_ptr, s_ptr, b_ptr, o_ptr = pointers
@@ -507,7 +523,7 @@ class _LinearPlan(Plan):
         ints = (a_ptr, a_ptr, w_ptr, w_ptr, row_ptr, s_ptr, b_ptr, o_ptr)
         if self._cooperative:
             ints += (ws_ptr, ws_ptr, ws_ptr + self._counter_offset)
-        launcher.launch_patched(blocks, threads, stream, ints, (tensor_scale,), device)
+        return launcher, blocks, threads, ints
 
     def _common(self, args: Any) -> tuple[Operand, Operand, Operand | None, Operand]:
         d, name = self.desc, self.name
@@ -787,11 +803,14 @@ class QuantizedLinearPlan(_LinearPlan):
                 zero_words(ws_ptr + self._counter_offset, _COUNTERS, stream)
             self._launch_fast(pointers, device, _ZERO_F32, stream, None, scale_ptr, ws_ptr)
             return True
-        q = self._quantizer
-        zp_ptr = ws_ptr + self._quantizer_offset
-        q.launch_segments_fast(pointers[0], ws_ptr, scale_ptr, zp_ptr, stream, device,
-                               self.desc.n * self.desc.k >= QUANTIZER_DEPENDENT_MIN_WEIGHT)
-        self._launch_fast(pointers, device, _ZERO_F32, stream, ws_ptr, scale_ptr)
+        q_launcher, q_blocks, q_threads, q_ints = self._quantizer.segment_launch_fast(
+            pointers[0], ws_ptr, scale_ptr, ws_ptr + self._quantizer_offset,
+            self.desc.n * self.desc.k >= QUANTIZER_DEPENDENT_MIN_WEIGHT)
+        launcher, blocks, threads, ints = self._fast_gemm(pointers, ws_ptr, scale_ptr)
+        pair = self._fast_pairs.get(q_launcher)
+        if pair is None or pair.second is not launcher:
+            pair = self._fast_pairs[q_launcher] = LaunchPair(q_launcher, launcher)
+        pair.launch(stream, device, q_blocks, q_threads, q_ints, (), blocks, threads, ints, (_ZERO_F32,))
         return True
 
     def _stream_workspace(self, device: int, stream: int) -> int:
