@@ -4,6 +4,7 @@ reference (simulated tensor-core mma), error paths, calibration helpers; on the 
 
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
@@ -16,6 +17,7 @@ from recording_driver import recording_driver
 import baracuda_numba as bn
 from baracuda_numba import reference as ref
 from baracuda_numba import registry
+from baracuda_numba.launch import LaunchPair
 from baracuda_numba.vocabulary import QuantizeKind as K
 
 BF16 = bn.ElementKind.BF16.numpy_dtype
@@ -480,7 +482,7 @@ def test_static_smoothquant_decode_is_a_dependent_launch(m, n, k, dtype, bias):
 # blocks make one wave at three per SM but not at two (THREE_PER_SM_CHUNKS: 265-396 blocks of 16 rows).
 # Its weight loads skip L1 (`_hna`) at K >= 8192 or 16 tokens (plans.linear.WEIGHT_NO_L1_*).
 @pytest.mark.parametrize(("m", "n", "k", "name"), [
-    (1, 8192, 8192, "skinny1x4_db_v_dep1_l2p1_hna_"), (16, 8192, 8192, "skinny1x4_db_v_dep1_l2p1_hna_"),
+    (1, 8192, 8192, "skinny1x4_db_v_dep1_l2p1_hna_"), (16, 8192, 8192, "skinny1x4_db_v_dep1_l2p2_hna_"),
     (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_hna_"), (1, 4096, 4096, "skinny2x2_db_v_dep1_l2p1_b2_"),
     (16, 11008, 4096, "skinny2x2_db_v_dep1_b2_hna_"), (16, 6144, 4096, "skinny1x2_db_v_dep1_b2_hna_"),
     (2, 4240, 4096, "skinny1x2_db_v_dep1_b2_")])
@@ -499,7 +501,7 @@ def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name):
         # waiting first, it asks L2 for weight before its wait where its blocks fit one wave at two per SM
         one_wave = -(-m // 16) * -(-n // (8 * (4 if k >= 8192 else 2))) <= 2 * 132  # not 11008 x 4096
         early = f"e{plans.WAIT_FIRST_EARLY_L2}_" if one_wave else ""
-        sq_name = name if k < 8192 or n <= 4096 else name.replace("_l2p1_", "_")  # (the one-wave prefetch: see below)
+        sq_name = name if k < 8192 or n <= 4096 else re.sub("_l2p[12]_", "_", name)  # (the one-wave prefetch)
         waits = sq_name if static else sq_name.replace("_dep1_", f"_dep1_w_{early}")
         assert _skinny_vector_name(sq) == f"w8a8_gemm_{waits}bf16_tensor"
     clear_plan_cache()
@@ -820,10 +822,13 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, static)
         assert plan.kernel_variant(bn.QuantizedLinearArgs(x0, weights[0], scales[0], out)) == expected
         quantizer = plan._quantizer if variant == "two_launch" else None
         forced = []
-        if quantizer is not None:  # count the quantizer's launches forced to be programmatic dependents
-            launcher = quantizer._launchers["segment_dependent"]
+        if quantizer is not None:  # count the quantizer's launches forced to be programmatic dependents, alone
+            launcher = quantizer._launchers["segment_dependent"]  # or the first of the fast path's pair
             launch = launcher.launch_patched
             monkeypatch.setattr(launcher, "launch_patched", lambda *a, **kw: (forced.append(1), launch(*a, **kw)))
+            launch_pair = LaunchPair.launch
+            monkeypatch.setattr(LaunchPair, "launch", lambda pair, *a, **kw: (
+                pair.first is launcher and forced.append(1), launch_pair(pair, *a, **kw)))
         queued, stepped = chain(False), chain(True)
         assert bool(forced) == (variant == "two_launch" and k * k >= plans.QUANTIZER_DEPENDENT_MIN_WEIGHT)
         for _ in range(3):
