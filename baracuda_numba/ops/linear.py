@@ -85,7 +85,7 @@ def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, *, bias: Any = No
     if key is not None:  # a repeat call on plain CUDA torch tensors: the remembered plan, unadapted
         if out is None:
             result = fast_run(key, x, lambda y: QuantizedLinearArgs(x, weight_q, weight_scale, y, bias, act_scale),
-                              stream, (*x.shape[:-1], weight_q.shape[0]))
+                              stream, new_shape=True)
             if result is not None:
                 return result
         elif _remembered(key, lambda plan: plan.run(QuantizedLinearArgs(x, weight_q, weight_scale, out, bias,
@@ -124,7 +124,7 @@ def smoothquant_linear(act_q: Any, weight_q: Any, weight_scale: Any, act_scale: 
         if out is None:
             result = fast_run(key, act_q,
                               lambda y: SmoothQuantLinearArgs(act_q, weight_q, weight_scale, act_scale, y, bias),
-                              stream, (*act_q.shape[:-1], weight_q.shape[0]))
+                              stream, new_shape=True)
             if result is not None:
                 return result
         elif _remembered(key, lambda plan: plan.run(SmoothQuantLinearArgs(act_q, weight_q, weight_scale, act_scale,
@@ -146,9 +146,11 @@ def smoothquant_linear(act_q: Any, weight_q: Any, weight_scale: Any, act_scale: 
     return result.obj
 
 
-def _tensors(*arrays: Any) -> tuple:
+def _tensors(x: Any, weight_q: Any, weight_scale: Any, bias: Any, out: Any) -> tuple:
     """The array arguments of a call, the absent optional ones (None) left out."""
-    return tuple(a for a in arrays if a is not None)
+    if bias is None and out is None:  # the common call, without a generator
+        return x, weight_q, weight_scale
+    return tuple(a for a in (x, weight_q, weight_scale, bias, out) if a is not None)
 
 
 def _remembered(key: tuple, run: Any) -> bool:
