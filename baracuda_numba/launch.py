@@ -56,7 +56,9 @@ _NO_INTS = (0,)
 CONTEXT_FUNCTIONS = True
 # Call the compiled launch through the entry point numba compiled for the call's argument types, resolved once
 # per launcher, rather than through its dispatcher, which types every argument and looks the overload up at
-# each call (0.40 -> 0.20 us a call on a CPU host, with a stand-in driver).
+# each call (0.40 -> 0.20 us a call on a CPU host, with a stand-in driver). H100 host, best of 7 interleaved rounds
+# (benchmarks/probe_launch_params.py, session 29 call 3), dispatcher -> entry point: launch_patched 5.34 -> 4.07 us,
+# QuantizePerTensorPlan.run 8.43 -> 7.42, quantize_per_tensor() 12.09 -> 11.30.
 ENTRY_POINTS = True
 
 
@@ -363,8 +365,9 @@ class KernelLauncher:
 class LaunchPair:
     """Two patched launches (:meth:`KernelLauncher.launch_patched`) on one stream, ``first`` then ``second``, made
     from one compiled call (:func:`make_pair_launch`) when both kernels are loaded and the device's context is
-    current: one entry from Python instead of two. Each call passes each launch's arguments of the same
-    types as the first call did."""
+    current: one entry from Python instead of two (H100 host, session 29 call 3: the W8A8 linear's quantizer and
+    GEMM 7.36 -> 7.05 us, best of 7 rounds). Each call passes each launch's arguments of the same types as the
+    first call did."""
 
     def __init__(self, first: KernelLauncher, second: KernelLauncher) -> None:
         self.first, self.second = first, second
@@ -470,10 +473,11 @@ _CTX_GET_DEVICE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64)
 _PROC_ADDRESS_VERSION = 12000  # the CUDA version whose flavour of each entry point is asked for
 
 
-def _entry_point(libcuda: ctypes.CDLL, name: str, prototype: Any, version: int = _PROC_ADDRESS_VERSION) -> Any:
-    """``name`` as a ctypes function of ``prototype``: the pointer ``cuGetProcAddress`` gives for the CUDA
-    ``version`` (what cuda.bindings calls), else the exported symbol. On an H100 host the exported
-    ``cuLaunchKernel`` took 7.2 us a launch through ctypes where cuda.bindings' call took 4.6-4.9 us."""
+def _entry_point(libcuda: ctypes.CDLL, name: str, prototype: Any) -> Any:
+    """``name`` as a ctypes function of ``prototype``: the pointer ``cuGetProcAddress`` gives (what
+    cuda.bindings calls), else the exported symbol. On an H100 host the exported ``cuLaunchKernel``
+    took 7.2 us a launch through ctypes where cuda.bindings' call took 4.6-4.9 us. (Session 29: on driver
+    580, CUDA 13.0, the `cuLaunchKernel` pointers for CUDA 12.0 to 13.0 and the exported one are one function.)"""
     address = ctypes.c_void_p()
     for symbol, extra in (("cuGetProcAddress_v2", (None,)), ("cuGetProcAddress", ())):
         try:
@@ -483,7 +487,7 @@ def _entry_point(libcuda: ctypes.CDLL, name: str, prototype: Any, version: int =
         get_proc_address.restype = ctypes.c_int
         get_proc_address.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
                                      ctypes.c_uint64] + [ctypes.c_void_p] * len(extra)
-        if get_proc_address(name.encode(), ctypes.byref(address), version, 0, *extra) == 0 \
+        if get_proc_address(name.encode(), ctypes.byref(address), _PROC_ADDRESS_VERSION, 0, *extra) == 0 \
                 and address.value:
             return prototype(address.value)
     return prototype((name, libcuda))
