@@ -56,7 +56,7 @@ def fast_key(where: str, arrays: tuple, *options: Any) -> tuple | None:
     return tuple(key)
 
 
-def _lookup(key: tuple | None) -> tuple[Plan, Any, Any, int] | None:
+def _lookup(key: tuple | None) -> tuple[Plan, Any, Any, int, Any] | None:
     if key is None:
         return None
     try:
