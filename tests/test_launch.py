@@ -74,6 +74,26 @@ def test_dependent_launch_goes_through_launch_kernel_ex_with_the_same_grid_and_b
     assert struct.unpack_from("<q", plain_bytes, 32)[0] == 0xABC0
 
 
+@pytest.mark.parametrize("arrays", [1, 60, 72, 200])
+@pytest.mark.parametrize("dependent", [False, True])
+def test_compiled_launch_frames_on_the_stack_or_the_heap_hand_the_driver_the_same_bytes(arrays, dependent):
+    """The compiled launch builds its frame (``extra``, the launch config, the parameter buffer) on its stack up to
+    ``_STACK_FRAME_WORDS`` words and on the heap past them; either way the driver gets the patched block, the
+    grid and the stream (72 arrays: 504 parameter words, just past the stack frame with the frame's own words)."""
+    values = tuple(range(7 * arrays)) + (0.5,)
+    block = ParameterBlock(arrays, (np.float32,))
+    block.set_template(values, (slice(4, 7 * arrays, 7),), range(7 * arrays, 7 * arrays + 1), np.float32,
+                       dependent=dependent)
+    words = launch._FRAME_WORDS + block.record.size - int(block.record[launch._BUFFER_AT])
+    assert (words <= launch._STACK_FRAME_WORDS) == (arrays < 72)
+    ints = tuple(0x1000 * (i + 1) for i in range(arrays))
+    driver = recording_driver()
+    assert driver.launch_record(0xF00, 0, 5, 128, 0x77, block.record, ints, (3.0,)) == 0
+    expected = block.pack(tuple(ints[i // 7] if i % 7 == 4 else i for i in range(7 * arrays)) + (3.0,))
+    assert driver.calls == [((0xF00, 5, 1, 1, 128, 1, 1, 0, 0x77), expected)]
+    assert driver.dependent == [dependent]
+
+
 def test_parameter_block_lays_parameters_out_at_their_natural_alignment():
     block = ParameterBlock(1, (np.int64, np.float32, np.float64, np.bool_, np.int32, np.float32))
     assert block.offsets == (*range(0, 56, 8), 56, 64, 72, 80, 84, 88)

@@ -1315,6 +1315,78 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
     assert driver.dependent == expected
 
 
+@pytest.mark.parametrize(("m", "n", "k", "bias", "dtype"), [(16, 4096, 4096, False, "bfloat16"),
+                                                            (5, 264, 8192, True, "float16"), (3, 40, 144, False, "float32")])
+def test_direct_two_launch_path_launches_what_the_fast_path_launches(m, n, k, bias, dtype):
+    """``torch.Tensor`` operands go through the flattened two-launch path (``_build_direct``: CPU tensors posing as
+    CUDA ones here), which hands the driver the bytes, grids and order of the generic fast path's launches for the
+    same pointers, from ``run`` (a given workspace) and ``run_trusted`` (the plan's own); it declines, launching
+    nothing, every operand the general path must look at."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.plans import linear as plans
+
+    E = bn.ElementKind
+    tdtype = getattr(torch, dtype)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _force_decode_variant(monkeypatch, "two_launch")
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, bias))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        driver = _gpu_linear_plan(monkeypatch, plan)
+        # a tensor's device: `fake_device` (CUDA 0 unless set; -1: the CPU)
+        monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: getattr(t, "fake_device", 0) >= 0))
+        monkeypatch.setattr(torch.Tensor, "get_device", lambda t: getattr(t, "fake_device", 0))
+        x, w = torch.empty(m, k, dtype=tdtype), torch.empty(n, k, dtype=torch.int8)
+        scales, out = torch.empty(n), torch.empty(m, n, dtype=tdtype)
+        b = torch.empty(n) if bias else None
+        workspace = torch.empty(plan.workspace_size() + 16, dtype=torch.uint8)
+        own = torch.empty(plan.workspace_size(), dtype=torch.uint8)  # the plan's own workspace for the stream
+        monkeypatch.setattr(plan, "_stream_workspace", lambda device, stream: own.data_ptr())
+        args = bn.QuantizedLinearArgs(x, w, scales, out, b)
+        monkeypatch.setattr(plan, "_fast_pointers", lambda args: pytest.fail("the generic fast path ran"))
+        plan.run(args, workspace=workspace)
+        assert plan.run_trusted(args, 0)
+        assert plan._direct is not None and len(driver.calls) == 4
+        assert driver.dependent[1::2] == [True, True]  # the GEMM as the quantizer's programmatic dependent
+        direct, dependent = list(driver.calls), list(driver.dependent)
+        driver.calls[:], driver.dependent[:] = [], []
+        # the generic fast path, on operands at the same pointers
+        pointers = [t.data_ptr() for t in (x, w, scales, b, out) if t is not None]
+        for ws in (workspace, own):
+            assert plans.QuantizedLinearPlan._launch_found(plan, list(pointers), 0, _torch_operand(
+                E.U8, (ws.numel(),), ws.data_ptr()), plans._ZERO_F32)
+        assert direct == driver.calls and dependent == driver.dependent
+        assert [config[8] for config, _ in direct] == [0x77] * 4 and direct[0][1] != direct[1][1]
+        checked, trusted = plan._direct
+        driver.calls.clear()
+
+        def other(tensor, **set_):
+            for name, value in set_.items():
+                setattr(tensor, name, value)
+            return tensor
+
+        fields = {"input": x, "weight": w, "weight_scale": scales, "output": out, "bias": b}
+        declined = [
+            {"input": torch.empty(m * k + 1, dtype=tdtype)[1:].view(m, k)},  # misaligned
+            {"input": torch.empty(k, m, dtype=tdtype).t()},  # strided
+            {"input": x.to(torch.float64)},  # another dtype
+            {"input": other(torch.empty(m, k, dtype=tdtype), fake_device=-1)},  # on the CPU
+            {"weight": torch.empty(n, k + 16, dtype=torch.int8)},  # another size
+            {"weight": torch.nn.Parameter(w, requires_grad=False)},  # a subclass
+            {"weight_scale": scales.double()},
+            {"output": other(torch.empty(m, n, dtype=tdtype), fake_device=1)},  # another device
+            {"bias": None if bias else torch.empty(n)},
+        ]
+        for change in declined:
+            assert not checked(bn.QuantizedLinearArgs(**(fields | change)), workspace), change
+        assert not checked(bn.QuantizedLinearArgs(**fields, act_scale=0.5), workspace)
+        for ws in (torch.empty(plan.workspace_size() - 1, dtype=torch.uint8), workspace[1:],
+                   other(torch.empty(plan.workspace_size(), dtype=torch.uint8), fake_device=1), own.numpy()):
+            assert not checked(args, ws)
+        assert not trusted(bn.QuantizedLinearArgs(**(fields | declined[0])), 0)
+        assert not trusted(bn.QuantizedLinearArgs(**fields, act_scale=0.5), 0)
+        assert driver.calls == []
+
+
 @requires_gpu
 @pytest.mark.parametrize(("m", "n", "k"), [(1, 4096, 4096), (7, 264, 8192), (16, 11008, 4096), (16, 40, 144)])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
