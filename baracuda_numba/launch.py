@@ -163,7 +163,8 @@ def _stack_words(count: int) -> Any:
     return stack_words
 
 
-def make_record_launch(launch_kernel: Any, launch_kernel_ex: Any, ctx_get_device: Any, release_gil: bool = True) -> Any:
+def make_record_launch(launch_kernel: Any, launch_kernel_ex: Any, ctx_get_device: Any, release_gil: bool = True,
+                       stack_words: int = _STACK_FRAME_WORDS) -> Any:
     """The hot path of every launch, compiled by numba for the CPU: ``launch(function, device, blocks,
     threads, stream, record, ints, floats) -> status``.
 
@@ -175,11 +176,13 @@ def make_record_launch(launch_kernel: Any, launch_kernel_ex: Any, ctx_get_device
     the CUresult, or -1 when ``device``'s context is not current (nothing launched). Everything lives
     in locals, so threads need no lock. ``launch_kernel`` / ``launch_kernel_ex`` / ``ctx_get_device``:
     ctypes functions with the driver's signatures, every handle and pointer as ``c_uint64``;
-    ``release_gil``: other Python threads may run while the driver call is made.
+    ``release_gil``: other Python threads may run while the driver call is made; ``stack_words`` (at most
+    ``_STACK_FRAME_WORDS``): the largest frame built on the stack (0: every frame on the heap, for probes).
     """
     from numba import carray, njit
 
     stack_frame, stack_word = _stack_words(_STACK_FRAME_WORDS), _stack_words(1)
+    stack_limit = min(stack_words, _STACK_FRAME_WORDS)
 
     @njit(nogil=release_gil)
     def launch(function, device, blocks, threads, stream, record, ints, floats):  # pragma: no cover (compiled)
@@ -195,7 +198,7 @@ def make_record_launch(launch_kernel: Any, launch_kernel_ex: Any, ctx_get_device
         # numba does not free it (after the last use of its variable) before the driver has read it.
         buffer_at = record[_BUFFER_AT]
         words = _FRAME_WORDS + record.size - buffer_at
-        frame = carray(stack_frame(), words) if words <= _STACK_FRAME_WORDS else np.empty(words, np.uint64)
+        frame = carray(stack_frame(), words) if words <= stack_limit else np.empty(words, np.uint64)
         block = frame[_FRAME_WORDS:]
         block[:] = record[buffer_at:]
         for k in range(n_ints):

@@ -80,7 +80,7 @@ def test_compiled_launch_frames_on_the_stack_or_the_heap_hand_the_driver_the_sam
     """The compiled launch builds its frame (``extra``, the launch config, the parameter buffer) on its stack up to
     ``_STACK_FRAME_WORDS`` words and on the heap past them; either way the driver gets the patched block, the
     grid and the stream (72 arrays: 504 parameter words, just past the stack frame with the frame's own words)."""
-    values = tuple(range(7 * arrays)) + (0.5,)
+    values = (*range(7 * arrays), 0.5)
     block = ParameterBlock(arrays, (np.float32,))
     block.set_template(values, (slice(4, 7 * arrays, 7),), range(7 * arrays, 7 * arrays + 1), np.float32,
                        dependent=dependent)
@@ -89,7 +89,7 @@ def test_compiled_launch_frames_on_the_stack_or_the_heap_hand_the_driver_the_sam
     ints = tuple(0x1000 * (i + 1) for i in range(arrays))
     driver = recording_driver()
     assert driver.launch_record(0xF00, 0, 5, 128, 0x77, block.record, ints, (3.0,)) == 0
-    expected = block.pack(tuple(ints[i // 7] if i % 7 == 4 else i for i in range(7 * arrays)) + (3.0,))
+    expected = block.pack((*(ints[i // 7] if i % 7 == 4 else i for i in range(7 * arrays)), 3.0))
     assert driver.calls == [((0xF00, 5, 1, 1, 128, 1, 1, 0, 0x77), expected)]
     assert driver.dependent == [dependent]
 

@@ -1315,8 +1315,8 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
     assert driver.dependent == expected
 
 
-@pytest.mark.parametrize(("m", "n", "k", "bias", "dtype"), [(16, 4096, 4096, False, "bfloat16"),
-                                                            (5, 264, 8192, True, "float16"), (3, 40, 144, False, "float32")])
+@pytest.mark.parametrize(("m", "n", "k", "bias", "dtype"), [
+    (16, 4096, 4096, False, "bfloat16"), (5, 264, 8192, True, "float16"), (3, 40, 144, False, "float32")])
 def test_direct_two_launch_path_launches_what_the_fast_path_launches(m, n, k, bias, dtype):
     """``torch.Tensor`` operands go through the flattened two-launch path (``_build_direct``: CPU tensors posing as
     CUDA ones here), which hands the driver the bytes, grids and order of the generic fast path's launches for the
