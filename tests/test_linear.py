@@ -1320,8 +1320,9 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
 def test_direct_two_launch_path_launches_what_the_fast_path_launches(m, n, k, bias, dtype):
     """``torch.Tensor`` operands go through the flattened two-launch path (``_build_direct``: CPU tensors posing as
     CUDA ones here), which hands the driver the bytes, grids and order of the generic fast path's launches for the
-    same pointers, from ``run`` (a given workspace) and ``run_trusted`` (the plan's own); it declines, launching
-    nothing, every operand the general path must look at."""
+    same pointers, from ``run`` (a given workspace) and ``run_trusted`` (the plan's own), through the LaunchPair
+    first and one compiled call (``_linear_launch``) after; it declines, launching nothing, every operand the
+    general path must look at."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.plans import linear as plans
 
@@ -1343,19 +1344,21 @@ def test_direct_two_launch_path_launches_what_the_fast_path_launches(m, n, k, bi
         monkeypatch.setattr(plan, "_stream_workspace", lambda device, stream: own.data_ptr())
         args = bn.QuantizedLinearArgs(x, w, scales, out, b)
         monkeypatch.setattr(plan, "_fast_pointers", lambda args: pytest.fail("the generic fast path ran"))
+        # the first call launches through LaunchPair (loading the kernels); the next ones make one compiled call
         plan.run(args, workspace=workspace)
         assert plan.run_trusted(args, 0)
-        assert plan._direct is not None and len(driver.calls) == 4
-        assert driver.dependent[1::2] == [True, True]  # the GEMM as the quantizer's programmatic dependent
+        plan.run(args, workspace=workspace)
+        assert plan._direct is not None and len(driver.calls) == 6
+        assert driver.dependent[1::2] == [True] * 3  # the GEMM as the quantizer's programmatic dependent
         direct, dependent = list(driver.calls), list(driver.dependent)
         driver.calls[:], driver.dependent[:] = [], []
         # the generic fast path, on operands at the same pointers
         pointers = [t.data_ptr() for t in (x, w, scales, b, out) if t is not None]
-        for ws in (workspace, own):
+        for ws in (workspace, own, workspace):
             assert plans.QuantizedLinearPlan._launch_found(plan, list(pointers), 0, _torch_operand(
                 E.U8, (ws.numel(),), ws.data_ptr()), plans._ZERO_F32)
         assert direct == driver.calls and dependent == driver.dependent
-        assert [config[8] for config, _ in direct] == [0x77] * 4 and direct[0][1] != direct[1][1]
+        assert [config[8] for config, _ in direct] == [0x77] * 6 and direct[0][1] != direct[1][1]
         checked, trusted = plan._direct
         driver.calls.clear()
 

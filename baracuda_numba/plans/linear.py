@@ -602,6 +602,29 @@ _COUNTERS = 3  # the cooperative kernel's uint32 counters: tickets, rows quantiz
 _ZERO_F32 = np.float32(0.0)
 
 
+@functools.cache
+def _linear_launch(pair_launch: Any) -> Any:
+    """The W8A8 linear's two launches (the per-token quantizer, then the GEMM, as
+    :meth:`QuantizedLinearPlan._launch_found` makes them) as one compiled call through ``pair_launch``
+    (:func:`~baracuda_numba.launch.make_pair_launch` of a driver), the kernels' pointers derived from the
+    operands' in compiled code: ``launch(device, stream, x, workspace, weight, weight_scale, bias, out, layout,
+    q_record, record) -> status`` (``pair_launch``'s). ``layout`` (int64): the quantizer's function, blocks and
+    threads, the GEMM's, then the offsets of the row scales and of the zero point in the workspace; the records:
+    the two kernels' launch records."""
+    from numba import njit
+
+    @njit(nogil=True)
+    def launch(device, stream, x, workspace, weight, weight_scale, bias, out, layout, q_record,
+               record):  # pragma: no cover (compiled)
+        scales = workspace + layout[6]
+        return pair_launch(device, stream, layout[0], layout[1], layout[2], q_record,
+                           (x, x, workspace, workspace, scales, workspace + layout[7]), (0.0,),
+                           layout[3], layout[4], layout[5], record,
+                           (workspace, workspace, weight, weight, scales, weight_scale, bias, out), (np.float32(0.0),))
+
+    return launch
+
+
 def _capturing(stream: int) -> bool:
     """Whether a launch on ``stream`` (a raw handle) is being captured into a graph, as far as PyTorch's
     current stream tells (False without torch, or without its CUDA build). The legacy default stream
@@ -814,6 +837,10 @@ class QuantizedLinearPlan(_LinearPlan):
 
         stream_of, stream_workspace, launch = launching._torch_stream_getter(), self._stream_workspace, pair.launch
         gemm_floats = (_ZERO_F32,)
+        q_functions, q_params, functions, params = (q_launcher._functions, q_launcher.params, launcher._functions,
+                                                    launcher.params)
+        layouts: dict[int, np.ndarray] = {}  # per device: _linear_launch's layout, once both kernels are loaded
+        compiled: list = [None, None]  # _linear_launch's entry point, and the driver's pair launch it calls
 
         def launch_two(x_ptr: int, w_ptr: int, s_ptr: int, b_ptr: int, o_ptr: int, device: int,
                        workspace: Any) -> bool:
@@ -827,10 +854,28 @@ class QuantizedLinearPlan(_LinearPlan):
                     return False
             else:
                 return False
+            layout = layouts.get(device)
+            if layout is not None:
+                pair_launch = launching._driver().launch_pair
+                if compiled[1] is not pair_launch:
+                    compiled[0] = launching.compiled_entry(_linear_launch(pair_launch), (
+                        device, stream, x_ptr, ws_ptr, w_ptr, s_ptr, b_ptr, o_ptr, layout, q_params.record,
+                        params.record))
+                    compiled[1] = pair_launch
+                status = compiled[0](device, stream, x_ptr, ws_ptr, w_ptr, s_ptr, b_ptr, o_ptr, layout,
+                                     q_params.record, params.record)
+                if status == 0:
+                    return True
+                if status > 0:
+                    raise launching._launch_error(status)
             scale_ptr = ws_ptr + scale_offset
             q_ints = (x_ptr, x_ptr, ws_ptr, ws_ptr, scale_ptr, ws_ptr + zero_point_offset)
             ints = (ws_ptr, ws_ptr, w_ptr, w_ptr, scale_ptr, s_ptr, b_ptr, o_ptr)
             launch(stream, device, q_blocks, q_threads, q_ints, (), blocks, threads, ints, gemm_floats)
+            q_function, function = q_functions.get(device), functions.get(device)
+            if q_function is not None and function is not None:  # loaded: the next call is one compiled call
+                layouts[device] = np.array((q_function, q_blocks, q_threads, function, blocks, threads, scale_offset,
+                                            zero_point_offset), np.int64)
             return True
 
         def checked(args: Any, workspace: Any) -> bool:
