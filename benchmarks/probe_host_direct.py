@@ -70,18 +70,23 @@ def main() -> None:
     per_tensor_args = bn.QuantizePerTensorArgs(x, 0.02, 3, q)
     drivers = _Drivers(null_path)
     expected = bn.quantized_linear(linear.x16, linear.w, linear.ws)
-    plans = [linear.linear16]
+    expected1 = bn.quantized_linear(linear.x1, linear.w, linear.ws)
+    plans = [linear.linear16, linear.linear1]
     for mode in drivers.modes:
         if "null" in mode:
             continue
         drivers.install(mode, plans)
         linear.out16.zero_()
+        linear.out1.zero_()
         linear.linear16.run(linear.args16, linear.workspace16)
+        linear.linear1.run(linear.args1, linear.workspace1)
         got = bn.quantized_linear(linear.x16, linear.w, linear.ws)
+        got1 = bn.quantized_linear(linear.x1, linear.w, linear.ws)
         torch.cuda.synchronize()
-        print(f"{mode}: Plan.run equals quantized_linear {torch.equal(linear.out16, expected)}, quantized_linear "
-              f"equals its first call {torch.equal(got, expected)}, direct path built "
-              f"{linear.linear16._direct is not None}", flush=True)
+        print(f"{mode}: Plan.run equals quantized_linear {torch.equal(linear.out16, expected)} / "
+              f"{torch.equal(linear.out1, expected1)} (16 / 1 tokens), quantized_linear equals its first call "
+              f"{torch.equal(got, expected)} / {torch.equal(got1, expected1)}, direct paths built "
+              f"{linear.linear16._direct is not None} / {linear.linear1._direct is not None}", flush=True)
         plans += [found[0] for found in common._FAST_PLANS.values() if isinstance(found[0], bn.QuantizedLinearPlan)]
     w16 = linear.w.to(torch.bfloat16)
     cases = []
@@ -91,6 +96,10 @@ def main() -> None:
              lambda: linear.linear16.run(linear.args16, linear.workspace16)),
             (f"quantized_linear() 16 x 4096 @ 4096^2, {mode}", mode,
              lambda: bn.quantized_linear(linear.x16, linear.w, linear.ws)),
+            (f"QuantizedLinearPlan.run 1 x 4096 @ 4096^2 (fused), {mode}", mode,
+             lambda: linear.linear1.run(linear.args1, linear.workspace1)),
+            (f"quantized_linear() 1 x 4096 @ 4096^2, {mode}", mode,
+             lambda: bn.quantized_linear(linear.x1, linear.w, linear.ws)),
             (f"QuantizePerTensorPlan.run 4096 f32, {mode}", mode, lambda: per_tensor.run(per_tensor_args)),
         ]
     cases += [("F.linear 16 x 4096 @ 4096^2 bf16", None, lambda: torch.nn.functional.linear(linear.x16, w16)),

@@ -1315,22 +1315,29 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
     assert driver.dependent == expected
 
 
-@pytest.mark.parametrize(("m", "n", "k", "bias", "dtype"), [
-    (16, 4096, 4096, False, "bfloat16"), (5, 264, 8192, True, "float16"), (3, 40, 144, False, "float32")])
-def test_direct_two_launch_path_launches_what_the_fast_path_launches(m, n, k, bias, dtype):
-    """``torch.Tensor`` operands go through the flattened two-launch path (``_build_direct``: CPU tensors posing as
-    CUDA ones here), which hands the driver the bytes, grids and order of the generic fast path's launches for the
-    same pointers, from ``run`` (a given workspace) and ``run_trusted`` (the plan's own), through the LaunchPair
-    first and one compiled call (``_linear_launch``) after; it declines, launching nothing, every operand the
-    general path must look at."""
+@pytest.mark.parametrize(("variant", "m", "n", "k", "bias", "dtype"), [
+    ("two_launch", 16, 4096, 4096, False, "bfloat16"), ("two_launch", 5, 264, 8192, True, "float16"),
+    ("two_launch", 3, 40, 144, False, "float32"), ("fused", 1, 4096, 4096, True, "bfloat16"),
+    ("fused", 2, 264, 8192, False, "float64"), ("static_activation", 1, 4096, 4096, False, "float16")])
+def test_direct_fast_path_launches_what_the_generic_fast_path_launches(variant, m, n, k, bias, dtype):
+    """``torch.Tensor`` operands go through the flattened fast path (``_build_direct``: CPU tensors posing as CUDA
+    ones here), which hands the driver the bytes, grids and order of the generic fast path's launches for the same
+    pointers, from ``run`` (a given workspace) and ``run_trusted`` (the plan's own): the two launches through the
+    LaunchPair first and one compiled call (``_linear_launch``) after, or the fused kernel (with a static activation
+    scale too). It declines, launching nothing, every operand the general path must look at, and a fused call being
+    captured where the two launches are the faster on the GPU."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.plans import linear as plans
 
     E = bn.ElementKind
     tdtype = getattr(torch, dtype)
+    static = variant == "static_activation"
     with pytest.MonkeyPatch.context() as monkeypatch:
-        _force_decode_variant(monkeypatch, "two_launch")
-        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, bias))
+        _force_decode_variant(monkeypatch, "two_launch" if variant == "two_launch" else "fused")
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, bias,
+                                                                          static_activation=static))
+    assert plan._fused is (variant != "two_launch")
+    launches = 1 if plan._fused else 2
     with pytest.MonkeyPatch.context() as monkeypatch:
         driver = _gpu_linear_plan(monkeypatch, plan)
         # a tensor's device: `fake_device` (CUDA 0 unless set; -1: the CPU)
@@ -1342,23 +1349,27 @@ def test_direct_two_launch_path_launches_what_the_fast_path_launches(m, n, k, bi
         workspace = torch.empty(plan.workspace_size() + 16, dtype=torch.uint8)
         own = torch.empty(plan.workspace_size(), dtype=torch.uint8)  # the plan's own workspace for the stream
         monkeypatch.setattr(plan, "_stream_workspace", lambda device, stream: own.data_ptr())
-        args = bn.QuantizedLinearArgs(x, w, scales, out, b)
+        act_scale = 0.0237 if static else None
+        args = bn.QuantizedLinearArgs(x, w, scales, out, b, act_scale)
         monkeypatch.setattr(plan, "_fast_pointers", lambda args: pytest.fail("the generic fast path ran"))
         # the first call launches through LaunchPair (loading the kernels); the next ones make one compiled call
         plan.run(args, workspace=workspace)
         assert plan.run_trusted(args, 0)
         plan.run(args, workspace=workspace)
-        assert plan._direct is not None and len(driver.calls) == 6
-        assert driver.dependent[1::2] == [True] * 3  # the GEMM as the quantizer's programmatic dependent
+        assert plan._direct is not None and len(driver.calls) == 3 * launches
+        if not plan._fused:
+            assert driver.dependent[1::2] == [True] * 3  # the GEMM as the quantizer's programmatic dependent
         direct, dependent = list(driver.calls), list(driver.dependent)
         driver.calls[:], driver.dependent[:] = [], []
         # the generic fast path, on operands at the same pointers
         pointers = [t.data_ptr() for t in (x, w, scales, b, out) if t is not None]
         for ws in (workspace, own, workspace):
             assert plans.QuantizedLinearPlan._launch_found(plan, list(pointers), 0, _torch_operand(
-                E.U8, (ws.numel(),), ws.data_ptr()), plans._ZERO_F32)
+                E.U8, (ws.numel(),), ws.data_ptr()), plan._activation_scale(args))
         assert direct == driver.calls and dependent == driver.dependent
-        assert [config[8] for config, _ in direct] == [0x77] * 6 and direct[0][1] != direct[1][1]
+        assert [config[8] for config, _ in direct] == [0x77] * 3 * launches
+        if not plan._fused:
+            assert direct[0][1] != direct[1][1]  # the quantizer, then the GEMM
         checked, trusted = plan._direct
         driver.calls.clear()
 
@@ -1367,11 +1378,11 @@ def test_direct_two_launch_path_launches_what_the_fast_path_launches(m, n, k, bi
                 setattr(tensor, name, value)
             return tensor
 
-        fields = {"input": x, "weight": w, "weight_scale": scales, "output": out, "bias": b}
+        fields = {"input": x, "weight": w, "weight_scale": scales, "output": out, "bias": b, "act_scale": act_scale}
         declined = [
             {"input": torch.empty(m * k + 1, dtype=tdtype)[1:].view(m, k)},  # misaligned
-            {"input": torch.empty(k, m, dtype=tdtype).t()},  # strided
-            {"input": x.to(torch.float64)},  # another dtype
+            {"input": torch.empty(m, 2 * k, dtype=tdtype)[:, ::2]},  # strided
+            {"input": x.to(torch.float16 if dtype != "float16" else torch.float32)},  # another dtype
             {"input": other(torch.empty(m, k, dtype=tdtype), fake_device=-1)},  # on the CPU
             {"weight": torch.empty(n, k + 16, dtype=torch.int8)},  # another size
             {"weight": torch.nn.Parameter(w, requires_grad=False)},  # a subclass
@@ -1379,14 +1390,22 @@ def test_direct_two_launch_path_launches_what_the_fast_path_launches(m, n, k, bi
             {"output": other(torch.empty(m, n, dtype=tdtype), fake_device=1)},  # another device
             {"bias": None if bias else torch.empty(n)},
         ]
+        if not static:
+            declined.append({"act_scale": 0.5})  # given to a plan without a static scale: the general path raises
         for change in declined:
             assert not checked(bn.QuantizedLinearArgs(**(fields | change)), workspace), change
-        assert not checked(bn.QuantizedLinearArgs(**fields, act_scale=0.5), workspace)
         for ws in (torch.empty(plan.workspace_size() - 1, dtype=torch.uint8), workspace[1:],
                    other(torch.empty(plan.workspace_size(), dtype=torch.uint8), fake_device=1), own.numpy()):
             assert not checked(args, ws)
         assert not trusted(bn.QuantizedLinearArgs(**(fields | declined[0])), 0)
-        assert not trusted(bn.QuantizedLinearArgs(**fields, act_scale=0.5), 0)
+        if static:  # a bad scale raises what the general path raises
+            with pytest.raises(bn.InvalidProblem, match="act_scale"):
+                checked(bn.QuantizedLinearArgs(**(fields | {"act_scale": float("inf")})), workspace)
+        else:
+            assert not trusted(bn.QuantizedLinearArgs(**(fields | {"act_scale": 0.5})), 0)
+        if plan._capture_choice:  # under capture the fused plan declines (the checked path launches two kernels)
+            monkeypatch.setattr(plans, "_capturing", lambda stream: True)
+            assert not checked(args, workspace) and not trusted(args, 0)
         assert driver.calls == []
 
 

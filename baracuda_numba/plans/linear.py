@@ -807,85 +807,111 @@ class QuantizedLinearPlan(_LinearPlan):
         return pointers is not None and self._launch_found(pointers, device, None, self._activation_scale(args))
 
     def _build_direct(self) -> tuple[Callable[[Any, Any], bool], Callable[[Any, int], bool]] | None:
-        """The two-launch fast path (quantizer, then the dependent GEMM, as :meth:`_launch_found` makes
-        them) as two closures over everything the plan fixed at selection, for ``torch.Tensor`` operands:
-        ``checked(args, workspace)`` tests each tensor (exact type, dtype, CUDA, size, contiguity, one
-        device, alignment) and the workspace as :func:`.base.fast_pointers` and :meth:`_fast_workspace` do;
-        ``trusted(args, device)`` only the alignments (:meth:`run_trusted`). Each returns False, having
-        launched nothing, where the general path must decide. None (built once) where the plan launches
-        something else (the fused or cooperative kernel, a static activation scale), off the GPU, or
-        before torch is imported. Flattened because the call is host-bound at decode: one frame and local
-        names instead of the generic loop over field specs and five method calls (a CPU host with a null
-        driver: 3.8 -> 1.9 us a call with torch tensors)."""
+        """The fast path of :meth:`_launch_found` (the quantizer, then the dependent GEMM; or the fused kernel) as
+        two closures over everything the plan fixed at selection, for ``torch.Tensor`` operands:
+        ``checked(args, workspace)`` tests each tensor (exact type, dtype, CUDA, size, contiguity, one device,
+        alignment) and the workspace as :func:`.base.fast_pointers` and :meth:`_fast_workspace` do;
+        ``trusted(args, device)`` only the alignments (:meth:`run_trusted`). Each returns False, having launched
+        nothing, where the general path must decide. Once both of the two launches' kernels are loaded, they are
+        one compiled call (:func:`_linear_launch`). None (built once) where the plan launches something else
+        (the cooperative kernel, the two launches with a static activation scale), off the GPU, or before torch
+        is imported. Flattened because the call is host-bound at decode: one frame and local names instead of
+        the generic loop over field specs and five method calls. Session 30 (H100 host, best / median of 7
+        interleaved rounds, two-launch ``Plan.run`` at 16 x 4096 @ 4096^2, ``benchmarks/probe_host_direct.py``):
+        11.58 / 11.97 -> 9.26 / 9.70 us; with a null driver (the host's own share) 5.84 -> 3.75."""
         self._direct_built = True
         torch = sys.modules.get("torch")
         d = self.desc
-        if (torch is None or self._fast_specs is None or self._fused or self._cooperative or d.static_activation
+        if (torch is None or self._fast_specs is None or self._cooperative or (d.static_activation and not self._fused)
                 or _torch_tensor_type() is None):
             return None
         dtypes = {element: dtype for dtype, element in _TORCH_DTYPES.items()}
         tensor, x_dtype, out_dtype = torch.Tensor, dtypes[d.input_element], dtypes[d.output_element]
         int8, float32 = torch.int8, torch.float32
         x_count, w_count, o_count, n = d.m * d.k, d.n * d.k, d.m * d.n, d.n
-        out_align, has_bias = d.output_element.itemsize, d.has_bias
-        q_launcher, q_blocks, q_threads, _ = self._quantizer.segment_launch_fast(
-            0, 0, 0, 0, d.n * d.k >= QUANTIZER_DEPENDENT_MIN_WEIGHT)
+        out_align, has_bias, static_activation = d.output_element.itemsize, d.has_bias, d.static_activation
         launcher, _, blocks, threads = self._variants[self._aligned_variant]
-        pair = LaunchPair(q_launcher, launcher)
         scale_offset, zero_point_offset, ws_bytes = self._scale_offset, self._quantizer_offset, self.workspace_size()
+        capture_choice, activation_scale = self._capture_choice, self._activation_scale
         from .. import launch as launching  # its stream getter now (the recording tests replace it)
 
-        stream_of, stream_workspace, launch = launching._torch_stream_getter(), self._stream_workspace, pair.launch
-        gemm_floats = (_ZERO_F32,)
-        q_functions, q_params, functions, params = (q_launcher._functions, q_launcher.params, launcher._functions,
-                                                    launcher.params)
-        layouts: dict[int, np.ndarray] = {}  # per device: _linear_launch's layout, once both kernels are loaded
-        compiled: list = [None, None]  # _linear_launch's entry point, and the driver's pair launch it calls
+        stream_of, stream_workspace = launching._torch_stream_getter(), self._stream_workspace
 
-        def launch_two(x_ptr: int, w_ptr: int, s_ptr: int, b_ptr: int, o_ptr: int, device: int,
-                       workspace: Any) -> bool:
+        def given_workspace(workspace: Any, device: int) -> int | None:
+            if (type(workspace) is tensor and workspace.is_cuda and workspace.get_device() == device
+                    and workspace.is_contiguous() and workspace.nbytes >= ws_bytes):
+                ptr = workspace.data_ptr()
+                return None if ptr & 15 else ptr
+            return None
+
+        def launch_fused(x_ptr: int, w_ptr: int, s_ptr: int, b_ptr: int, o_ptr: int, device: int, workspace: Any,
+                         act_scale: Any) -> bool:
             stream = stream_of(device)
-            if workspace is None:
-                ws_ptr = stream_workspace(device, stream)
-            elif (type(workspace) is tensor and workspace.is_cuda and workspace.get_device() == device
-                  and workspace.is_contiguous() and workspace.nbytes >= ws_bytes):
-                ws_ptr = workspace.data_ptr()
-                if ws_ptr & 15:
-                    return False
-            else:
+            if workspace is not None and given_workspace(workspace, device) is None:
                 return False
-            layout = layouts.get(device)
-            if layout is not None:
-                pair_launch = launching._driver().launch_pair
-                if compiled[1] is not pair_launch:
-                    compiled[0] = launching.compiled_entry(_linear_launch(pair_launch), (
-                        device, stream, x_ptr, ws_ptr, w_ptr, s_ptr, b_ptr, o_ptr, layout, q_params.record,
-                        params.record))
-                    compiled[1] = pair_launch
-                status = compiled[0](device, stream, x_ptr, ws_ptr, w_ptr, s_ptr, b_ptr, o_ptr, layout,
-                                     q_params.record, params.record)
-                if status == 0:
-                    return True
-                if status > 0:
-                    raise launching._launch_error(status)
-            scale_ptr = ws_ptr + scale_offset
-            q_ints = (x_ptr, x_ptr, ws_ptr, ws_ptr, scale_ptr, ws_ptr + zero_point_offset)
-            ints = (ws_ptr, ws_ptr, w_ptr, w_ptr, scale_ptr, s_ptr, b_ptr, o_ptr)
-            launch(stream, device, q_blocks, q_threads, q_ints, (), blocks, threads, ints, gemm_floats)
-            q_function, function = q_functions.get(device), functions.get(device)
-            if q_function is not None and function is not None:  # loaded: the next call is one compiled call
-                layouts[device] = np.array((q_function, q_blocks, q_threads, function, blocks, threads, scale_offset,
-                                            zero_point_offset), np.int64)
+            if capture_choice and _capturing(stream):
+                return False  # the checked path launches the two kernels
+            launcher.launch_patched(blocks, threads, stream, (x_ptr, x_ptr, w_ptr, w_ptr, 0, s_ptr, b_ptr, o_ptr),
+                                    (act_scale,), device)
             return True
+
+        if self._fused:
+            launch_found = launch_fused
+        else:
+            q_launcher, q_blocks, q_threads, _ = self._quantizer.segment_launch_fast(
+                0, 0, 0, 0, d.n * d.k >= QUANTIZER_DEPENDENT_MIN_WEIGHT)
+            pair = LaunchPair(q_launcher, launcher)
+            gemm_floats = (_ZERO_F32,)
+            q_functions, q_params, functions, params = (q_launcher._functions, q_launcher.params, launcher._functions,
+                                                        launcher.params)
+            layouts: dict[int, np.ndarray] = {}  # per device: _linear_launch's layout, once both kernels are loaded
+            compiled: list = [None, None]  # _linear_launch's entry point, and the driver's pair launch it calls
+
+            def launch_found(x_ptr: int, w_ptr: int, s_ptr: int, b_ptr: int, o_ptr: int, device: int, workspace: Any,
+                             act_scale: Any) -> bool:
+                stream = stream_of(device)
+                ws_ptr = stream_workspace(device, stream) if workspace is None else given_workspace(workspace, device)
+                if ws_ptr is None:
+                    return False
+                layout = layouts.get(device)
+                if layout is not None:
+                    pair_launch = launching._driver().launch_pair
+                    if compiled[1] is not pair_launch:
+                        compiled[0] = launching.compiled_entry(_linear_launch(pair_launch), (
+                            device, stream, x_ptr, ws_ptr, w_ptr, s_ptr, b_ptr, o_ptr, layout, q_params.record,
+                            params.record))
+                        compiled[1] = pair_launch
+                    status = compiled[0](device, stream, x_ptr, ws_ptr, w_ptr, s_ptr, b_ptr, o_ptr, layout,
+                                         q_params.record, params.record)
+                    if status == 0:
+                        return True
+                    if status > 0:
+                        raise launching._launch_error(status)
+                scale_ptr = ws_ptr + scale_offset
+                q_ints = (x_ptr, x_ptr, ws_ptr, ws_ptr, scale_ptr, ws_ptr + zero_point_offset)
+                ints = (ws_ptr, ws_ptr, w_ptr, w_ptr, scale_ptr, s_ptr, b_ptr, o_ptr)
+                pair.launch(stream, device, q_blocks, q_threads, q_ints, (), blocks, threads, ints, gemm_floats)
+                q_function, function = q_functions.get(device), functions.get(device)
+                if q_function is not None and function is not None:  # loaded: the next call is one compiled call
+                    layouts[device] = np.array((q_function, q_blocks, q_threads, function, blocks, threads,
+                                                scale_offset, zero_point_offset), np.int64)
+                return True
+
+        def scale_of(args: Any) -> Any:
+            """The kernel's activation scale (0 without a static one), or None where ``act_scale`` is given to a
+            plan without one (the general path raises)."""
+            if static_activation:
+                return activation_scale(args)  # InvalidProblem, as the general path, unless finite and > 0
+            return None if args.act_scale is not None else _ZERO_F32
 
         def checked(args: Any, workspace: Any) -> bool:
             x, w, s, o, b = args.input, args.weight, args.weight_scale, args.output, args.bias
-            if (args.act_scale is not None or type(x) is not tensor or type(w) is not tensor or type(s) is not tensor
-                    or type(o) is not tensor or x.dtype is not x_dtype or w.dtype is not int8
-                    or s.dtype is not float32 or o.dtype is not out_dtype or not x.is_cuda or not w.is_cuda
-                    or not s.is_cuda or not o.is_cuda or x.numel() != x_count or w.numel() != w_count
-                    or s.numel() != n or o.numel() != o_count or not x.is_contiguous() or not w.is_contiguous()
-                    or not s.is_contiguous() or not o.is_contiguous()):
+            if (type(x) is not tensor or type(w) is not tensor or type(s) is not tensor or type(o) is not tensor
+                    or x.dtype is not x_dtype or w.dtype is not int8 or s.dtype is not float32
+                    or o.dtype is not out_dtype or not x.is_cuda or not w.is_cuda or not s.is_cuda or not o.is_cuda
+                    or x.numel() != x_count or w.numel() != w_count or s.numel() != n or o.numel() != o_count
+                    or not x.is_contiguous() or not w.is_contiguous() or not s.is_contiguous()
+                    or not o.is_contiguous()):
                 return False
             device = x.get_device()
             if w.get_device() != device or s.get_device() != device or o.get_device() != device:
@@ -902,19 +928,19 @@ class QuantizedLinearPlan(_LinearPlan):
             x_ptr, w_ptr, s_ptr, o_ptr = x.data_ptr(), w.data_ptr(), s.data_ptr(), o.data_ptr()
             if not has_bias:
                 b_ptr = s_ptr  # the unused bias slot points at weight_scale
-            if (x_ptr | w_ptr) & 15 or (s_ptr | b_ptr) & 3 or o_ptr % out_align:
+            act_scale = scale_of(args)
+            if (x_ptr | w_ptr) & 15 or (s_ptr | b_ptr) & 3 or o_ptr % out_align or act_scale is None:
                 return False
-            return launch_two(x_ptr, w_ptr, s_ptr, b_ptr, o_ptr, device, workspace)
+            return launch_found(x_ptr, w_ptr, s_ptr, b_ptr, o_ptr, device, workspace, act_scale)
 
         def trusted(args: Any, device: int) -> bool:
-            if args.act_scale is not None:
-                return False
             x_ptr, w_ptr, s_ptr, o_ptr = (args.input.data_ptr(), args.weight.data_ptr(), args.weight_scale.data_ptr(),
                                           args.output.data_ptr())
             b_ptr = args.bias.data_ptr() if has_bias else s_ptr
-            if (x_ptr | w_ptr) & 15 or (s_ptr | b_ptr) & 3 or o_ptr % out_align:
+            act_scale = scale_of(args)
+            if (x_ptr | w_ptr) & 15 or (s_ptr | b_ptr) & 3 or o_ptr % out_align or act_scale is None:
                 return False
-            return launch_two(x_ptr, w_ptr, s_ptr, b_ptr, o_ptr, device, None)
+            return launch_found(x_ptr, w_ptr, s_ptr, b_ptr, o_ptr, device, None, act_scale)
 
         self._direct = (checked, trusted)
         return self._direct
