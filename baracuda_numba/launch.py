@@ -6,9 +6,10 @@ array ABI: ``meminfo, parent, nitems, itemsize, data, shape, strides`` for each 
 scalars), writes the pointers and scalars of the call into it and hands it to the driver through
 ``extra``. That skips numba's per-call typing and argument wrapping (~45 us per launch) and Python's
 per-parameter work. The handle launched is the kernel's ``CUfunction`` in the device's context, resolved
-once (:data:`CONTEXT_FUNCTIONS`). Each launcher calls that compiled function through the entry point numba
-compiled for its argument types (:data:`ENTRY_POINTS`), and two launches that always go together (the W8A8
-linear's quantizer and GEMM) are made by one compiled call (:class:`LaunchPair`). Under the simulator the
+once (:data:`CONTEXT_FUNCTIONS`). The frame the driver reads lives on the compiled function's stack. Each launcher
+calls that compiled function through the entry point numba compiled for its argument types (:data:`ENTRY_POINTS`),
+and two launches that always go together (the W8A8 linear's quantizer and GEMM) are made by one compiled call
+(:class:`LaunchPair`). Under the simulator the
 numba dispatcher is called with NumPy arrays wrapped so that aliasing views are not copied apart.
 """
 
