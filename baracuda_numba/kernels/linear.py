@@ -714,7 +714,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
             dependent: int = 0, staged: int = 0, trace: bool = False, early_l2: int = 0,
             early_registers: bool = False, x_loads: int = ABSMAX_LOADS, fixed: tuple[int, int] | None = None,
-            wait_first: bool = False, static_scale: bool = False, weight_hint: str = ""):
+            wait_first: bool = False, static_scale: bool = False, weight_hint: str = "", stream_k: bool = False):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -773,7 +773,17 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     after its stores.
 
     ``weight_hint`` (aligned operands, ``vector_only``): the cache operators of the weight's loads (see
-    :func:`~baracuda_numba.kernels.device.hinted_load_u64x2`); the activations' keep the default."""
+    :func:`~baracuda_numba.kernels.device.hinted_load_u64x2`); the activations' keep the default.
+
+    ``stream_k`` (the unfused, double-buffered kernel on aligned operands, ``M <= SKINNY_M``): the blocks
+    split the weight's main-loop iterations (``tiles x per_tile``, a column tile's ``per_tile`` iterations
+    in a row) evenly, whatever the grid: block ``b`` takes iterations ``[b T / G, (b + 1) T / G)``, crossing
+    column tiles with its loads in flight (the next tile's weight is loaded before this one's sums are
+    reduced). A tile one block covers whole is stored as the other kernels store it; a tile's pieces from
+    several blocks add their int32 sums into ``partials`` (``[tiles, 32 * 4 n_tiles]`` int32, zero between
+    launches) and count themselves in ``counters[tile]`` (uint32, zero between launches); the last piece to
+    count takes the sum (exchanging zeros back in), stores it and zeroes the counter. Integer sums are exact
+    in any order, so the outputs are the other kernels' bits. Two more arrays follow the eight."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
     # staged, activations in global memory: both rows' pieces of every staged chunk
     x_words = max(4 * chunks_in_flight * staged, 1) if x_element is None or cooperative else 1
@@ -1346,6 +1356,150 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             counters[1] = 0
             counters[2] = 0
 
+    width = SKINNY_N * n_tiles  # columns per tile
+
+    @device_function
+    def next_position(tile, it, per_tile):
+        """The main-loop iteration after iteration ``it`` of column tile ``tile``."""
+        it += 1
+        if it == per_tile:
+            return tile + 1, 0
+        return tile, it
+
+    @device_function
+    def flush_piece(acc, partial, last, partials, counters, out_elems, col_pre, bias_pre, row_pre, M, N, tile,
+                    whole, per_tile, total, tid):
+        """Reduce the warps' sums of a piece of column tile ``tile`` (``partial``: this flush's half of the
+        shared buffer) and store them (``whole``), or add them into ``partials`` and store the tile's sum
+        if this is the last of its pieces (see :func:`_skinny` ``stream_k``); ``acc`` restarts at zero."""
+        warp, lane = tid // 32, tid % 32
+        for i in range(slots):
+            partial[warp, i, lane] = acc[i]
+            acc[i] = 0
+        cuda.syncthreads()
+        n_block = tile * width
+        base = tile * (32 * slots)
+        for o in range(outputs):
+            index = tid + o * SKINNY_THREADS
+            if index < 32 * slots:
+                slot, source, local, n = output_of(index, n_block)
+                sum_ = 0
+                for other in range(SKINNY_WARPS):
+                    sum_ += partial[other, slot, source]
+                if whole:
+                    if local < M and n < N:
+                        store_with(sum_, row_pre[o], col_pre[o], bias_pre[o], local, n, M, N, out_elems)
+                else:
+                    cuda.atomic.add(partials, base + index, sum_)
+        if not whole:
+            cuda.threadfence()  # this piece's sums before its count
+            cuda.syncthreads()
+            if tid == 0:
+                blocks = cuda.gridDim.x
+                first = ((tile * per_tile + 1) * blocks - 1) // total  # the blocks holding the tile's ends
+                final = (((tile + 1) * per_tile) * blocks - 1) // total
+                arrived = cuda.atomic.add(counters, tile, 1)
+                last[0] = 1 if arrived == final - first else 0
+                if arrived == final - first:
+                    counters[tile] = 0  # every piece has counted: zero for the next launch
+            cuda.syncthreads()
+            if last[0]:
+                cuda.threadfence()
+                for o in range(outputs):
+                    index = tid + o * SKINNY_THREADS
+                    if index < 32 * slots:
+                        _, _, local, n = output_of(index, n_block)
+                        sum_ = cuda.atomic.exch(partials, base + index, 0)
+                        if local < M and n < N:
+                            store_with(sum_, row_pre[o], col_pre[o], bias_pre[o], local, n, M, N, out_elems)
+
+    @device_function
+    def stream_iteration(acc, w_frag, w_next, partial, last, arrays, epilogue_pre, sizes, position, aligned,
+                         tensor_scale, scratch, tid):
+        """Iteration ``g`` (``it`` of tile ``tile``: ``position = (tile, it, g, piece_first, flushes)``, its weight
+        in ``w_frag``): load iteration ``g + 1``'s into ``w_next``, multiply, and flush the piece where the tile
+        or the block's share (``sizes = (M, N, K, end, per_tile, total)``) ends. Returns the next position.
+        (Grouped arguments: CPython calls with more than 30 pass them as one tuple, which numba cannot inline.)"""
+        a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems, partials, counters = arrays
+        col_pre, bias_pre, row_pre = epilogue_pre
+        M, N, K, end, per_tile, total = sizes
+        tile, it, g, piece_first, flushes = position
+        warp, lane = tid // 32, tid % 32
+        group, t = lane // 4, lane % 4
+        next_tile, next_it = next_position(tile, it, per_tile)
+        if g + 1 < end:
+            load_weights(w_next, w_bytes, w_pairs, next_tile * width, group, N, CHUNK_K * (next_it * step + warp)
+                         + 16 * t, K, aligned)
+        mma_weights(acc, w_frag, scratch, a_bytes, a_pairs, M, K, 0, CHUNK_K * (it * step + warp) + 16 * t, aligned,
+                    tid)
+        if next_it == 0 or g + 1 == end:
+            flush_piece(acc, partial[flushes % 2], last, partials, counters, out_elems, col_pre, bias_pre, row_pre,
+                        M, N, tile, piece_first == 0 and next_it == 0, per_tile, total, tid)
+            if g + 1 < end:
+                load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, 0, next_tile * width,
+                              tensor_scale, True, False, tid)
+            return next_tile, next_it, g + 1, next_it, flushes + 1
+        return next_tile, next_it, g + 1, piece_first, flushes
+
+    def stream_kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems, partials, counters,
+                      M, N, K, tiles_m, aligned, tensor_scale):
+        tid = cuda.threadIdx.x
+        warp, lane = tid // 32, tid % 32
+        group, t = lane // 4, lane % 4
+        scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
+        partial = cuda.shared.array((2, SKINNY_WARPS, slots, 32), np.int32)  # alternate flushes: one barrier each
+        last = cuda.shared.array(1, np.int32)
+        acc = cuda.local.array(slots, np.int32)
+        w_frag = cuda.local.array(w_words, np.uint64)
+        w_next = cuda.local.array(w_words, np.uint64)
+        col_pre = cuda.local.array(outputs, np.float32)
+        bias_pre = cuda.local.array(outputs, np.float32)
+        row_pre = cuda.local.array(outputs, np.float32)
+        per_tile = ((K + CHUNK_K - 1) // CHUNK_K + step - 1) // step
+        total = ((N + width - 1) // width) * per_tile
+        begin = cuda.blockIdx.x * total // cuda.gridDim.x
+        end = (cuda.blockIdx.x + 1) * total // cuda.gridDim.x
+        tile = begin // per_tile
+        it = begin - tile * per_tile
+        if dependent and wait_first:
+            ahead_tile, ahead_it = tile, it
+            for ahead in range(early_l2):  # a prefetch holds no data: the weight is still read after the wait
+                if begin + ahead < end:
+                    prefetch_weights(w_pairs, ahead_tile * width, group, N, CHUNK_K * (ahead_it * step + warp) + 16 * t,
+                                     K)
+                ahead_tile, ahead_it = next_position(ahead_tile, ahead_it, per_tile)
+            device.grid_dependency_wait()
+        if dependent:
+            device.launch_dependents()
+        if begin < end:
+            load_weights(w_frag, w_bytes, w_pairs, tile * width, group, N, CHUNK_K * (it * step + warp) + 16 * t, K,
+                         aligned)
+            load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, 0, tile * width,
+                          tensor_scale, True, False, tid)
+        if dependent and not wait_first:
+            ahead_tile, ahead_it = next_position(tile, it, per_tile)
+            for ahead in range(1, prefetch_l2 + 1):
+                if begin + ahead < end:
+                    prefetch_weights(w_pairs, ahead_tile * width, group, N, CHUNK_K * (ahead_it * step + warp) + 16 * t,
+                                     K)
+                ahead_tile, ahead_it = next_position(ahead_tile, ahead_it, per_tile)
+            device.grid_dependency_wait()  # the quantizer's rows and scales are complete past this
+        load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, 0, tile * width, tensor_scale,
+                      False, True, tid)
+        for i in range(slots):
+            acc[i] = 0
+        arrays = (a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems, partials, counters)
+        epilogue_pre, sizes = (col_pre, bias_pre, row_pre), (M, N, K, end, per_tile, total)
+        position = (tile, it, begin, it, 0)
+        while position[2] < end:  # the same for every warp: two iterations, the weight buffers taking turns
+            position = stream_iteration(acc, w_frag, w_next, partial, last, arrays, epilogue_pre, sizes, position,
+                                        aligned, tensor_scale, scratch, tid)
+            if position[2] < end:
+                position = stream_iteration(acc, w_next, w_frag, partial, last, arrays, epilogue_pre, sizes, position,
+                                            aligned, tensor_scale, scratch, tid)
+
+    if stream_k:
+        return stream_kernel
     return cooperative_kernel if cooperative else kernel
 
 
@@ -1358,7 +1512,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   staged: int = 0, max_registers: int = 0, trace: bool = False, early_l2: int = 0,
                   early_registers: bool = False, x_loads: int = ABSMAX_LOADS,
                   fixed: tuple[int, int] | None = None, wait_first: bool = False,
-                  static_scale: bool = False, weight_hint: str = "") -> ElementwiseKernel:
+                  static_scale: bool = False, weight_hint: str = "", stream_k: bool = False) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -1389,7 +1543,10 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     :func:`_skinny`); ``x_loads`` (the fused kernel): pieces of ``x`` per thread in flight in its prologue
     (:func:`fused_x_loads`); ``fixed`` (the fused kernel): its prologue compiled for one shape
     (:func:`fixed_prologue`; the plan's ``M`` and ``K`` only); ``weight_hint`` (the skinny kernels on aligned
-    operands): the cache operators of the weight's loads (:func:`~baracuda_numba.kernels.device.hinted_load_u64x2`)."""
+    operands): the cache operators of the weight's loads (:func:`~baracuda_numba.kernels.device.hinted_load_u64x2`).
+    ``stream_k`` (the unfused double-buffered skinny kernel on aligned operands, ``M <= SKINNY_M``): its blocks
+    split the main-loop iterations evenly across column tiles (see :func:`_skinny`); two more arrays follow the
+    eight: ``partials`` (int32) and ``counters`` (uint32), both zero between launches."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
     hint_suffix = f"_h{weight_hint}" if weight_hint else ""
     options: tuple = ()
@@ -1432,6 +1589,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
             raise ValueError("the profiling build stores its timestamps where the bias would be: has_bias=False")
         if wait_first and not dependent:
             raise ValueError("only a dependent skinny kernel waits first: dependent > 0")
+        if stream_k and not (double_buffer and vector_only and not staged and not trace):
+            raise ValueError("the stream-K skinny kernel is double-buffered on aligned operands, unstaged, untraced")
         if staged and not (dependent and vector_only and 0 < staged <= STAGED_MAX):
             raise ValueError(f"only the dependent skinny kernel on aligned operands stages weight (1 .. {STAGED_MAX} "
                              f"iterations), not {staged}")
@@ -1439,18 +1598,21 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
             fused_min_blocks = STAGED_MIN_BLOCKS  # the registers of the blocks DEPENDENT_STAGE_BYTES is sized for
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, prefetch_l2=fused_prefetch, double_buffer=double_buffer,
                          vector_only=vector_only, dependent=dependent, staged=staged, trace=trace,
-                         wait_first=wait_first, early_l2=early_l2, weight_hint=weight_hint if vector_only else "")
+                         wait_first=wait_first, early_l2=early_l2, weight_hint=weight_hint if vector_only else "",
+                         stream_k=stream_k)
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
                  f"{f'_dep{dependent}' if dependent else ''}{'_w' if wait_first else ''}"
                  f"{f'_e{early_l2}' if early_l2 else ''}"
                  f"{f'_st{staged}' if staged else ''}"
                  f"{f'_l2p{fused_prefetch}' if fused_prefetch else ''}"
                  f"{f'_b{fused_min_blocks}' if fused_min_blocks else ''}{f'_r{max_registers}' if max_registers else ''}"
-                 f"{'_trace' if trace else ''}{hint_suffix if vector_only else ''}")
+                 f"{'_trace' if trace else ''}{hint_suffix if vector_only else ''}{'_sk' if stream_k else ''}")
         if fused_min_blocks:
             options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)
         if max_registers:
             options += (("max_registers", max_registers),)
+        if stream_k:
+            extra = "int32[::1], uint32[::1], "
     elif pipeline is not None:
         kernel, shape = _pipelined(epilogue.store, pipeline), f"pipelined_{pipeline.name}"
     else:
