@@ -1367,18 +1367,26 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         return tile, it
 
     @device_function
-    def flush_piece(acc, partial, last, partials, counters, out_elems, col_pre, bias_pre, row_pre, M, N, tile,
-                    whole, per_tile, total, tid):
+    def tile_pieces(tile, per_tile, total):
+        """How many blocks' shares column tile ``tile`` spans (block ``b`` holds iterations ``[b T / G,
+        (b + 1) T / G)``; iteration ``g`` lies in block ``((g + 1) G - 1) // T``)."""
+        blocks = cuda.gridDim.x
+        first = ((tile * per_tile + 1) * blocks - 1) // total
+        return (((tile + 1) * per_tile) * blocks - 1) // total - first + 1
+
+    @device_function
+    def flush_piece(acc, partial, partials, counters, out_elems, col_pre, bias_pre, row_pre, M, N, tile, whole, tid):
         """Reduce the warps' sums of a piece of column tile ``tile`` (``partial``: this flush's half of the
-        shared buffer) and store them (``whole``), or add them into ``partials`` and store the tile's sum
-        if this is the last of its pieces (see :func:`_skinny` ``stream_k``); ``acc`` restarts at zero."""
+        shared buffer) and store them (``whole``), or add them into ``partials`` and count the piece in
+        ``counters[tile]``; ``acc`` restarts at zero. Returns (thread 0; 0 elsewhere and for a whole tile) the
+        pieces counted before this one: the block whose count completes the tile stores it at its end
+        (:func:`finish_tiles`), so that no block waits here on an atomic's answer."""
         warp, lane = tid // 32, tid % 32
         for i in range(slots):
             partial[warp, i, lane] = acc[i]
             acc[i] = 0
         cuda.syncthreads()
         n_block = tile * width
-        base = tile * (32 * slots)
         for o in range(outputs):
             index = tid + o * SKINNY_THREADS
             if index < 32 * slots:
@@ -1387,39 +1395,52 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                 for other in range(SKINNY_WARPS):
                     sum_ += partial[other, slot, source]
                 if whole:
-                    if local < M and n < N:
-                        store_with(sum_, row_pre[o], col_pre[o], bias_pre[o], local, n, M, N, out_elems)
+                    store_with(sum_, row_pre[o], col_pre[o], bias_pre[o], local, n, M, N, out_elems)
                 else:
-                    cuda.atomic.add(partials, base + index, sum_)
+                    cuda.atomic.add(partials, tile * (32 * slots) + index, sum_)
+        counted = 0
         if not whole:
-            cuda.threadfence()  # this piece's sums before its count
-            cuda.syncthreads()
+            cuda.syncthreads()  # every thread's sums are issued before thread 0 counts the piece
             if tid == 0:
-                blocks = cuda.gridDim.x
-                first = ((tile * per_tile + 1) * blocks - 1) // total  # the blocks holding the tile's ends
-                final = (((tile + 1) * per_tile) * blocks - 1) // total
-                arrived = cuda.atomic.add(counters, tile, 1)
-                last[0] = 1 if arrived == final - first else 0
-                if arrived == final - first:
-                    counters[tile] = 0  # every piece has counted: zero for the next launch
-            cuda.syncthreads()
-            if last[0]:
+                cuda.threadfence()  # ... and visible (cumulative over the barrier) before the count
+                counted = cuda.atomic.add(counters, tile, 1)
+        return counted
+
+    @device_function
+    def finish_tiles(split, done, partials, counters, out_elems, row_scale, col_scale, bias, col_pre, bias_pre, row_pre,
+                     M, N, per_tile, total, tid):
+        """Store the split tiles whose last piece this block counted (``split``: thread 0's ``(tile, pieces
+        counted before)`` of the block's first and last split pieces, tile -1 for none): their sums taken
+        from ``partials`` with zeros exchanged back in, their counters zeroed for the next launch."""
+        if tid == 0:
+            for i in range(2):
+                tile = split[2 * i]
+                done[i] = tile if tile >= 0 and split[2 * i + 1] == tile_pieces(tile, per_tile, total) - 1 else -1
+        cuda.syncthreads()
+        for i in range(2):
+            tile = done[i]
+            if tile >= 0:
                 cuda.threadfence()
+                n_block = tile * width
+                load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, 0, n_block, np.float32(0),
+                              True, False, tid)
                 for o in range(outputs):
                     index = tid + o * SKINNY_THREADS
                     if index < 32 * slots:
                         _, _, local, n = output_of(index, n_block)
-                        sum_ = cuda.atomic.exch(partials, base + index, 0)
-                        if local < M and n < N:
-                            store_with(sum_, row_pre[o], col_pre[o], bias_pre[o], local, n, M, N, out_elems)
+                        sum_ = cuda.atomic.exch(partials, tile * (32 * slots) + index, 0)
+                        store_with(sum_, row_pre[o], col_pre[o], bias_pre[o], local, n, M, N, out_elems)
+                if tid == 0:
+                    counters[tile] = 0
 
     @device_function
-    def stream_iteration(acc, w_frag, w_next, partial, last, arrays, epilogue_pre, sizes, position, aligned,
+    def stream_iteration(acc, w_frag, w_next, partial, split, arrays, epilogue_pre, sizes, position, aligned,
                          tensor_scale, scratch, tid):
         """Iteration ``g`` (``it`` of tile ``tile``: ``position = (tile, it, g, piece_first, flushes)``, its weight
         in ``w_frag``): load iteration ``g + 1``'s into ``w_next``, multiply, and flush the piece where the tile
-        or the block's share (``sizes = (M, N, K, end, per_tile, total)``) ends. Returns the next position.
-        (Grouped arguments: CPython calls with more than 30 pass them as one tuple, which numba cannot inline.)"""
+        or the block's share (``sizes = (M, N, K, end, per_tile, total)``) ends (a split piece's tile and count
+        into ``split``). Returns the next position. (Grouped arguments: CPython calls with more than 30 pass
+        them as one tuple, which numba cannot inline.)"""
         a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems, partials, counters = arrays
         col_pre, bias_pre, row_pre = epilogue_pre
         M, N, K, end, per_tile, total = sizes
@@ -1433,8 +1454,12 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         mma_weights(acc, w_frag, scratch, a_bytes, a_pairs, M, K, 0, CHUNK_K * (it * step + warp) + 16 * t, aligned,
                     tid)
         if next_it == 0 or g + 1 == end:
-            flush_piece(acc, partial[flushes % 2], last, partials, counters, out_elems, col_pre, bias_pre, row_pre,
-                        M, N, tile, piece_first == 0 and next_it == 0, per_tile, total, tid)
+            whole = piece_first == 0 and next_it == 0
+            counted = flush_piece(acc, partial[flushes % 2], partials, counters, out_elems, col_pre, bias_pre,
+                                  row_pre, M, N, tile, whole, tid)
+            if not whole:  # a block's split pieces are its first and its last
+                slot = 2 if split[0] >= 0 else 0
+                split[slot], split[slot + 1] = tile, counted
             if g + 1 < end:
                 load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, 0, next_tile * width,
                               tensor_scale, True, False, tid)
@@ -1448,13 +1473,16 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         group, t = lane // 4, lane % 4
         scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
         partial = cuda.shared.array((2, SKINNY_WARPS, slots, 32), np.int32)  # alternate flushes: one barrier each
-        last = cuda.shared.array(1, np.int32)
+        done = cuda.shared.array(2, np.int32)
         acc = cuda.local.array(slots, np.int32)
         w_frag = cuda.local.array(w_words, np.uint64)
         w_next = cuda.local.array(w_words, np.uint64)
         col_pre = cuda.local.array(outputs, np.float32)
         bias_pre = cuda.local.array(outputs, np.float32)
         row_pre = cuda.local.array(outputs, np.float32)
+        split = cuda.local.array(4, np.int32)
+        for i in range(4):
+            split[i] = -1
         per_tile = ((K + CHUNK_K - 1) // CHUNK_K + step - 1) // step
         total = ((N + width - 1) // width) * per_tile
         begin = cuda.blockIdx.x * total // cuda.gridDim.x
@@ -1492,11 +1520,13 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         epilogue_pre, sizes = (col_pre, bias_pre, row_pre), (M, N, K, end, per_tile, total)
         position = (tile, it, begin, it, 0)
         while position[2] < end:  # the same for every warp: two iterations, the weight buffers taking turns
-            position = stream_iteration(acc, w_frag, w_next, partial, last, arrays, epilogue_pre, sizes, position,
+            position = stream_iteration(acc, w_frag, w_next, partial, split, arrays, epilogue_pre, sizes, position,
                                         aligned, tensor_scale, scratch, tid)
             if position[2] < end:
-                position = stream_iteration(acc, w_next, w_frag, partial, last, arrays, epilogue_pre, sizes, position,
-                                            aligned, tensor_scale, scratch, tid)
+                position = stream_iteration(acc, w_next, w_frag, partial, split, arrays, epilogue_pre, sizes,
+                                            position, aligned, tensor_scale, scratch, tid)
+        finish_tiles(split, done, partials, counters, out_elems, row_scale, col_scale, bias, col_pre, bias_pre, row_pre,
+                     M, N, per_tile, total, tid)
 
     if stream_k:
         return stream_kernel
