@@ -121,6 +121,9 @@ MULTI_WAVE_WIDE_CHUNKS = 1
 # 78.0 / 71.1 (equal at 8192^2): the second buffer's loads make the kernel's main loop slower (the GEMM
 # alone at 4096^2, M = 1: 75.7 against 80.0 for the kernel without them).
 DEPENDENT_PRELOAD = 1
+# The unfused double-buffered skinny kernels load each iteration's activation fragments with its weight (an
+# iteration ahead of the mmas, in registers) instead of just before the mmas; None: each plan's rule.
+ACTIVATION_PRELOAD: bool | None = None
 DEPENDENT_CHUNKS: int | None = None  # None: skinny_chunks()'s rule
 # launch bounds of the dependent kernel (blocks per multiprocessor, 0: none; None: dependent_min_blocks()'s
 # rule: 2 with 2 column tiles, where ptxas's own choice is already 128 registers). Session 25 (the GEMM alone /
@@ -714,7 +717,8 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
             dependent: int = 0, staged: int = 0, trace: bool = False, early_l2: int = 0,
             early_registers: bool = False, x_loads: int = ABSMAX_LOADS, fixed: tuple[int, int] | None = None,
-            wait_first: bool = False, static_scale: bool = False, weight_hint: str = "", stream_k: bool = False):
+            wait_first: bool = False, static_scale: bool = False, weight_hint: str = "", stream_k: bool = False,
+            x_preload: bool = False):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -783,8 +787,14 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     several blocks add their int32 sums into ``partials`` (``[tiles, 32 * 4 n_tiles]`` int32, zero between
     launches) and count themselves in ``counters[tile]`` (uint32, zero between launches); the last piece to
     count takes the sum (exchanging zeros back in), stores it and zeroes the counter. Integer sums are exact
-    in any order, so the outputs are the other kernels' bits. Two more arrays follow the eight."""
+    in any order, so the outputs are the other kernels' bits. Two more arrays follow the eight.
+
+    ``x_preload`` (the unfused, double-buffered kernels): each iteration's activation fragments are loaded with
+    its weight, an iteration ahead of its mmas (two more register buffers), rather than just before the mmas,
+    whose L2 round trip the warp then waits out every iteration."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
+    x_preload = x_preload and double_buffer and x_element is None
+    a_words = 4 * chunks_in_flight if x_preload else 1  # x_preload: an iteration's activation fragments
     # staged, activations in global memory: both rows' pieces of every staged chunk
     x_words = max(4 * chunks_in_flight * staged, 1) if x_element is None or cooperative else 1
     outputs = -(-32 * slots // SKINNY_THREADS)  # outputs per thread (1 tile: half the threads store none)
@@ -1088,6 +1098,25 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                 mma_chunk(acc, 4 * j, x0, x1, y0, y1, w_frag[w], w_frag[w + 1], scratch, tid)
 
     @device_function
+    def load_iteration_activations(x_frag, a_bytes, a_pairs, M, K, m_block, k, aligned, tid):
+        """``x_preload``: one main-loop iteration's activation fragments (from ``k`` on, see :func:`load_weights`)
+        into ``x_frag``."""
+        for c in range(chunks_in_flight):
+            x = 4 * c
+            x_frag[x], x_frag[x + 1], x_frag[x + 2], x_frag[x + 3] = load_activations(
+                a_bytes, a_pairs, M, K, m_block, k + c * CHUNK_K * SKINNY_WARPS, aligned, tid)
+
+    @device_function
+    def mma_loaded(acc, w_frag, x_frag, scratch, tid):
+        """``acc +=`` one main-loop iteration on fragments already in registers (``x_preload``)."""
+        for c in range(chunks_in_flight):
+            x = 4 * c
+            for j in range(n_tiles):
+                w = 2 * (c * n_tiles + j)
+                mma_chunk(acc, 4 * j, x_frag[x], x_frag[x + 1], x_frag[x + 2], x_frag[x + 3], w_frag[w], w_frag[w + 1],
+                          scratch, tid)
+
+    @device_function
     def stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
                        aligned, preloaded, first_chunk, tid):
         """``acc`` = this lane's share of the block's 16 x ``8 n_tiles`` tile over its warp's chunks of
@@ -1108,6 +1137,26 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         # (each activation fragment then feeds the block's `n_tiles` column tiles); every warp runs
         # the same number of iterations (chunks past K read as zeros) because the simulated mma
         # synchronises the block
+        if x_preload:
+            x_frag = cuda.local.array(a_words, np.uint64)
+            x_next = cuda.local.array(a_words, np.uint64)
+            if preloaded == 0:
+                load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * (first_chunk + warp) + 16 * t, K,
+                             aligned)
+            load_iteration_activations(x_frag, a_bytes, a_pairs, M, K, m_block, CHUNK_K * (first_chunk + warp) + 16 * t,
+                                       aligned, tid)
+            for first in range(first_chunk, chunks, 2 * step):
+                k = CHUNK_K * (first + warp) + 16 * t
+                if preloaded < 2 or first > first_chunk:
+                    load_weights(w_next, w_bytes, w_pairs, n_block, group, N, k + CHUNK_K * step, K, aligned)
+                load_iteration_activations(x_next, a_bytes, a_pairs, M, K, m_block, k + CHUNK_K * step, aligned, tid)
+                mma_loaded(acc, w_frag, x_frag, scratch, tid)
+                if first + step < chunks:  # the same for every warp
+                    load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, k + 2 * CHUNK_K * step, K, aligned)
+                    load_iteration_activations(x_frag, a_bytes, a_pairs, M, K, m_block, k + 2 * CHUNK_K * step, aligned,
+                                               tid)
+                    mma_loaded(acc, w_next, x_next, scratch, tid)
+            return
         if double_buffer:
             if preloaded == 0:
                 load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * (first_chunk + warp) + 16 * t, K,
@@ -1542,7 +1591,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   staged: int = 0, max_registers: int = 0, trace: bool = False, early_l2: int = 0,
                   early_registers: bool = False, x_loads: int = ABSMAX_LOADS,
                   fixed: tuple[int, int] | None = None, wait_first: bool = False,
-                  static_scale: bool = False, weight_hint: str = "", stream_k: bool = False) -> ElementwiseKernel:
+                  static_scale: bool = False, weight_hint: str = "", stream_k: bool = False,
+                  x_preload: bool = False) -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -1576,7 +1626,8 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     operands): the cache operators of the weight's loads (:func:`~baracuda_numba.kernels.device.hinted_load_u64x2`).
     ``stream_k`` (the unfused double-buffered skinny kernel on aligned operands, ``M <= SKINNY_M``): its blocks
     split the main-loop iterations evenly across column tiles (see :func:`_skinny`); two more arrays follow the
-    eight: ``partials`` (int32) and ``counters`` (uint32), both zero between launches."""
+    eight: ``partials`` (int32) and ``counters`` (uint32), both zero between launches. ``x_preload`` (the unfused
+    double-buffered skinny kernels): activation fragments loaded an iteration ahead with the weight's."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
     hint_suffix = f"_h{weight_hint}" if weight_hint else ""
     options: tuple = ()
@@ -1629,14 +1680,15 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, prefetch_l2=fused_prefetch, double_buffer=double_buffer,
                          vector_only=vector_only, dependent=dependent, staged=staged, trace=trace,
                          wait_first=wait_first, early_l2=early_l2, weight_hint=weight_hint if vector_only else "",
-                         stream_k=stream_k)
+                         stream_k=stream_k, x_preload=x_preload and double_buffer)
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
                  f"{f'_dep{dependent}' if dependent else ''}{'_w' if wait_first else ''}"
                  f"{f'_e{early_l2}' if early_l2 else ''}"
                  f"{f'_st{staged}' if staged else ''}"
                  f"{f'_l2p{fused_prefetch}' if fused_prefetch else ''}"
                  f"{f'_b{fused_min_blocks}' if fused_min_blocks else ''}{f'_r{max_registers}' if max_registers else ''}"
-                 f"{'_trace' if trace else ''}{hint_suffix if vector_only else ''}{'_sk' if stream_k else ''}")
+                 f"{'_trace' if trace else ''}{hint_suffix if vector_only else ''}{'_sk' if stream_k else ''}"
+                 f"{'_xp' if x_preload and double_buffer else ''}")
         if fused_min_blocks:
             options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)
         if max_registers:
