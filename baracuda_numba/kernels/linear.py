@@ -1492,7 +1492,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         them as one tuple, which numba cannot inline.)"""
         a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems, partials, counters = arrays
         col_pre, bias_pre, row_pre = epilogue_pre
-        M, N, K, end, per_tile, total = sizes
+        M, N, K, end, per_tile, _ = sizes
         tile, it, g, piece_first, flushes = position
         warp, lane = tid // 32, tid % 32
         group, t = lane // 4, lane % 4

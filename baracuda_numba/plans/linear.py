@@ -433,8 +433,8 @@ class _LinearPlan(Plan):
         return bounds or (2 if self._x_preload() else 0)
 
     def _x_preload(self) -> bool:
-        """Whether the unfused decode GEMM loads its activations an iteration ahead (``kernels.linear.ACTIVATION_PRELOAD``
-        when set, else no)."""
+        """Whether the unfused decode GEMM loads its activations an iteration ahead
+        (``kernels.linear.ACTIVATION_PRELOAD`` when set, else no)."""
         return bool(gemm.ACTIVATION_PRELOAD)
 
     def _fused_shape(self, tiles: int) -> tuple[int, int, int, int, tuple[int, int] | None]:
