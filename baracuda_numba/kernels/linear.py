@@ -121,9 +121,6 @@ MULTI_WAVE_WIDE_CHUNKS = 1
 # 78.0 / 71.1 (equal at 8192^2): the second buffer's loads make the kernel's main loop slower (the GEMM
 # alone at 4096^2, M = 1: 75.7 against 80.0 for the kernel without them).
 DEPENDENT_PRELOAD = 1
-# The unfused double-buffered skinny kernels load each iteration's activation fragments with its weight (an
-# iteration ahead of the mmas, in registers) instead of just before the mmas; None: each plan's rule.
-ACTIVATION_PRELOAD: bool | None = None
 DEPENDENT_CHUNKS: int | None = None  # None: skinny_chunks()'s rule
 # launch bounds of the dependent kernel (blocks per multiprocessor, 0: none; None: dependent_min_blocks()'s
 # rule: 2 with 2 column tiles, where ptxas's own choice is already 128 registers). Session 25 (the GEMM alone /
@@ -717,8 +714,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
             dependent: int = 0, staged: int = 0, trace: bool = False, early_l2: int = 0,
             early_registers: bool = False, x_loads: int = ABSMAX_LOADS, fixed: tuple[int, int] | None = None,
-            wait_first: bool = False, static_scale: bool = False, weight_hint: str = "", stream_k: bool = False,
-            x_preload: bool = False):
+            wait_first: bool = False, static_scale: bool = False, weight_hint: str = ""):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -777,24 +773,8 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     after its stores.
 
     ``weight_hint`` (aligned operands, ``vector_only``): the cache operators of the weight's loads (see
-    :func:`~baracuda_numba.kernels.device.hinted_load_u64x2`); the activations' keep the default.
-
-    ``stream_k`` (the unfused, double-buffered kernel on aligned operands, ``M <= SKINNY_M``): the blocks
-    split the weight's main-loop iterations (``tiles x per_tile``, a column tile's ``per_tile`` iterations
-    in a row) evenly, whatever the grid: block ``b`` takes iterations ``[b T / G, (b + 1) T / G)``, crossing
-    column tiles with its loads in flight (the next tile's weight is loaded before this one's sums are
-    reduced). A tile one block covers whole is stored as the other kernels store it; a tile's pieces from
-    several blocks add their int32 sums into ``partials`` (``[tiles, 32 * 4 n_tiles]`` int32, zero between
-    launches) and count themselves in ``counters[tile]`` (uint32, zero between launches); the last piece to
-    count takes the sum (exchanging zeros back in), stores it and zeroes the counter. Integer sums are exact
-    in any order, so the outputs are the other kernels' bits. Two more arrays follow the eight.
-
-    ``x_preload`` (the unfused, double-buffered kernels): each iteration's activation fragments are loaded with
-    its weight, an iteration ahead of its mmas (two more register buffers), rather than just before the mmas,
-    whose L2 round trip the warp then waits out every iteration."""
+    :func:`~baracuda_numba.kernels.device.hinted_load_u64x2`); the activations' keep the default."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
-    x_preload = x_preload and double_buffer and x_element is None
-    a_words = 4 * chunks_in_flight if x_preload else 1  # x_preload: an iteration's activation fragments
     # staged, activations in global memory: both rows' pieces of every staged chunk
     x_words = max(4 * chunks_in_flight * staged, 1) if x_element is None or cooperative else 1
     outputs = -(-32 * slots // SKINNY_THREADS)  # outputs per thread (1 tile: half the threads store none)
@@ -1098,25 +1078,6 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                 mma_chunk(acc, 4 * j, x0, x1, y0, y1, w_frag[w], w_frag[w + 1], scratch, tid)
 
     @device_function
-    def load_iteration_activations(x_frag, a_bytes, a_pairs, M, K, m_block, k, aligned, tid):
-        """``x_preload``: one main-loop iteration's activation fragments (from ``k`` on, see :func:`load_weights`)
-        into ``x_frag``."""
-        for c in range(chunks_in_flight):
-            x = 4 * c
-            x_frag[x], x_frag[x + 1], x_frag[x + 2], x_frag[x + 3] = load_activations(
-                a_bytes, a_pairs, M, K, m_block, k + c * CHUNK_K * SKINNY_WARPS, aligned, tid)
-
-    @device_function
-    def mma_loaded(acc, w_frag, x_frag, scratch, tid):
-        """``acc +=`` one main-loop iteration on fragments already in registers (``x_preload``)."""
-        for c in range(chunks_in_flight):
-            x = 4 * c
-            for j in range(n_tiles):
-                w = 2 * (c * n_tiles + j)
-                mma_chunk(acc, 4 * j, x_frag[x], x_frag[x + 1], x_frag[x + 2], x_frag[x + 3], w_frag[w], w_frag[w + 1],
-                          scratch, tid)
-
-    @device_function
     def stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
                        aligned, preloaded, first_chunk, tid):
         """``acc`` = this lane's share of the block's 16 x ``8 n_tiles`` tile over its warp's chunks of
@@ -1137,26 +1098,6 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         # (each activation fragment then feeds the block's `n_tiles` column tiles); every warp runs
         # the same number of iterations (chunks past K read as zeros) because the simulated mma
         # synchronises the block
-        if x_preload:
-            x_frag = cuda.local.array(a_words, np.uint64)
-            x_next = cuda.local.array(a_words, np.uint64)
-            if preloaded == 0:
-                load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * (first_chunk + warp) + 16 * t, K,
-                             aligned)
-            load_iteration_activations(x_frag, a_bytes, a_pairs, M, K, m_block, CHUNK_K * (first_chunk + warp) + 16 * t,
-                                       aligned, tid)
-            for first in range(first_chunk, chunks, 2 * step):
-                k = CHUNK_K * (first + warp) + 16 * t
-                if preloaded < 2 or first > first_chunk:
-                    load_weights(w_next, w_bytes, w_pairs, n_block, group, N, k + CHUNK_K * step, K, aligned)
-                load_iteration_activations(x_next, a_bytes, a_pairs, M, K, m_block, k + CHUNK_K * step, aligned, tid)
-                mma_loaded(acc, w_frag, x_frag, scratch, tid)
-                if first + step < chunks:  # the same for every warp
-                    load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, k + 2 * CHUNK_K * step, K, aligned)
-                    load_iteration_activations(x_frag, a_bytes, a_pairs, M, K, m_block, k + 2 * CHUNK_K * step, aligned,
-                                               tid)
-                    mma_loaded(acc, w_next, x_next, scratch, tid)
-            return
         if double_buffer:
             if preloaded == 0:
                 load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * (first_chunk + warp) + 16 * t, K,
@@ -1405,180 +1346,6 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             counters[1] = 0
             counters[2] = 0
 
-    width = SKINNY_N * n_tiles  # columns per tile
-
-    @device_function
-    def next_position(tile, it, per_tile):
-        """The main-loop iteration after iteration ``it`` of column tile ``tile``."""
-        it += 1
-        if it == per_tile:
-            return tile + 1, 0
-        return tile, it
-
-    @device_function
-    def tile_pieces(tile, per_tile, total):
-        """How many blocks' shares column tile ``tile`` spans (block ``b`` holds iterations ``[b T / G,
-        (b + 1) T / G)``; iteration ``g`` lies in block ``((g + 1) G - 1) // T``)."""
-        blocks = cuda.gridDim.x
-        first = ((tile * per_tile + 1) * blocks - 1) // total
-        return (((tile + 1) * per_tile) * blocks - 1) // total - first + 1
-
-    @device_function
-    def flush_piece(acc, partial, partials, counters, out_elems, col_pre, bias_pre, row_pre, M, N, tile, whole, tid):
-        """Reduce the warps' sums of a piece of column tile ``tile`` (``partial``: this flush's half of the
-        shared buffer) and store them (``whole``), or add them into ``partials`` and count the piece in
-        ``counters[tile]``; ``acc`` restarts at zero. Returns (thread 0; 0 elsewhere and for a whole tile) the
-        pieces counted before this one: the block whose count completes the tile stores it at its end
-        (:func:`finish_tiles`), so that no block waits here on an atomic's answer."""
-        warp, lane = tid // 32, tid % 32
-        for i in range(slots):
-            partial[warp, i, lane] = acc[i]
-            acc[i] = 0
-        cuda.syncthreads()
-        n_block = tile * width
-        for o in range(outputs):
-            index = tid + o * SKINNY_THREADS
-            if index < 32 * slots:
-                slot, source, local, n = output_of(index, n_block)
-                sum_ = 0
-                for other in range(SKINNY_WARPS):
-                    sum_ += partial[other, slot, source]
-                if whole:
-                    store_with(sum_, row_pre[o], col_pre[o], bias_pre[o], local, n, M, N, out_elems)
-                else:
-                    cuda.atomic.add(partials, tile * (32 * slots) + index, sum_)
-        counted = 0
-        if not whole:
-            cuda.syncthreads()  # every thread's sums are issued before thread 0 counts the piece
-            if tid == 0:
-                cuda.threadfence()  # ... and visible (cumulative over the barrier) before the count
-                counted = cuda.atomic.add(counters, tile, 1)
-        return counted
-
-    @device_function
-    def finish_tiles(split, done, partials, counters, out_elems, row_scale, col_scale, bias, col_pre, bias_pre, row_pre,
-                     M, N, per_tile, total, tid):
-        """Store the split tiles whose last piece this block counted (``split``: thread 0's ``(tile, pieces
-        counted before)`` of the block's first and last split pieces, tile -1 for none): their sums taken
-        from ``partials`` with zeros exchanged back in, their counters zeroed for the next launch."""
-        if tid == 0:
-            for i in range(2):
-                tile = split[2 * i]
-                done[i] = tile if tile >= 0 and split[2 * i + 1] == tile_pieces(tile, per_tile, total) - 1 else -1
-        cuda.syncthreads()
-        for i in range(2):
-            tile = done[i]
-            if tile >= 0:
-                cuda.threadfence()
-                n_block = tile * width
-                load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, 0, n_block, np.float32(0),
-                              True, False, tid)
-                for o in range(outputs):
-                    index = tid + o * SKINNY_THREADS
-                    if index < 32 * slots:
-                        _, _, local, n = output_of(index, n_block)
-                        sum_ = cuda.atomic.exch(partials, tile * (32 * slots) + index, 0)
-                        store_with(sum_, row_pre[o], col_pre[o], bias_pre[o], local, n, M, N, out_elems)
-                if tid == 0:
-                    counters[tile] = 0
-
-    @device_function
-    def stream_iteration(acc, w_frag, w_next, partial, split, arrays, epilogue_pre, sizes, position, aligned,
-                         tensor_scale, scratch, tid):
-        """Iteration ``g`` (``it`` of tile ``tile``: ``position = (tile, it, g, piece_first, flushes)``, its weight
-        in ``w_frag``): load iteration ``g + 1``'s into ``w_next``, multiply, and flush the piece where the tile
-        or the block's share (``sizes = (M, N, K, end, per_tile, total)``) ends (a split piece's tile and count
-        into ``split``). Returns the next position. (Grouped arguments: CPython calls with more than 30 pass
-        them as one tuple, which numba cannot inline.)"""
-        a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems, partials, counters = arrays
-        col_pre, bias_pre, row_pre = epilogue_pre
-        M, N, K, end, per_tile, _ = sizes
-        tile, it, g, piece_first, flushes = position
-        warp, lane = tid // 32, tid % 32
-        group, t = lane // 4, lane % 4
-        next_tile, next_it = next_position(tile, it, per_tile)
-        if g + 1 < end:
-            load_weights(w_next, w_bytes, w_pairs, next_tile * width, group, N, CHUNK_K * (next_it * step + warp)
-                         + 16 * t, K, aligned)
-        mma_weights(acc, w_frag, scratch, a_bytes, a_pairs, M, K, 0, CHUNK_K * (it * step + warp) + 16 * t, aligned,
-                    tid)
-        if next_it == 0 or g + 1 == end:
-            whole = piece_first == 0 and next_it == 0
-            counted = flush_piece(acc, partial[flushes % 2], partials, counters, out_elems, col_pre, bias_pre,
-                                  row_pre, M, N, tile, whole, tid)
-            if not whole:  # a block's split pieces are its first and its last
-                slot = 2 if split[0] >= 0 else 0
-                split[slot], split[slot + 1] = tile, counted
-            if g + 1 < end:
-                load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, 0, next_tile * width,
-                              tensor_scale, True, False, tid)
-            return next_tile, next_it, g + 1, next_it, flushes + 1
-        return next_tile, next_it, g + 1, piece_first, flushes
-
-    def stream_kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems, partials, counters,
-                      M, N, K, tiles_m, aligned, tensor_scale):
-        tid = cuda.threadIdx.x
-        warp, lane = tid // 32, tid % 32
-        group, t = lane // 4, lane % 4
-        scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
-        partial = cuda.shared.array((2, SKINNY_WARPS, slots, 32), np.int32)  # alternate flushes: one barrier each
-        done = cuda.shared.array(2, np.int32)
-        acc = cuda.local.array(slots, np.int32)
-        w_frag = cuda.local.array(w_words, np.uint64)
-        w_next = cuda.local.array(w_words, np.uint64)
-        col_pre = cuda.local.array(outputs, np.float32)
-        bias_pre = cuda.local.array(outputs, np.float32)
-        row_pre = cuda.local.array(outputs, np.float32)
-        split = cuda.local.array(4, np.int32)
-        for i in range(4):
-            split[i] = -1
-        per_tile = ((K + CHUNK_K - 1) // CHUNK_K + step - 1) // step
-        total = ((N + width - 1) // width) * per_tile
-        begin = cuda.blockIdx.x * total // cuda.gridDim.x
-        end = (cuda.blockIdx.x + 1) * total // cuda.gridDim.x
-        tile = begin // per_tile
-        it = begin - tile * per_tile
-        if dependent and wait_first:
-            ahead_tile, ahead_it = tile, it
-            for ahead in range(early_l2):  # a prefetch holds no data: the weight is still read after the wait
-                if begin + ahead < end:
-                    prefetch_weights(w_pairs, ahead_tile * width, group, N, CHUNK_K * (ahead_it * step + warp) + 16 * t,
-                                     K)
-                ahead_tile, ahead_it = next_position(ahead_tile, ahead_it, per_tile)
-            device.grid_dependency_wait()
-        if dependent:
-            device.launch_dependents()
-        if begin < end:
-            load_weights(w_frag, w_bytes, w_pairs, tile * width, group, N, CHUNK_K * (it * step + warp) + 16 * t, K,
-                         aligned)
-            load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, 0, tile * width,
-                          tensor_scale, True, False, tid)
-        if dependent and not wait_first:
-            ahead_tile, ahead_it = next_position(tile, it, per_tile)
-            for ahead in range(1, prefetch_l2 + 1):
-                if begin + ahead < end:
-                    prefetch_weights(w_pairs, ahead_tile * width, group, N, CHUNK_K * (ahead_it * step + warp) + 16 * t,
-                                     K)
-                ahead_tile, ahead_it = next_position(ahead_tile, ahead_it, per_tile)
-            device.grid_dependency_wait()  # the quantizer's rows and scales are complete past this
-        load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, 0, tile * width, tensor_scale,
-                      False, True, tid)
-        for i in range(slots):
-            acc[i] = 0
-        arrays = (a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems, partials, counters)
-        epilogue_pre, sizes = (col_pre, bias_pre, row_pre), (M, N, K, end, per_tile, total)
-        position = (tile, it, begin, it, 0)
-        while position[2] < end:  # the same for every warp: two iterations, the weight buffers taking turns
-            position = stream_iteration(acc, w_frag, w_next, partial, split, arrays, epilogue_pre, sizes, position,
-                                        aligned, tensor_scale, scratch, tid)
-            if position[2] < end:
-                position = stream_iteration(acc, w_next, w_frag, partial, split, arrays, epilogue_pre, sizes,
-                                            position, aligned, tensor_scale, scratch, tid)
-        finish_tiles(split, done, partials, counters, out_elems, row_scale, col_scale, bias, col_pre, bias_pre, row_pre,
-                     M, N, per_tile, total, tid)
-
-    if stream_k:
-        return stream_kernel
     return cooperative_kernel if cooperative else kernel
 
 
@@ -1591,8 +1358,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   staged: int = 0, max_registers: int = 0, trace: bool = False, early_l2: int = 0,
                   early_registers: bool = False, x_loads: int = ABSMAX_LOADS,
                   fixed: tuple[int, int] | None = None, wait_first: bool = False,
-                  static_scale: bool = False, weight_hint: str = "", stream_k: bool = False,
-                  x_preload: bool = False) -> ElementwiseKernel:
+                  static_scale: bool = False, weight_hint: str = "") -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -1623,11 +1389,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     :func:`_skinny`); ``x_loads`` (the fused kernel): pieces of ``x`` per thread in flight in its prologue
     (:func:`fused_x_loads`); ``fixed`` (the fused kernel): its prologue compiled for one shape
     (:func:`fixed_prologue`; the plan's ``M`` and ``K`` only); ``weight_hint`` (the skinny kernels on aligned
-    operands): the cache operators of the weight's loads (:func:`~baracuda_numba.kernels.device.hinted_load_u64x2`).
-    ``stream_k`` (the unfused double-buffered skinny kernel on aligned operands, ``M <= SKINNY_M``): its blocks
-    split the main-loop iterations evenly across column tiles (see :func:`_skinny`); two more arrays follow the
-    eight: ``partials`` (int32) and ``counters`` (uint32), both zero between launches. ``x_preload`` (the unfused
-    double-buffered skinny kernels): activation fragments loaded an iteration ahead with the weight's."""
+    operands): the cache operators of the weight's loads (:func:`~baracuda_numba.kernels.device.hinted_load_u64x2`)."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
     hint_suffix = f"_h{weight_hint}" if weight_hint else ""
     options: tuple = ()
@@ -1670,8 +1432,6 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
             raise ValueError("the profiling build stores its timestamps where the bias would be: has_bias=False")
         if wait_first and not dependent:
             raise ValueError("only a dependent skinny kernel waits first: dependent > 0")
-        if stream_k and not (double_buffer and vector_only and not staged and not trace):
-            raise ValueError("the stream-K skinny kernel is double-buffered on aligned operands, unstaged, untraced")
         if staged and not (dependent and vector_only and 0 < staged <= STAGED_MAX):
             raise ValueError(f"only the dependent skinny kernel on aligned operands stages weight (1 .. {STAGED_MAX} "
                              f"iterations), not {staged}")
@@ -1679,22 +1439,18 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
             fused_min_blocks = STAGED_MIN_BLOCKS  # the registers of the blocks DEPENDENT_STAGE_BYTES is sized for
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, prefetch_l2=fused_prefetch, double_buffer=double_buffer,
                          vector_only=vector_only, dependent=dependent, staged=staged, trace=trace,
-                         wait_first=wait_first, early_l2=early_l2, weight_hint=weight_hint if vector_only else "",
-                         stream_k=stream_k, x_preload=x_preload and double_buffer)
+                         wait_first=wait_first, early_l2=early_l2, weight_hint=weight_hint if vector_only else "")
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
                  f"{f'_dep{dependent}' if dependent else ''}{'_w' if wait_first else ''}"
                  f"{f'_e{early_l2}' if early_l2 else ''}"
                  f"{f'_st{staged}' if staged else ''}"
                  f"{f'_l2p{fused_prefetch}' if fused_prefetch else ''}"
                  f"{f'_b{fused_min_blocks}' if fused_min_blocks else ''}{f'_r{max_registers}' if max_registers else ''}"
-                 f"{'_trace' if trace else ''}{hint_suffix if vector_only else ''}{'_sk' if stream_k else ''}"
-                 f"{'_xp' if x_preload and double_buffer else ''}")
+                 f"{'_trace' if trace else ''}{hint_suffix if vector_only else ''}")
         if fused_min_blocks:
             options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)
         if max_registers:
             options += (("max_registers", max_registers),)
-        if stream_k:
-            extra = "int32[::1], uint32[::1], "
     elif pipeline is not None:
         kernel, shape = _pipelined(epilogue.store, pipeline), f"pipelined_{pipeline.name}"
     else:

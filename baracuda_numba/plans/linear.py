@@ -347,13 +347,13 @@ class _LinearPlan(Plan):
                                    double_buffer=True, vector_only=True,
                                    fused_prefetch=gemm.dependent_prefetch(desc.m, desc.n, desc.k, one_wave)
                                    if dependent else 0,
-                                   fused_min_blocks=self._dependent_min_blocks(tiles) if dependent else 0,
+                                   fused_min_blocks=gemm.dependent_min_blocks(tiles) if dependent else 0,
                                    dependent=gemm.DEPENDENT_PRELOAD if dependent else 0, staged=staged,
                                    max_registers=gemm.DEPENDENT_MAX_REGISTERS if dependent else 0,
                                    wait_first=dependent and self._dependent_waits_first(),
                                    early_l2=WAIT_FIRST_EARLY_L2 if dependent and self._dependent_waits_first()
                                    and blocks <= 2 * _multiprocessors() else 0,
-                                   weight_hint=self._weight_hint(), x_preload=self._x_preload())
+                                   weight_hint=self._weight_hint())
             variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                     staged * gemm.staged_iteration_bytes(chunks, tiles), dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
@@ -424,18 +424,6 @@ class _LinearPlan(Plan):
             return gemm.WEIGHT_LOAD_HINT
         d = self.desc
         return "na" if d.k >= WEIGHT_NO_L1_MIN_K or d.m >= WEIGHT_NO_L1_MIN_M else ""
-
-    def _dependent_min_blocks(self, tiles: int) -> int:
-        """Launch bounds of the dependent decode GEMM (:func:`~baracuda_numba.kernels.linear.dependent_min_blocks`);
-        2 with 4 column tiles when it preloads activations: without bounds ptxas takes 138 registers, one block per
-        SM (108 under them, no spill; local ptxas)."""
-        bounds = gemm.dependent_min_blocks(tiles)
-        return bounds or (2 if self._x_preload() else 0)
-
-    def _x_preload(self) -> bool:
-        """Whether the unfused decode GEMM loads its activations an iteration ahead
-        (``kernels.linear.ACTIVATION_PRELOAD`` when set, else no)."""
-        return bool(gemm.ACTIVATION_PRELOAD)
 
     def _fused_shape(self, tiles: int) -> tuple[int, int, int, int, tuple[int, int] | None]:
         """The fused kernel's ``(chunks, launch bounds, L2 prefetch, x_loads, fixed prologue)`` at this plan's
