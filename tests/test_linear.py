@@ -4,7 +4,6 @@ reference (simulated tensor-core mma), error paths, calibration helpers; on the 
 
 from __future__ import annotations
 
-import re
 import sys
 
 import numpy as np
@@ -476,17 +475,29 @@ def test_static_smoothquant_decode_is_a_dependent_launch(m, n, k, dtype, bias):
     clear_plan_cache()
 
 
-# The unfused decode GEMM's chunks and launch bounds by shape: with 4 column tiles (K >= 8192) one chunk
-# where its blocks outnumber the SMs (two chunks take 140 registers, one block per SM), two where they
-# fit one wave; with 2 tiles the dependent kernel runs under launch bounds of 2 blocks, with one chunk where its
-# blocks make one wave at three per SM but not at two (THREE_PER_SM_CHUNKS: 265-396 blocks of 16 rows).
-# Its weight loads skip L1 (`_hna`) at K >= 8192 or 16 tokens (plans.linear.WEIGHT_NO_L1_*).
-@pytest.mark.parametrize(("m", "n", "k", "name"), [
-    (1, 8192, 8192, "skinny1x4_db_v_dep1_l2p1_hna_"), (16, 8192, 8192, "skinny1x4_db_v_dep1_l2p2_hna_"),
-    (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_hna_"), (1, 4096, 4096, "skinny2x2_db_v_dep1_l2p1_b2_"),
-    (16, 11008, 4096, "skinny2x2_db_v_dep1_b2_hna_"), (16, 6144, 4096, "skinny1x2_db_v_dep1_b2_hna_"),
-    (2, 4240, 4096, "skinny1x2_db_v_dep1_b2_")])
-def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name):
+# The unfused decode GEMM's chunks, column tiles and launch bounds by shape: with 4 column tiles (K >= 8192) one
+# chunk where its blocks outnumber the SMs (two chunks take 140 registers, one block per SM), two where they fit
+# one wave; with 2 tiles the dependent kernel runs under launch bounds of 2 blocks, with one chunk where its blocks
+# make one wave at three per SM but not at two (THREE_PER_SM_CHUNKS: 265-396 blocks of 16 rows). Where blocks of
+# 2 tiles make more than one wave at two per SM, wider blocks that make one (plans.linear.WIDE_TILES): from 16
+# tokens past three per SM (quantized_linear's asking L2 for an iteration before its wait), for fewer tokens in
+# quantized_linear and every M in SmoothQuant's waiting GEMM up to three per SM; not with the static promise.
+# Weight loads skip L1 (`_hna`) at K >= 8192 or 16 tokens (plans.linear.WEIGHT_NO_L1_*). Names: quantized_linear's,
+# SmoothQuant's waiting first (None: the same with `_w_e2_` / `_w_` spliced in), SmoothQuant's static.
+@pytest.mark.parametrize(("m", "n", "k", "name", "waiting", "static"), [
+    (1, 8192, 8192, "skinny1x4_db_v_dep1_l2p1_hna_", "skinny1x4_db_v_dep1_w_e2_hna_", "skinny1x4_db_v_dep1_hna_"),
+    (16, 8192, 8192, "skinny1x4_db_v_dep1_l2p2_hna_", "skinny1x4_db_v_dep1_w_e2_hna_", "skinny1x4_db_v_dep1_hna_"),
+    (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_hna_", None, None),
+    (1, 4096, 4096, "skinny2x2_db_v_dep1_l2p1_b2_", None, None),
+    (8, 11008, 4096, "skinny2x2_db_v_dep1_b2_", "skinny2x2_db_v_dep1_w_b2_", None),
+    (16, 11008, 4096, "skinny1x6_db_v_dep1_l2p1_b2_hna_", "skinny1x6_db_v_dep1_w_e2_b2_hna_",
+     "skinny2x2_db_v_dep1_b2_hna_"),
+    (16, 14336, 4096, "skinny1x7_db_v_dep1_l2p1_b2_hna_", "skinny1x7_db_v_dep1_w_e2_b2_hna_",
+     "skinny2x2_db_v_dep1_b2_hna_"),
+    (16, 28672, 4096, "skinny2x2_db_v_dep1_b2_hna_", "skinny2x2_db_v_dep1_w_b2_hna_", None),  # no 7 tiles fit
+    (16, 6144, 4096, "skinny1x2_db_v_dep1_b2_hna_", "skinny2x3_db_v_dep1_w_e2_b2_hna_", "skinny1x2_db_v_dep1_b2_hna_"),
+    (2, 4240, 4096, "skinny2x3_db_v_dep1_b2_", "skinny2x3_db_v_dep1_w_e2_b2_", "skinny1x2_db_v_dep1_b2_")])
+def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name, waiting, static):
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
@@ -495,15 +506,15 @@ def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name):
     clear_plan_cache()
     plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
     assert f"w8a8_gemm_{name}bf16_token" == _skinny_vector_name(plan)
-    # SmoothQuant's: the same kernel, waiting first unless the weight is static
-    for static in (False, True):
-        sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", False, static))
-        # waiting first, it asks L2 for weight before its wait where its blocks fit one wave at two per SM
-        one_wave = -(-m // 16) * -(-n // (8 * (4 if k >= 8192 else 2))) <= 2 * 132  # not 11008 x 4096
-        early = f"e{plans.WAIT_FIRST_EARLY_L2}_" if one_wave else ""
-        sq_name = name if k < 8192 or n <= 4096 else re.sub("_l2p[12]_", "_", name)  # (the one-wave prefetch)
-        waits = sq_name if static else sq_name.replace("_dep1_", f"_dep1_w_{early}")
-        assert _skinny_vector_name(sq) == f"w8a8_gemm_{waits}bf16_tensor"
+    waiting = waiting or name.replace("_dep1_", f"_dep1_w_e{plans.WAIT_FIRST_EARLY_L2}_")
+    for promise, expected in ((False, waiting), (True, static or name)):
+        sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", False, promise))
+        assert _skinny_vector_name(sq) == f"w8a8_gemm_{expected}bf16_tensor"
+    monkeypatch.setattr(plans, "WIDE_TILES", False)  # 2 tiles below K = 8192 again
+    clear_plan_cache()
+    if k < 8192:
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
+        assert "x2_db_v" in _skinny_vector_name(plan)
     clear_plan_cache()
 
 
@@ -588,6 +599,38 @@ def test_decode_gemm_with_one_chunk_matches_reference(monkeypatch, static, tiles
     sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "f32", True, static))
     assert _skinny_vector_name(sq).startswith(f"w8a8_gemm_skinny1x{tiles}_db_v_dep1" + ("_l2p" if static else "_w_"))
     np.testing.assert_array_equal(bn.smoothquant_linear(act, w, ws, 0.021, bias=bias, static_weight=static),
+                                  ref.linear.smoothquant_linear(act, w, ws, 0.021, bias, np.float32))
+    clear_plan_cache()
+
+
+@pytest.mark.parametrize(("m", "n", "name"), [(3, 40, "skinny2x3_db_v_dep1_l2p1_b2_"),
+                                              (16, 72, "skinny1x5_db_v_dep1_l2p1_b2_hna_")])
+def test_wide_decode_gemm_matches_reference(monkeypatch, m, n, name):
+    """Wider column tiles where blocks of 2 make more than one wave at two per SM (plans.linear.WIDE_TILES), at a
+    small shape with one SM: 3 blocks of 2 tiles (one wave at three per SM) become 2 of 3 tiles, 2 chunks, for 3
+    tokens; 5 blocks become 2 of 5 tiles, 1 chunk, for 16 tokens (quantized_linear's GEMM asking L2 for an iteration
+    before its wait, the weight's loads skipping L1). quantized_linear's and SmoothQuant's GEMM (waiting first)
+    against the reference, bit for bit; the last block partial, K past the warps' 8 x 64 bytes."""
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    _force_decode_variant(monkeypatch, "two_launch")
+    monkeypatch.setattr(plans, "_multiprocessors", lambda: 1)
+    clear_plan_cache()
+    rng = np.random.default_rng(m + n)
+    k = 1040
+    x = _special_rows(rng.standard_normal((m, k)).astype(np.float32) * 3)
+    act = rng.integers(-127, 128, (m, k)).astype(np.int8)
+    w, ws = weights(rng, n, k)
+    bias = rng.standard_normal(n).astype(np.float32)
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32", True))
+    assert _skinny_vector_name(plan) == f"w8a8_gemm_{name}f32_bias_token"
+    assert plan._variants["skinny_vector"][2] == 2  # blocks: one wave at two per SM
+    np.testing.assert_array_equal(bn.quantized_linear(x, w, ws, bias=bias), ref.linear.quantized_linear(x, w, ws, bias))
+    sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "f32", True))
+    tiles = name.split("_")[0]
+    assert _skinny_vector_name(sq).startswith(f"w8a8_gemm_{tiles}_db_v_dep1_w_e{plans.WAIT_FIRST_EARLY_L2}_")
+    np.testing.assert_array_equal(bn.smoothquant_linear(act, w, ws, 0.021, bias=bias),
                                   ref.linear.smoothquant_linear(act, w, ws, 0.021, bias, np.float32))
     clear_plan_cache()
 

@@ -162,6 +162,29 @@ WAIT_FIRST_EARLY_L2 = 2
 #   / 58.8 / 58.6 / 55.4, 6144 x 4096 59.7 / 58.1 / 57.2 / 55.2 -> 64.6 / 64.2 / 63.7 / 59.2 (the GEMM alone
 #   69.0 -> 80.7 at M = 1); 11008 x 4096 70.5 / 65.1 -> 70.1 / 64.6 under launch bounds of 3 (call 7).
 THREE_PER_SM_CHUNKS = 1
+# Where those blocks of 2 column tiles (K < 8192) make more than one wave at two per SM, the dependent decode GEMM
+# takes wider blocks instead: the fewest column tiles, up to WIDE_TILES_MAX, whose blocks fit one wave at two per SM
+# (launch bounds of 2; 1 chunk from 4 tiles, by kernels.linear.skinny_chunks). Each block then reads the activations
+# once for more columns: at M = 16 their L2 traffic was as large as the weight's. Where the 2-tile blocks make more
+# than one wave at three per SM, from WIDE_TILES_MIN_M tokens; where they make one there (THREE_PER_SM_CHUNKS), for
+# fewer tokens in quantized_linear's GEMM and for every M in SmoothQuant's waiting first. With the static promise
+# SmoothQuant's GEMM keeps 2 tiles (not measured). Session 31 (call 5, tune-linear-2026-11-26-s31-call5-tiles-*.log,
+# H100, graph replay, weights rotating past L2, % of the eager copy, M = 1 / 8 / 16, shipped -> wide):
+# - 11008 x 4096, 6 tiles (230 blocks; 688 of 2 tiles): the GEMM alone 78.6 / 74.8 / 72.5 -> 79.8 / 78.0 / 78.5, and
+#   87.2 at M = 16 asking L2 for one iteration before its wait (WIDE_TILES_PREFETCH_L2); quantized_linear's two
+#   launches 70.4 / 67.5 / 65.4 -> 70.7 / 68.2 / 66.7, 69.5 at M = 16 with the prefetch; SmoothQuant 77.9 / 74.3 /
+#   71.1 -> 74.9 / 73.7 / 74.2;
+# - 14336 x 4096, 7 tiles (256 blocks; 24 bytes spilled): the two launches 72.3 / 70.4 / 68.1 -> 68.4 / 69.5 / 71.1
+#   (M = 16 with the prefetch); SmoothQuant 80.1 / 76.5 / 72.9 -> 69.5 / 69.0 / 78.5;
+# - 6144 x 4096, 3 tiles (256 blocks, 2 chunks; 384 of 1 chunk at three per SM): the two launches 64.6 / 60.6 / 57.0
+#   -> 66.6 / 63.1 / 53.9; SmoothQuant 74.7 / 73.0 / 70.6 -> 78.8 / 76.1 / 73.7;
+# - 5120 x 4096, 3 tiles: the two launches 58.7 / 58.0 / 55.6 -> 62.6 / 60.7 / 57.3; SmoothQuant 70.1 / 67.9 / 65.4
+#   -> 70.9 / 69.9 / 68.0.
+# (One token at these shapes takes the fused kernel.) False: 2 tiles everywhere below K = 8192.
+WIDE_TILES = True
+WIDE_TILES_MAX = 7
+WIDE_TILES_MIN_M = 16
+WIDE_TILES_PREFETCH_L2 = 1  # quantized_linear's GEMM in wide blocks from WIDE_TILES_MIN_M tokens
 # Up to FUSED_MAX_M tokens, with K of at least FUSED_MIN_K and FUSED_MIN_N .. FUSED_MAX_N weight rows, and
 # up to FUSED_ANY_SHAPE_MAX_M tokens against any weight up to FUSED_MAX_N rows and FUSED_ANY_SHAPE_MAX_WEIGHT
 # bytes (the quantized rows within
@@ -334,28 +357,32 @@ class _LinearPlan(Plan):
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.SKINNY_CHUNKS, tiles)
             variant("skinny", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS)
             dependent = self._dependent_gemm()
-            blocks = -(-desc.m // SKINNY_M) * -(-desc.n // (SKINNY_N * tiles))
-            chunks = gemm.skinny_chunks(False, dependent, tiles, blocks, _multiprocessors())
-            if (dependent and tiles == 2 and gemm.DEPENDENT_CHUNKS is None
+            wide = self._wide_tiles(tiles) if dependent else tiles  # the dependent GEMM's column tiles
+            blocks = -(-desc.m // SKINNY_M) * -(-desc.n // (SKINNY_N * wide))
+            chunks = gemm.skinny_chunks(False, dependent, wide, blocks, _multiprocessors())
+            if (dependent and wide == 2 and gemm.DEPENDENT_CHUNKS is None
                     and 2 * _multiprocessors() < blocks <= 3 * _multiprocessors()):
                 chunks = THREE_PER_SM_CHUNKS
-            staged = gemm.dependent_staged(desc.m, desc.n, desc.k, chunks, tiles) if dependent else 0
+            staged = gemm.dependent_staged(desc.m, desc.n, desc.k, chunks, wide) if dependent else 0
             # the one-wave prefetch at K >= 8192 was measured after the per-token quantizer only (not for
             # SmoothQuant's GEMM, which asks L2 for its weight by WAIT_FIRST_EARLY_L2)
             one_wave = not per_tensor_rows and blocks <= 2 * _multiprocessors()
-            kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, tiles,
-                                   double_buffer=True, vector_only=True,
-                                   fused_prefetch=gemm.dependent_prefetch(desc.m, desc.n, desc.k, one_wave)
+            prefetch = gemm.dependent_prefetch(desc.m, desc.n, desc.k, one_wave) if dependent else 0
+            if (wide != tiles and not per_tensor_rows and desc.m >= WIDE_TILES_MIN_M
+                    and gemm.DEPENDENT_PREFETCH_L2 is None):
+                prefetch = WIDE_TILES_PREFETCH_L2
+            kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, wide,
+                                   double_buffer=True, vector_only=True, fused_prefetch=prefetch,
+                                   fused_min_blocks=(2 if wide != tiles else gemm.dependent_min_blocks(tiles))
                                    if dependent else 0,
-                                   fused_min_blocks=gemm.dependent_min_blocks(tiles) if dependent else 0,
                                    dependent=gemm.DEPENDENT_PRELOAD if dependent else 0, staged=staged,
                                    max_registers=gemm.DEPENDENT_MAX_REGISTERS if dependent else 0,
                                    wait_first=dependent and self._dependent_waits_first(),
                                    early_l2=WAIT_FIRST_EARLY_L2 if dependent and self._dependent_waits_first()
                                    and blocks <= 2 * _multiprocessors() else 0,
                                    weight_hint=self._weight_hint())
-            variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
-                    staged * gemm.staged_iteration_bytes(chunks, tiles), dependent=dependent)
+            variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * wide, SKINNY_THREADS,
+                    staged * gemm.staged_iteration_bytes(chunks, wide), dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
             chunks = gemm.skinny_chunks(one_launch=True)
             fused_shape = self._fused_shape(tiles)
@@ -424,6 +451,30 @@ class _LinearPlan(Plan):
             return gemm.WEIGHT_LOAD_HINT
         d = self.desc
         return "na" if d.k >= WEIGHT_NO_L1_MIN_K or d.m >= WEIGHT_NO_L1_MIN_M else ""
+
+    def _wide_tiles(self, tiles: int) -> int:
+        """Column tiles per block of the dependent decode GEMM: ``tiles``, or the fewest up to ``WIDE_TILES_MAX``
+        whose blocks fit one wave at two per SM, by the ``WIDE_TILES`` rule (not with ``kernels.linear``'s
+        ``SKINNY_TILES`` or ``DEPENDENT_CHUNKS`` set, nor for more than one row tile)."""
+        d, sms = self.desc, _multiprocessors()
+        if (not WIDE_TILES or tiles != 2 or d.m > SKINNY_M or gemm.SKINNY_TILES is not None
+                or gemm.DEPENDENT_CHUNKS is not None):
+            return tiles
+        blocks = -(-d.n // (SKINNY_N * tiles))
+        if blocks <= 2 * sms:
+            return tiles
+        smoothquant = self.entry.input_element is ElementKind.S8
+        if smoothquant and not self._dependent_waits_first():
+            return tiles  # the static promise: not measured
+        if blocks <= 3 * sms:  # one wave at three per SM (THREE_PER_SM_CHUNKS)
+            wanted = smoothquant or d.m < WIDE_TILES_MIN_M
+        else:
+            wanted = d.m >= WIDE_TILES_MIN_M
+        if wanted:
+            for wide in range(tiles + 1, WIDE_TILES_MAX + 1):
+                if -(-d.n // (SKINNY_N * wide)) <= 2 * sms:
+                    return wide
+        return tiles
 
     def _fused_shape(self, tiles: int) -> tuple[int, int, int, int, tuple[int, int] | None]:
         """The fused kernel's ``(chunks, launch bounds, L2 prefetch, x_loads, fixed prologue)`` at this plan's
