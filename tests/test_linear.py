@@ -934,6 +934,47 @@ def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static, 
 
 
 @requires_gpu
+@pytest.mark.parametrize(("m", "n", "tiles", "sq_tiles"), [
+    (16, 11008, 6, 6), (16, 14336, 7, 7), (2, 6144, 3, 3), (16, 6144, 2, 3), (8, 11008, 2, 2)])
+def test_gpu_wide_decode_gemm_reads_each_calls_own_activations(m, n, tiles, sq_tiles):
+    """The dependent decode GEMM in wider blocks (plans.linear.WIDE_TILES: ``tiles`` column tiles for
+    quantized_linear's GEMM, ``sq_tiles`` for SmoothQuant's waiting first), 24 calls queued back to back with no
+    sync and a new ``x`` / ``act`` each: every output equals torch's ops bit for bit (a GEMM reading the
+    activations before the kernel before it finished would see the previous call's)."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    k = 4096
+    g = torch.Generator(device="cuda").manual_seed(m + n)
+    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
+    bias = torch.randn(n, device="cuda", generator=g)
+    xs = [(torch.randn(m, k, device="cuda", generator=g) * (1 + i)).to(torch.bfloat16) for i in range(24)]
+    acts = [torch.randint(-127, 128, (m, k), device="cuda", generator=g, dtype=torch.int8) for _ in range(24)]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(plans, "FUSED_MAX_M", 0)
+        monkeypatch.setattr(plans, "FUSED_ANY_SHAPE_MAX_M", 0)
+        monkeypatch.setattr(plans, "WIDE_FUSED_MAX_M", 0)
+        monkeypatch.setattr(plans, "WIDE_ONE_WAVE_FUSED_MAX_M", 0)
+        clear_plan_cache()
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16", True))
+        assert _skinny_vector_name(plan).split("_")[2].endswith(f"x{tiles}")
+        sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", True))
+        assert _skinny_vector_name(sq).split("_")[2].endswith(f"x{sq_tiles}")
+        outs = [bn.quantized_linear(x, w, ws, bias=bias) for x in xs]
+        sq_outs = [bn.smoothquant_linear(a, w, ws, 0.0173, bias=bias, dtype="bfloat16") for a in acts]
+    clear_plan_cache()
+    torch.cuda.synchronize()
+    for x, out in zip(xs, outs, strict=True):
+        assert torch.equal(out.view(torch.int16), _torch_w8a8(torch, x, w, ws, bias).view(torch.int16))
+    for a, out in zip(acts, sq_outs, strict=True):
+        acc = (a.double() @ w.double().t()).to(torch.int32)
+        y = (acc.float() * torch.tensor(0.0173, device="cuda")) * ws[None, :] + bias[None, :]
+        assert torch.equal(out.view(torch.int16), y.to(torch.bfloat16).view(torch.int16))
+
+
+@requires_gpu
 @pytest.mark.parametrize("k", [8192, 4096])
 def test_gpu_weight_quantized_just_before_the_call_is_read_after_the_wait(k):
     """Without the static-weight promise the fused kernel (a programmatic dependent; at 4096^2 in its
