@@ -193,6 +193,14 @@ def test_empty_problems():
     # K = 0: every dot product is empty, the output is the bias (or zero)
     y = bn.quantized_linear(np.zeros((3, 0), np.float32), np.zeros((5, 0), np.int8), ws, bias=bias)
     np.testing.assert_array_equal(y, np.broadcast_to(bias, (3, 5)))
+    # ... whatever the workspace held before (all-ones bytes: NaN scales), float32 and float64 scales
+    for dtype in (np.float32, np.float64):
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(3, 5, 0, dtype.__name__, dtype.__name__,
+                                                                          True))
+        out = np.full((3, 5), 7, dtype)
+        plan.run(bn.QuantizedLinearArgs(np.zeros((3, 0), dtype), np.zeros((5, 0), np.int8), ws, out, bias),
+                 workspace=np.full(plan.workspace_size(), 0xFF, np.uint8))
+        np.testing.assert_array_equal(out, np.broadcast_to(bias, (3, 5)).astype(dtype))
     y = bn.smoothquant_linear(np.zeros((2, 0), np.int8), np.zeros((5, 0), np.int8), ws, 0.1)
     np.testing.assert_array_equal(y, np.zeros((2, 5), np.float32))
     # M = 0 or N = 0: nothing to compute, shapes still right

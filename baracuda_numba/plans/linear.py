@@ -1139,6 +1139,10 @@ class QuantizedLinearPlan(_LinearPlan):
             elif d.k:
                 scratch = sub_operand(ws, self._quantizer_offset, ElementKind.U8, (self._quantizer.workspace_size(),))
                 self._quantizer.run(DynamicRangeQuantizeArgs(x, xq, scale_x, None), workspace=scratch, stream=handle)
+            elif SIMULATOR:  # K = 0: no quantizer runs, and the epilogue's (0 * scale) must not read a stale NaN
+                scale_x.host[...] = 0
+            else:
+                zero_words(scale_x.ptr, d.m * self._scale_element.itemsize // 4, handle)
             self._gemm(xq, weight, scale_x, weight_scale, bias, output, 0.0, handle, unfused=True)
         if output.on_host or x.on_host:
             synchronize(handle)
