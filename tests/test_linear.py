@@ -1727,3 +1727,78 @@ def test_warpgroup_kernel_compiles_to_sm_90a_ptx(tmp_path):
             assert "fence.proxy.async.shared::cta" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
             assert ".local" not in ptx
             assert ("st.global.v2.u64" in ptx and "ld.shared.v4.u32" in ptx) == (out == "bf16")
+
+
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "aligned"), [
+    (1, 24, 1040, "float32", True), (5, 40, 528, "bfloat16", True), (16, 9, 144, "float16", True),
+    (3, 17, 208, "float32", False)])
+def test_handoff_pair_matches_reference(monkeypatch, m, n, k, dtype, aligned):
+    """plans.linear.HANDOFF: the quantizer's handoff kernel (its scales zeroed before the GEMM may start, each
+    stored after its row) and the GEMM polling them (kernel names asserted), against the reference bit for bit:
+    special rows (inf, NaN, ties, zeros), x off its 16-byte alignment (the quantizer's element path), and a
+    workspace of NaN bytes (what the previous call or the allocator left)."""
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    _force_decode_variant(monkeypatch, "two_launch")
+    monkeypatch.setattr(plans, "HANDOFF", True)
+    clear_plan_cache()
+    rng = np.random.default_rng(m * n + k)
+    x = _special_rows(rng.standard_normal((m, k)).astype(np.float32) * 3).astype(bn.element_kind(dtype).numpy_dtype)
+    if not aligned:  # one element past a 16-byte boundary
+        x = np.concatenate([np.zeros(1, x.dtype), x.ravel()])[1:].reshape(m, k)
+        assert x.ctypes.data % 16
+    w, ws = weights(rng, n, k)
+    bias = rng.standard_normal(n).astype(np.float32)
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, True))
+    assert plan._aligned_variant == "skinny_handoff" and plan._handoff
+    short = bn.element_kind(dtype).short
+    assert plan._variants["skinny_handoff"][0]._compile.__self__.py_func.__name__.endswith(f"_ho_{short}_bias_token")
+    assert plan._quantizer.hands_off()
+    workspace = np.full(plan.workspace_size(), 0xFF, np.uint8)  # every scale NaN
+    out = np.empty((m, n), x.dtype)
+    plan.run(bn.QuantizedLinearArgs(x, w, ws, out, bias), workspace=workspace)
+    np.testing.assert_array_equal(out, ref.linear.quantized_linear(x, w, ws, bias))
+    clear_plan_cache()
+
+
+@requires_gpu
+@pytest.mark.parametrize(("m", "n", "k"), [(16, 4096, 4096), (8, 8192, 8192), (2, 11008, 4096), (16, 11008, 4096),
+                                           (5, 1000, 528)])
+def test_gpu_handoff_pair_reads_each_calls_own_rows(m, n, k):
+    """plans.linear.HANDOFF on the GPU: 24 calls queued back to back with no sync, each ``x`` written by a torch
+    kernel just before the call and scaled differently (a stale scale or row changes the bits), through the
+    plan's own workspace and through a given one that starts as 0xFF bytes (NaN scales): every output equals
+    torch's ops bit for bit."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
+    bias = torch.randn(n, device="cuda", generator=g)
+    bases = [torch.randn(m, k, device="cuda", generator=g) for _ in range(3)]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _force_decode_variant(monkeypatch, "two_launch")
+        monkeypatch.setattr(plans, "WIDE_FUSED_MAX_M", 0)
+        monkeypatch.setattr(plans, "WIDE_ONE_WAVE_FUSED_MAX_M", 0)
+        monkeypatch.setattr(plans, "HANDOFF", True)
+        clear_plan_cache()
+        plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16", True))
+        assert plan._aligned_variant == "skinny_handoff"
+        workspace = torch.full((plan.workspace_size(),), 0xFF, dtype=torch.uint8, device="cuda")
+        xs, outs = [], []
+        for i in range(24):
+            x = (bases[i % 3] * (0.5 + i)).to(torch.bfloat16)
+            if i % 2:
+                out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+                plan.run(bn.QuantizedLinearArgs(x, w, ws, out, bias), workspace=workspace)
+            else:
+                out = bn.quantized_linear(x, w, ws, bias=bias)
+            xs.append(x)
+            outs.append(out)
+    clear_plan_cache()
+    torch.cuda.synchronize()
+    for x, out in zip(xs, outs, strict=True):
+        assert torch.equal(out.view(torch.int16), _torch_w8a8(torch, x, w, ws, bias).view(torch.int16))
