@@ -92,10 +92,6 @@ unsigned integers (Numba types that mix as float64).
   dependent kernel calls it before its first access to what the previous kernel writes.
   ``launch_dependents()`` lets the dependent kernel start once every block of this one has called it
   (or exited); it orders nothing. The simulator runs launches in order: both do nothing there.
-- ``load_acquire_f32(values, i)``: element ``i`` of a global float32 array read with acquire semantics at GPU
-  scope (``ld.acquire.gpu.f32``): what another block wrote before it released the value (a fence, then the
-  store) is visible to this thread's later reads, and the read does not come from a stale L1 line. For a
-  kernel that polls a value another kernel running beside it publishes. The simulator reads plainly.
 - ``global_timer()``: ``%globaltimer`` as uint64 nanoseconds, one clock for every SM (the profiling
   hooks' stamps). The simulator returns 0.
 - ``shared_address(stage)`` / ``global_address(words)``: the address of a shared / global uint64 array's
@@ -164,7 +160,6 @@ __all__ = [
     "streaming_store",
     "grid_dependency_wait",
     "launch_dependents",
-    "load_acquire_f32",
     "global_timer",
     "vector_copy",
     "shared_address",
@@ -813,9 +808,6 @@ if SIMULATOR:
     def launch_dependents():
         pass
 
-    def load_acquire_f32(values, i):
-        return values[i]
-
     def global_timer():
         return np.uint64(0)
 
@@ -876,20 +868,6 @@ else:
 
         return types.uint64(), codegen
     launch_dependents = asm_statement("griddepcontrol.launch_dependents;")
-
-    @intrinsic
-    def load_acquire_f32(typingctx, values, i):
-        if not (isinstance(values, types.Array) and values.dtype == types.float32 and isinstance(i, types.Integer)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            pointer = builder.ptrtoint(element_pointer(context, builder, values, args[0],
-                                                       _to_i64(builder, args[1], i)), _I64)
-            asm = ir.InlineAsm(ir.FunctionType(ir.FloatType(), [_I64]), "ld.acquire.gpu.f32 $0, [$1];",
-                               "=f,l,~{memory}", side_effect=True)
-            return builder.call(asm, [pointer])
-
-        return types.float32(values, i), codegen
 
     @intrinsic
     def prefetch_l2(typingctx, words, c):

@@ -95,7 +95,6 @@ class DynamicKernels:
     segment: ElementwiseKernel
     resident: ElementwiseKernel
     staged: ElementwiseKernel
-    handoff: ElementwiseKernel  # resident, its scales the ready flags of a polling dependent
     partial: ElementwiseKernel
     tensor_quantize: ElementwiseKernel
     column_partial: ElementwiseKernel
@@ -488,27 +487,14 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
             valid = s < nseg and cc < cps
             device.cp_async_16(stage, (buf * keep + k) * tpb + tid, xw, s * cps + cc if valid else 0, valid)
 
-    def segment_in_registers(staged: bool, handoff: bool = False):
+    def segment_in_registers(staged: bool):
         """The resident kernel; ``staged``: each round's chunks were copied into shared memory by
         ``cp.async`` during the previous round (aligned segments only), so the loads of the next
-        segments are in flight while this one is reduced and quantized, whatever the registers allow.
-        ``handoff``: the scales double as ready flags for a dependent kernel that polls them
-        (:func:`~baracuda_numba.kernels.device.load_acquire_f32`) instead of waiting for this grid to
-        complete: each is 0 before the dependent may start and is stored last, after the segment's
-        quantized values are visible (a scale is never 0)."""
+        segments are in flight while this one is reduced and quantized, whatever the registers allow."""
         stage_size = stage_words if staged else 2  # the resident kernel keeps its shared memory free
-        one = M(1.0)
 
         def kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
             device.grid_dependency_wait()  # as in segment_kernel
-            if handoff:
-                # the previous call's scales must not read as ready to the dependent, which may start
-                # once every block has passed the trigger below
-                sub = cuda.threadIdx.x // tps
-                if cuda.threadIdx.x == sub * tps:
-                    for s in range(cuda.blockIdx.x * (tpb // tps) + sub, nseg, cuda.gridDim.x * (tpb // tps)):
-                        scales[s] = zero
-                cuda.threadfence()
             device.launch_dependents()
             tid = cuda.threadIdx.x
             scratch_hi = cuda.shared.array(tpb, M)  # used only by the simulator's shuffles
@@ -571,10 +557,9 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                     for w in range(sub * wps, sub * wps + wps):
                         hi, lo = combine(hi, lo, warp_hi[slot + w], warp_lo[slot + w])
                     slot = nwarps - slot
-                sc, zp = one, zp_sym
                 if live:
                     inv, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
-                    if lane_id == 0 and not handoff:
+                    if lane_id == 0:
                         scales[s] = sc
                         zero_points[s] = np.int32(zp)
                     for k in range(keep):
@@ -588,19 +573,12 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                             i = s * seg_len + e
                             qe[i] = o_encode(quantize(a_decode(u64(xe[i])), zero, inv, sc, zp, q_min, q_max))
                             e += tps
-                if handoff:  # release: every lane's values visible at GPU scope before the scale
-                    cuda.threadfence()
-                    cuda.syncthreads()
-                    if live and lane_id == 0:
-                        zero_points[s] = np.int32(zp)
-                        scales[s] = sc
             if staged:
                 wait_all()  # no copy into shared memory outlives the block
 
         return kernel
 
     resident_kernel, staged_kernel = segment_in_registers(False), segment_in_registers(True)
-    handoff_kernel = segment_in_registers(False, True)
 
     def partial_kernel(xw, xe, partials, n, nchunks):
         # One partial range per block: rounds of keep loads in flight per thread, then the block's range.
@@ -814,7 +792,6 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         segment=make(segment_kernel, "segment", f"void({segment_args})"),
         resident=make(resident_kernel, "resident", f"void({segment_args})"),
         staged=make(staged_kernel, "staged", f"void({segment_args})"),
-        handoff=make(handoff_kernel, "handoff", f"void({segment_args})"),
         partial=make(partial_kernel, "partial", f"void({x_views}, {m}[::1], int64, int64)"),
         tensor_quantize=make(tensor_quantize_kernel, "tensor_quantize",
                              f"void({x_views}, {q_views}, {m}[::1], {m}[::1], int32[::1], int64, int64, int64, "

@@ -714,7 +714,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
             dependent: int = 0, staged: int = 0, trace: bool = False, early_l2: int = 0,
             early_registers: bool = False, x_loads: int = ABSMAX_LOADS, fixed: tuple[int, int] | None = None,
-            wait_first: bool = False, static_scale: bool = False, weight_hint: str = "", handoff: bool = False):
+            wait_first: bool = False, static_scale: bool = False, weight_hint: str = ""):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -773,32 +773,13 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     after its stores.
 
     ``weight_hint`` (aligned operands, ``vector_only``): the cache operators of the weight's loads (see
-    :func:`~baracuda_numba.kernels.device.hinted_load_u64x2`); the activations' keep the default.
-
-    ``handoff`` (with ``dependent``, not ``wait_first``; float32 row scales): the quantizer before it is the
-    handoff kernel (:func:`~baracuda_numba.kernels.dynamic.dynamic_kernels`), whose per-token scales are 0
-    until their rows are quantized and visible. In place of the wait for the quantizer's grid, the block
-    polls its rows' scales (acquire loads by the first threads, a block vote) until none is 0: its rows
-    are ready once their own quantizer blocks have stored them, not when the whole grid has completed and
-    the wait has returned. It still waits for the quantizer's grid before it exits, so that kernels after
-    it see both complete."""
+    :func:`~baracuda_numba.kernels.device.hinted_load_u64x2`); the activations' keep the default."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
     # staged, activations in global memory: both rows' pieces of every staged chunk
     x_words = max(4 * chunks_in_flight * staged, 1) if x_element is None or cooperative else 1
     outputs = -(-32 * slots // SKINNY_THREADS)  # outputs per thread (1 tile: half the threads store none)
     _, row_param, column_params, store_with, _ = epilogue
     vector_only = vector_only or x_element is not None  # the one-launch kernels take aligned operands only
-
-    @device_function
-    def wait_rows(row_scale, m_block, M, K, tid):
-        """Until the scales of the block's rows are all nonzero (``handoff``; K = 0: no quantizer ran)."""
-        if K > 0:
-            ready = False
-            while not ready:
-                unset = 0
-                if tid < SKINNY_M and m_block + tid < M:
-                    unset = 1 if device.load_acquire_f32(row_scale, m_block + tid) == np.float32(0) else 0
-                ready = cuda.syncthreads_or(unset) == 0
 
     @device_function
     def load_operand_chunk(bytes_view, pairs_view, row, rows, k, K, aligned):
@@ -1280,10 +1261,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                                  aligned)
             for ahead in range(staged + dependent, staged + dependent + prefetch_l2):
                 prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
-            if handoff:
-                wait_rows(row_scale, m_block, M, K, tid)  # this block's rows and scales are visible past this
-            else:
-                device.grid_dependency_wait()  # the quantizer's rows and scales are complete past this
+            device.grid_dependency_wait()  # the quantizer's rows and scales are complete past this
             stamp(bias, 1, tid)
             load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
                           tensor_scale, False, True, tid)
@@ -1301,8 +1279,6 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         reduce_and_store(acc, partial, scales, row_scale, col_pre, bias_pre, row_pre, out_elems, M, N, m_block,
                          n_block, tensor_scale, not fused, tid)
         stamp(bias, 3, tid)
-        if handoff:
-            device.grid_dependency_wait()  # this grid completes after the quantizer's (long done by now)
 
     def cooperative_kernel(x_elems, x_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                            xq_words, xq_pairs, counters, M, N, K, tiles_m, aligned, tensor_scale):
@@ -1382,7 +1358,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   staged: int = 0, max_registers: int = 0, trace: bool = False, early_l2: int = 0,
                   early_registers: bool = False, x_loads: int = ABSMAX_LOADS,
                   fixed: tuple[int, int] | None = None, wait_first: bool = False,
-                  static_scale: bool = False, weight_hint: str = "", handoff: bool = False) -> ElementwiseKernel:
+                  static_scale: bool = False, weight_hint: str = "") -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -1413,9 +1389,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     :func:`_skinny`); ``x_loads`` (the fused kernel): pieces of ``x`` per thread in flight in its prologue
     (:func:`fused_x_loads`); ``fixed`` (the fused kernel): its prologue compiled for one shape
     (:func:`fixed_prologue`; the plan's ``M`` and ``K`` only); ``weight_hint`` (the skinny kernels on aligned
-    operands): the cache operators of the weight's loads (:func:`~baracuda_numba.kernels.device.hinted_load_u64x2`);
-    ``handoff`` (the dependent skinny kernel, float32 row scales): it polls the handoff quantizer's scales
-    instead of waiting for its grid (see :func:`_skinny`)."""
+    operands): the cache operators of the weight's loads (:func:`~baracuda_numba.kernels.device.hinted_load_u64x2`)."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
     hint_suffix = f"_h{weight_hint}" if weight_hint else ""
     options: tuple = ()
@@ -1458,9 +1432,6 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
             raise ValueError("the profiling build stores its timestamps where the bias would be: has_bias=False")
         if wait_first and not dependent:
             raise ValueError("only a dependent skinny kernel waits first: dependent > 0")
-        if handoff and (not dependent or wait_first or per_tensor_rows or out is ElementKind.F64):
-            raise ValueError("only the dependent skinny kernel after the per-token quantizer (float32 scales, not "
-                             "wait_first) polls its scales: handoff=False")
         if staged and not (dependent and vector_only and 0 < staged <= STAGED_MAX):
             raise ValueError(f"only the dependent skinny kernel on aligned operands stages weight (1 .. {STAGED_MAX} "
                              f"iterations), not {staged}")
@@ -1468,15 +1439,14 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
             fused_min_blocks = STAGED_MIN_BLOCKS  # the registers of the blocks DEPENDENT_STAGE_BYTES is sized for
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, prefetch_l2=fused_prefetch, double_buffer=double_buffer,
                          vector_only=vector_only, dependent=dependent, staged=staged, trace=trace,
-                         wait_first=wait_first, early_l2=early_l2, weight_hint=weight_hint if vector_only else "",
-                         handoff=handoff)
+                         wait_first=wait_first, early_l2=early_l2, weight_hint=weight_hint if vector_only else "")
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
                  f"{f'_dep{dependent}' if dependent else ''}{'_w' if wait_first else ''}"
                  f"{f'_e{early_l2}' if early_l2 else ''}"
                  f"{f'_st{staged}' if staged else ''}"
                  f"{f'_l2p{fused_prefetch}' if fused_prefetch else ''}"
                  f"{f'_b{fused_min_blocks}' if fused_min_blocks else ''}{f'_r{max_registers}' if max_registers else ''}"
-                 f"{'_trace' if trace else ''}{hint_suffix if vector_only else ''}{'_ho' if handoff else ''}")
+                 f"{'_trace' if trace else ''}{hint_suffix if vector_only else ''}")
         if fused_min_blocks:
             options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)
         if max_registers:

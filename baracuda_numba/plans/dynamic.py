@@ -289,7 +289,6 @@ class DynamicRangeQuantizePlan(Plan):
             self._workspace = 2 * most_parts * width * np.dtype(M).itemsize
         else:
             self._strategy = "segments"
-            self._handoff_kernel = None
             if scope.kind is ScopeKind.CHANNEL:
                 nseg, seg_len = shape[scope.axis], math.prod(shape[scope.axis + 1:])
             elif scope.kind is ScopeKind.TOKEN:
@@ -316,7 +315,6 @@ class DynamicRangeQuantizePlan(Plan):
             if units <= resident.keep * resident.threads:
                 # lanes per segment: every chunk in registers, at least four lanes where there is work for them
                 self._threads = resident.threads
-                self._handoff_kernel = resident.handoff
                 # aligned segments (cps > 0) / the element path
                 self._segment_kernels = (resident.staged if tuning.resident_staged else resident.resident,
                                          resident.resident)
@@ -370,9 +368,8 @@ class DynamicRangeQuantizePlan(Plan):
                   *array_values(0, nseg, np.dtype(self._math).itemsize), *array_values(0, nseg, 4),
                   nseg, seg_len, cps, self._tps, *self._q_scalars]
         no_scalars = range(7 * 6 + 4, 7 * 6 + 4)  # the scalars stay as packed
-        for name in ("segment", "segment_dependent", "segment_handoff", "segment_handoff_dependent"):
-            if name in self._launchers:
-                self._launchers[name].set_template(values, (slice(4, 42, 7),), no_scalars, self._math)
+        for name in ("segment", "segment_dependent"):
+            self._launchers[name].set_template(values, (slice(4, 42, 7),), no_scalars, self._math)
         self._fast_segments = True
 
     def fast_alignment(self) -> int | None:
@@ -393,26 +390,12 @@ class DynamicRangeQuantizePlan(Plan):
         launcher, blocks, threads, ints = self.segment_launch_fast(x_ptr, q_ptr, scale_ptr, zp_ptr, dependent)
         launcher.launch_patched(blocks, threads, stream, ints, (), device)
 
-    def segment_launch_fast(self, x_ptr: int, q_ptr: int, scale_ptr: int, zp_ptr: int, dependent: bool = False,
-                            handoff: bool = False) -> tuple[KernelLauncher, int, int, tuple[int, ...]]:
+    def segment_launch_fast(self, x_ptr: int, q_ptr: int, scale_ptr: int, zp_ptr: int,
+                            dependent: bool = False) -> tuple[KernelLauncher, int, int, tuple[int, ...]]:
         """``(launcher, blocks, threads, ints)``: what :meth:`launch_segments_fast` patches and launches (no
-        floats), for a caller that launches it next to its own kernel (:class:`~baracuda_numba.launch.LaunchPair`).
-        ``handoff`` (where :meth:`hands_off`): the kernel whose scales are its dependent's ready flags."""
-        name = "segment_handoff" if handoff else "segment"
-        return (self._launchers[name + "_dependent" if dependent else name], self._segment_blocks, self._threads,
+        floats), for a caller that launches it next to its own kernel (:class:`~baracuda_numba.launch.LaunchPair`)."""
+        return (self._launchers["segment_dependent" if dependent else "segment"], self._segment_blocks, self._threads,
                 (x_ptr, x_ptr, q_ptr, q_ptr, scale_ptr, zp_ptr))
-
-    def hands_off(self) -> bool:
-        """Whether :meth:`run_handing_off` and :meth:`segment_launch_fast` have the ``handoff`` kernel (segments
-        resident in registers, float32 scales): its scales read 0 from the moment it may let a programmatic
-        dependent start until its segment's values are visible (see
-        :func:`~baracuda_numba.kernels.dynamic.dynamic_kernels`)."""
-        return "segment_handoff" in self._launchers
-
-    def compile_handoff(self) -> None:
-        """Compile the ``handoff`` kernel now (where :meth:`hands_off`), not in the first call that launches it."""
-        if self.hands_off():
-            self._handoff_kernel.compiled()
 
     def _segment_launchers(self, M: Any) -> dict[str, KernelLauncher]:
         """``"segment"``: the kernel of aligned segments (the chunk path, which the linear plan's fast
@@ -422,12 +405,7 @@ class DynamicRangeQuantizePlan(Plan):
         aligned, unaligned = (KernelLauncher(kernel.compiled, 6, (np.int64,) * 4 + (M,) * 3, dependent=dependent)
                               for kernel in self._segment_kernels)
         always = KernelLauncher(self._segment_kernels[0].compiled, 6, (np.int64,) * 4 + (M,) * 3, dependent=True)
-        launchers = {"segment": aligned, "unaligned": unaligned, "segment_dependent": always}
-        if self._handoff_kernel is not None and M is np.float32:
-            launchers["segment_handoff"], launchers["segment_handoff_dependent"] = (
-                KernelLauncher(self._handoff_kernel.compiled, 6, (np.int64,) * 4 + (M,) * 3, dependent=ahead)
-                for ahead in (dependent, True))
-        return launchers
+        return {"segment": aligned, "unaligned": unaligned, "segment_dependent": always}
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -507,14 +485,6 @@ class DynamicRangeQuantizePlan(Plan):
         ``workspace``: at least ``workspace_size()`` bytes of device memory (any dtype), or None
         to let the plan allocate it.
         """
-        self._run(args, workspace, stream, False)
-
-    def run_handing_off(self, args: Any, workspace: Any = None, stream: Any = None) -> None:
-        """:meth:`run` through the ``handoff`` kernel (where :meth:`hands_off`): for a programmatic dependent that
-        polls the scales (the W8A8 linear's GEMM)."""
-        self._run(args, workspace, stream, self.hands_off())
-
-    def _run(self, args: Any, workspace: Any, stream: Any, handoff: bool) -> None:
         x, q, scale, zero_point = self._bind(args)
         if self._n == 0:
             return
@@ -534,7 +504,7 @@ class DynamicRangeQuantizePlan(Plan):
         scale_view = typed_view(scale, self._math)
         device_id = x.device_id
         if self._strategy == "segments":
-            self._run_segments(x, q, scale_view, zp_view, handle, device_id, handoff)
+            self._run_segments(x, q, scale_view, zp_view, handle, device_id)
         else:
             partials = typed_view(ws, self._math, self._workspace // np.dtype(self._math).itemsize)
             if self._strategy == "tensor":
@@ -547,15 +517,14 @@ class DynamicRangeQuantizePlan(Plan):
                 if op is not None:
                     finish(op)
 
-    def _run_segments(self, x, q, scale_view, zp_view, handle, device_id, handoff: bool) -> None:
+    def _run_segments(self, x, q, scale_view, zp_view, handle, device_id) -> None:
         nseg, seg_len = self._segments
         G = self._kernels.chunk
         aligned = seg_len % G == 0 and _aligned(x, G) and _aligned(q, G)
         cps = seg_len // G if aligned else 0
         nchunks = nseg * cps
         arrays = (*chunk_views(x, self._n, nchunks, G), *chunk_views(q, self._n, nchunks, G), scale_view, zp_view)
-        # the handoff kernel is the resident one, which takes both paths
-        launcher = self._launchers["segment_handoff" if handoff else "segment" if cps > 0 else "unaligned"]
+        launcher = self._launchers["segment" if cps > 0 else "unaligned"]
         launcher.launch(self._segment_blocks, self._threads, handle, arrays,
                         (nseg, seg_len, cps, self._tps, *self._q_scalars), device_id)
 

@@ -298,10 +298,6 @@ COOPERATIVE_MAX_M = 0
 # (kernels/hopper.py: wgmma from shared memory, sm_90a PTX loaded outside numba's dispatcher) instead of
 # the mma.sync pipeline. False: the pipelined kernel everywhere.
 HOPPER_GEMM = True
-# The fast path's two launches hand off through the per-token scales (the quantizer's `handoff` kernel zeroes
-# them before the GEMM may start and stores each last; the GEMM's blocks poll their rows' scales instead of
-# waiting for the quantizer's grid to complete). Session 32: measured against the waiting pair.
-HANDOFF = False
 _STREAM_WORKSPACES = 16  # per plan: the streams whose workspace a QuantizedLinearPlan keeps
 
 def _pointer_slots(arrays: int) -> slice:
@@ -388,14 +384,6 @@ class _LinearPlan(Plan):
             variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * wide, SKINNY_THREADS,
                     staged * gemm.staged_iteration_bytes(chunks, wide), dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
-            if dependent and staged == 0 and self._hands_off():
-                kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, wide,
-                                       double_buffer=True, vector_only=True, fused_prefetch=prefetch,
-                                       fused_min_blocks=(2 if wide != tiles else gemm.dependent_min_blocks(tiles)),
-                                       dependent=gemm.DEPENDENT_PRELOAD, max_registers=gemm.DEPENDENT_MAX_REGISTERS,
-                                       weight_hint=self._weight_hint(), handoff=True)
-                variant("skinny_handoff", kernel, SKINNY_M, SKINNY_N * wide, SKINNY_THREADS, dependent=True)
-                self._aligned_variant = "skinny_handoff"
             chunks = gemm.skinny_chunks(one_launch=True)
             fused_shape = self._fused_shape(tiles)
             if self._fuses_quantize() and (not self._static_activation() or fused_shape[4] is not None):
@@ -517,10 +505,6 @@ class _LinearPlan(Plan):
 
     def _cooperates(self) -> bool:
         """Whether aligned operands the fused kernel does not take go through the cooperative one."""
-        return False
-
-    def _hands_off(self) -> bool:
-        """Whether the dependent GEMM polls the quantizer's scales rather than waiting for its grid (``HANDOFF``)."""
         return False
 
     # -- fast path: plain CUDA torch tensors, pointers patched into a pre-packed parameter block --
@@ -777,9 +761,6 @@ class QuantizedLinearPlan(_LinearPlan):
         # a call captured into a CUDA graph launches the two kernels where the fused kernel is chosen for
         # host time alone (CAPTURE_UNFUSED); compiled now, not while a graph is captured
         self._capture_choice = self._fused and CAPTURE_UNFUSED and not self._fused_on_gpu_time()
-        self._handoff = self._aligned_variant == "skinny_handoff"
-        if self._handoff:
-            self._quantizer.compile_handoff()
         if self._capture_choice and not SIMULATOR:
             from numba import cuda
 
@@ -836,11 +817,6 @@ class QuantizedLinearPlan(_LinearPlan):
 
     def _dependent_gemm(self) -> bool:
         return DEPENDENT_GEMM
-
-    def _hands_off(self) -> bool:
-        d = self.desc
-        return (HANDOFF and not d.static_activation and ElementKind.F64 not in (d.input_element, d.output_element)
-                and self._quantizer.hands_off())
 
     def _cooperative_arrays(self, ws_ptr: int) -> tuple[ArrayArg, ...]:
         """The quantized rows as one word per 16-byte piece of ``x`` and as 16-byte pairs, then the
@@ -934,7 +910,7 @@ class QuantizedLinearPlan(_LinearPlan):
             launch_found = launch_fused
         else:
             q_launcher, q_blocks, q_threads, _ = self._quantizer.segment_launch_fast(
-                0, 0, 0, 0, d.n * d.k >= QUANTIZER_DEPENDENT_MIN_WEIGHT, self._handoff)
+                0, 0, 0, 0, d.n * d.k >= QUANTIZER_DEPENDENT_MIN_WEIGHT)
             pair = LaunchPair(q_launcher, launcher)
             gemm_floats = (_ZERO_F32,)
             q_functions, q_params, functions, params = (q_launcher._functions, q_launcher.params, launcher._functions,
@@ -1057,7 +1033,7 @@ class QuantizedLinearPlan(_LinearPlan):
             return True
         q_launcher, q_blocks, q_threads, q_ints = self._quantizer.segment_launch_fast(
             pointers[0], ws_ptr, scale_ptr, ws_ptr + self._quantizer_offset,
-            self.desc.n * self.desc.k >= QUANTIZER_DEPENDENT_MIN_WEIGHT, self._handoff)
+            self.desc.n * self.desc.k >= QUANTIZER_DEPENDENT_MIN_WEIGHT)
         launcher, blocks, threads, ints = self._fast_gemm(pointers, ws_ptr, scale_ptr)
         pair = self._fast_pairs.get(q_launcher)
         if pair is None or pair.second is not launcher:
@@ -1162,8 +1138,7 @@ class QuantizedLinearPlan(_LinearPlan):
                     fill_words(scale_x.ptr, int(act_scale.view(np.uint32)), d.m, handle)
             elif d.k:
                 scratch = sub_operand(ws, self._quantizer_offset, ElementKind.U8, (self._quantizer.workspace_size(),))
-                quantize = self._quantizer.run_handing_off if self._handoff else self._quantizer.run
-                quantize(DynamicRangeQuantizeArgs(x, xq, scale_x, None), workspace=scratch, stream=handle)
+                self._quantizer.run(DynamicRangeQuantizeArgs(x, xq, scale_x, None), workspace=scratch, stream=handle)
             elif SIMULATOR:  # K = 0: no quantizer runs, and the epilogue's (0 * scale) must not read a stale NaN
                 scale_x.host[...] = 0
             else:
