@@ -352,6 +352,8 @@ STATIC_EXTRA: dict[str, dict] = {}
 # SmoothQuant's GEMM alone without the static promise with these knobs too: label -> knobs. Session 26:
 # without the L2 prefetch before its wait (plans.WAIT_FIRST_EARLY_L2).
 SMOOTHQUANT_EXTRA: dict[str, dict] = {"e0": {"plans.WAIT_FIRST_EARLY_L2": 0}}
+# the same for SmoothQuant's GEMM under the static promise (smoothquant_static_<label>)
+STATIC_SMOOTHQUANT_EXTRA: dict[str, dict] = {}
 # Session 23's (-call3-prefetch.log): {"static_fused": {"plans.STATIC_FUSED_MAX_M": 4}, **{f"static_pf{p}":
 # {"plans.STATIC_FUSED_MAX_M": 4, "FUSED_PREFETCH_L2": p} for p in (1, 2, 3)}}
 # the knobs the variants override (each restored after): kernels.linear's, and plans.dynamic's /
@@ -363,7 +365,8 @@ GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "
               "dynamic.DEPENDENT_SEGMENTS_MAX",
               "plans.FUSED_DEPENDENT_MIN_K", "plans.ONE_WAVE_SHAPE", "plans.STATIC_ONE_WAVE_PREFETCH_L2",
               "plans.ONE_WAVE_PREFETCH_L2", "plans.WAIT_FIRST_EARLY_L2",
-              "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT", "WEIGHT_LOAD_HINT", "plans.WIDE_TILES")
+              "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT", "WEIGHT_LOAD_HINT", "plans.WIDE_TILES",
+              "plans.WIDE_TILES_MIN_M", "plans.STATIC_SMOOTHQUANT_WIDE_MIN_M", "plans.STATIC_SMOOTHQUANT_WIDE_PREFETCH")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
 # dependents of the kernel before them)
 PLAIN_LAUNCH_VARIANTS = False  # session 17's table has them
@@ -497,6 +500,8 @@ def fused_decode(copy: float) -> list[dict]:
         sq_variants = [("smoothquant", False, False, {}), ("smoothquant_static", True, False, {}),
                        ("sq_step_static", True, True, {}), ("static_act", True, None, {})]
         sq_variants += [(f"smoothquant_{extra}", False, False, knobs) for extra, knobs in SMOOTHQUANT_EXTRA.items()]
+        sq_variants += [(f"smoothquant_static_{extra}", True, False, knobs)
+                        for extra, knobs in STATIC_SMOOTHQUANT_EXTRA.items()]
         for label, static, quantize, knobs in sq_variants:
             for name, value in {**saved_knobs, **knobs}.items():
                 setattr(*knob_module(name), value)

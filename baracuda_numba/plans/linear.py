@@ -185,6 +185,11 @@ WIDE_TILES = True
 WIDE_TILES_MAX = 7
 WIDE_TILES_MIN_M = 16
 WIDE_TILES_PREFETCH_L2 = 1  # quantized_linear's GEMM in wide blocks from WIDE_TILES_MIN_M tokens
+# SmoothQuant's GEMM under the static promise (weight loaded before its wait, as quantized_linear's): wide blocks
+# from this many tokens (None: 2 tiles), asking L2 for WIDE_TILES_PREFETCH_L2 iterations before its wait from
+# WIDE_TILES_MIN_M tokens where STATIC_SMOOTHQUANT_WIDE_PREFETCH. Session 32: measuring.
+STATIC_SMOOTHQUANT_WIDE_MIN_M: int | None = None
+STATIC_SMOOTHQUANT_WIDE_PREFETCH = False
 # Up to FUSED_MAX_M tokens, with K of at least FUSED_MIN_K and FUSED_MIN_N .. FUSED_MAX_N weight rows, and
 # up to FUSED_ANY_SHAPE_MAX_M tokens against any weight up to FUSED_MAX_N rows and FUSED_ANY_SHAPE_MAX_WEIGHT
 # bytes (the quantized rows within
@@ -368,8 +373,9 @@ class _LinearPlan(Plan):
             # SmoothQuant's GEMM, which asks L2 for its weight by WAIT_FIRST_EARLY_L2)
             one_wave = not per_tensor_rows and blocks <= 2 * _multiprocessors()
             prefetch = gemm.dependent_prefetch(desc.m, desc.n, desc.k, one_wave) if dependent else 0
-            if (wide != tiles and not per_tensor_rows and desc.m >= WIDE_TILES_MIN_M
-                    and gemm.DEPENDENT_PREFETCH_L2 is None):
+            static_smoothquant = per_tensor_rows and not self._dependent_waits_first()
+            if (wide != tiles and (not per_tensor_rows or (static_smoothquant and STATIC_SMOOTHQUANT_WIDE_PREFETCH))
+                    and desc.m >= WIDE_TILES_MIN_M and gemm.DEPENDENT_PREFETCH_L2 is None):
                 prefetch = WIDE_TILES_PREFETCH_L2
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, wide,
                                    double_buffer=True, vector_only=True, fused_prefetch=prefetch,
@@ -464,9 +470,11 @@ class _LinearPlan(Plan):
         if blocks <= 2 * sms:
             return tiles
         smoothquant = self.entry.input_element is ElementKind.S8
-        if smoothquant and not self._dependent_waits_first():
-            return tiles  # the static promise: not measured
-        if blocks <= 3 * sms:  # one wave at three per SM (THREE_PER_SM_CHUNKS)
+        if smoothquant and not self._dependent_waits_first():  # the static promise
+            if STATIC_SMOOTHQUANT_WIDE_MIN_M is None:
+                return tiles
+            wanted = d.m >= STATIC_SMOOTHQUANT_WIDE_MIN_M
+        elif blocks <= 3 * sms:  # one wave at three per SM (THREE_PER_SM_CHUNKS)
             wanted = smoothquant or d.m < WIDE_TILES_MIN_M
         else:
             wanted = d.m >= WIDE_TILES_MIN_M
