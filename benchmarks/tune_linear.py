@@ -366,7 +366,7 @@ GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "
               "plans.FUSED_DEPENDENT_MIN_K", "plans.ONE_WAVE_SHAPE", "plans.STATIC_ONE_WAVE_PREFETCH_L2",
               "plans.ONE_WAVE_PREFETCH_L2", "plans.WAIT_FIRST_EARLY_L2",
               "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT", "WEIGHT_LOAD_HINT", "plans.WIDE_TILES",
-              "plans.WIDE_TILES_MIN_M", "plans.STATIC_SMOOTHQUANT_WIDE_MIN_M", "plans.STATIC_SMOOTHQUANT_WIDE_PREFETCH")
+              "plans.WIDE_TILES_MIN_M", "plans.STATIC_SMOOTHQUANT_WIDE", "plans.WIDE_TILES_MAX_FEW_TOKENS")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
 # dependents of the kernel before them)
 PLAIN_LAUNCH_VARIANTS = False  # session 17's table has them
@@ -860,7 +860,8 @@ def main() -> None:
     parser.add_argument("--out", default="/tmp/tune")
     parser.add_argument("--only", nargs="*", default=["sass", "exact", "prefill", "decode", "host", "fused",
                                                        "host_calls"])
-    parser.add_argument("--decode-m", nargs="*", type=int, help="fused: only these M (default: 1, 2, 4, 8, 16)")
+    parser.add_argument("--decode-m", nargs="*", type=int,
+                        help="fused: only these M (default: 1, 2, 4, 8, 16; with --decode-nk any)")
     parser.add_argument("--decode-nk", nargs="*", help="fused: these N x K (as 4096x4096) instead")
     parser.add_argument("--early", nargs="*", type=int, help="fused: these FUSED_EARLY_L2 variants (default: 1 2 4 8)")
     parser.add_argument("--old-root", help="fused_ab: a directory holding another checkout's baracuda_numba")
@@ -877,10 +878,10 @@ def main() -> None:
     if args.side:
         fused_side(args.side, args.copy, Path(args.save) if args.save else None)
         return
-    if args.decode_nk:  # any N x K, at the M of FUSED_DECODE (or --decode-m)
-        ms = sorted({shape[0] for shape in FUSED_DECODE})
+    if args.decode_nk:  # any N x K, at the M of FUSED_DECODE (or --decode-m, any of 1 .. 16)
+        ms = args.decode_m or sorted({shape[0] for shape in FUSED_DECODE})
         FUSED_DECODE[:] = [(m, *map(int, nk.split("x"))) for nk in args.decode_nk for m in ms]
-    if args.decode_m:
+    elif args.decode_m:
         FUSED_DECODE[:] = [shape for shape in FUSED_DECODE if shape[0] in args.decode_m]
     if args.early is not None:
         FUSED_EARLY[:] = args.early

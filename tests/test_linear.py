@@ -489,7 +489,8 @@ def test_static_smoothquant_decode_is_a_dependent_launch(m, n, k, dtype, bias):
 # make one wave at three per SM but not at two (THREE_PER_SM_CHUNKS: 265-396 blocks of 16 rows). Where blocks of
 # 2 tiles make more than one wave at two per SM, wider blocks that make one (plans.linear.WIDE_TILES): from 16
 # tokens past three per SM (quantized_linear's asking L2 for an iteration before its wait), for fewer tokens in
-# quantized_linear and every M in SmoothQuant's waiting GEMM up to three per SM; not with the static promise.
+# quantized_linear and every M in SmoothQuant's waiting GEMM up to three per SM; with the static promise at every M
+# (below 16 tokens at most 6 tiles: 14336 rows keep 2), asking L2 for an iteration from 16 tokens past three per SM.
 # Weight loads skip L1 (`_hna`) at K >= 8192 or 16 tokens (plans.linear.WEIGHT_NO_L1_*). Names: quantized_linear's,
 # SmoothQuant's waiting first (None: the same with `_w_e2_` / `_w_` spliced in), SmoothQuant's static.
 @pytest.mark.parametrize(("m", "n", "k", "name", "waiting", "static"), [
@@ -497,14 +498,13 @@ def test_static_smoothquant_decode_is_a_dependent_launch(m, n, k, dtype, bias):
     (16, 8192, 8192, "skinny1x4_db_v_dep1_l2p2_hna_", "skinny1x4_db_v_dep1_w_e2_hna_", "skinny1x4_db_v_dep1_hna_"),
     (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_hna_", None, None),
     (1, 4096, 4096, "skinny2x2_db_v_dep1_l2p1_b2_", None, None),
-    (8, 11008, 4096, "skinny2x2_db_v_dep1_b2_", "skinny2x2_db_v_dep1_w_b2_", None),
-    (16, 11008, 4096, "skinny1x6_db_v_dep1_l2p1_b2_hna_", "skinny1x6_db_v_dep1_w_e2_b2_hna_",
-     "skinny2x2_db_v_dep1_b2_hna_"),
-    (16, 14336, 4096, "skinny1x7_db_v_dep1_l2p1_b2_hna_", "skinny1x7_db_v_dep1_w_e2_b2_hna_",
-     "skinny2x2_db_v_dep1_b2_hna_"),
+    (8, 11008, 4096, "skinny2x2_db_v_dep1_b2_", "skinny2x2_db_v_dep1_w_b2_", "skinny1x6_db_v_dep1_b2_"),
+    (16, 11008, 4096, "skinny1x6_db_v_dep1_l2p1_b2_hna_", "skinny1x6_db_v_dep1_w_e2_b2_hna_", None),
+    (8, 14336, 4096, "skinny2x2_db_v_dep1_b2_", "skinny2x2_db_v_dep1_w_b2_", None),
+    (16, 14336, 4096, "skinny1x7_db_v_dep1_l2p1_b2_hna_", "skinny1x7_db_v_dep1_w_e2_b2_hna_", None),
     (16, 28672, 4096, "skinny2x2_db_v_dep1_b2_hna_", "skinny2x2_db_v_dep1_w_b2_hna_", None),  # no 7 tiles fit
-    (16, 6144, 4096, "skinny1x2_db_v_dep1_b2_hna_", "skinny2x3_db_v_dep1_w_e2_b2_hna_", "skinny1x2_db_v_dep1_b2_hna_"),
-    (2, 4240, 4096, "skinny2x3_db_v_dep1_b2_", "skinny2x3_db_v_dep1_w_e2_b2_", "skinny1x2_db_v_dep1_b2_")])
+    (16, 6144, 4096, "skinny1x2_db_v_dep1_b2_hna_", "skinny2x3_db_v_dep1_w_e2_b2_hna_", "skinny2x3_db_v_dep1_b2_hna_"),
+    (2, 4240, 4096, "skinny2x3_db_v_dep1_b2_", "skinny2x3_db_v_dep1_w_e2_b2_", None)])
 def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name, waiting, static):
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
@@ -518,6 +518,11 @@ def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name, wait
     for promise, expected in ((False, waiting), (True, static or name)):
         sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", False, promise))
         assert _skinny_vector_name(sq) == f"w8a8_gemm_{expected}bf16_tensor"
+    monkeypatch.setattr(plans, "STATIC_SMOOTHQUANT_WIDE", False)  # the static promise's blocks of 2 tiles again
+    clear_plan_cache()
+    if k < 8192:
+        sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", False, True))
+        assert "x2_db_v" in _skinny_vector_name(sq)
     monkeypatch.setattr(plans, "WIDE_TILES", False)  # 2 tiles below K = 8192 again
     clear_plan_cache()
     if k < 8192:
@@ -617,8 +622,9 @@ def test_wide_decode_gemm_matches_reference(monkeypatch, m, n, name):
     """Wider column tiles where blocks of 2 make more than one wave at two per SM (plans.linear.WIDE_TILES), at a
     small shape with one SM: 3 blocks of 2 tiles (one wave at three per SM) become 2 of 3 tiles, 2 chunks, for 3
     tokens; 5 blocks become 2 of 5 tiles, 1 chunk, for 16 tokens (quantized_linear's GEMM asking L2 for an iteration
-    before its wait, the weight's loads skipping L1). quantized_linear's and SmoothQuant's GEMM (waiting first)
-    against the reference, bit for bit; the last block partial, K past the warps' 8 x 64 bytes."""
+    before its wait, the weight's loads skipping L1). quantized_linear's and SmoothQuant's GEMM (waiting first, and
+    under the static promise in the same blocks) against the reference, bit for bit; the last block partial, K past
+    the warps' 8 x 64 bytes."""
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
@@ -639,6 +645,11 @@ def test_wide_decode_gemm_matches_reference(monkeypatch, m, n, name):
     tiles = name.split("_")[0]
     assert _skinny_vector_name(sq).startswith(f"w8a8_gemm_{tiles}_db_v_dep1_w_e{plans.WAIT_FIRST_EARLY_L2}_")
     np.testing.assert_array_equal(bn.smoothquant_linear(act, w, ws, 0.021, bias=bias),
+                                  ref.linear.smoothquant_linear(act, w, ws, 0.021, bias, np.float32))
+    static = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "f32", True, True))
+    assert _skinny_vector_name(static).startswith(f"w8a8_gemm_{tiles}_db_v_dep1_")
+    assert "_w_" not in _skinny_vector_name(static)  # the weight before the wait
+    np.testing.assert_array_equal(bn.smoothquant_linear(act, w, ws, 0.021, bias=bias, static_weight=True),
                                   ref.linear.smoothquant_linear(act, w, ws, 0.021, bias, np.float32))
     clear_plan_cache()
 
@@ -942,13 +953,15 @@ def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static, 
 
 
 @requires_gpu
-@pytest.mark.parametrize(("m", "n", "tiles", "sq_tiles"), [
-    (16, 11008, 6, 6), (16, 14336, 7, 7), (2, 6144, 3, 3), (16, 6144, 2, 3), (8, 11008, 2, 2)])
-def test_gpu_wide_decode_gemm_reads_each_calls_own_activations(m, n, tiles, sq_tiles):
+@pytest.mark.parametrize(("m", "n", "tiles", "sq_tiles", "static_tiles"), [
+    (16, 11008, 6, 6, 6), (16, 14336, 7, 7, 7), (2, 6144, 3, 3, 3), (16, 6144, 2, 3, 3), (8, 11008, 2, 2, 6),
+    (8, 14336, 2, 2, 2)])
+def test_gpu_wide_decode_gemm_reads_each_calls_own_activations(m, n, tiles, sq_tiles, static_tiles):
     """The dependent decode GEMM in wider blocks (plans.linear.WIDE_TILES: ``tiles`` column tiles for
-    quantized_linear's GEMM, ``sq_tiles`` for SmoothQuant's waiting first), 24 calls queued back to back with no
-    sync and a new ``x`` / ``act`` each: every output equals torch's ops bit for bit (a GEMM reading the
-    activations before the kernel before it finished would see the previous call's)."""
+    quantized_linear's GEMM, ``sq_tiles`` for SmoothQuant's waiting first, ``static_tiles`` for SmoothQuant's
+    under the static promise, its activations copied by a torch kernel just before each call), 24 calls queued
+    back to back with no sync and a new ``x`` / ``act`` each: every output equals torch's ops bit for bit (a GEMM
+    reading the activations before the kernel before it finished would see the previous call's)."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
@@ -970,13 +983,18 @@ def test_gpu_wide_decode_gemm_reads_each_calls_own_activations(m, n, tiles, sq_t
         assert _skinny_vector_name(plan).split("_")[2].endswith(f"x{tiles}")
         sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", True))
         assert _skinny_vector_name(sq).split("_")[2].endswith(f"x{sq_tiles}")
+        static = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", True, True))
+        assert _skinny_vector_name(static).split("_")[2].endswith(f"x{static_tiles}")
         outs = [bn.quantized_linear(x, w, ws, bias=bias) for x in xs]
         sq_outs = [bn.smoothquant_linear(a, w, ws, 0.0173, bias=bias, dtype="bfloat16") for a in acts]
+        static_outs = [bn.smoothquant_linear(a.clone(), w, ws, 0.0173, bias=bias, dtype="bfloat16",
+                                             static_weight=True) for a in acts]
     clear_plan_cache()
     torch.cuda.synchronize()
     for x, out in zip(xs, outs, strict=True):
         assert torch.equal(out.view(torch.int16), _torch_w8a8(torch, x, w, ws, bias).view(torch.int16))
-    for a, out in zip(acts, sq_outs, strict=True):
+    for a, out, static_out in zip(acts, sq_outs, static_outs, strict=True):
+        assert torch.equal(static_out.view(torch.int16), out.view(torch.int16))
         acc = (a.double() @ w.double().t()).to(torch.int32)
         y = (acc.float() * torch.tensor(0.0173, device="cuda")) * ws[None, :] + bias[None, :]
         assert torch.equal(out.view(torch.int16), y.to(torch.bfloat16).view(torch.int16))

@@ -167,8 +167,8 @@ THREE_PER_SM_CHUNKS = 1
 # (launch bounds of 2; 1 chunk from 4 tiles, by kernels.linear.skinny_chunks). Each block then reads the activations
 # once for more columns: at M = 16 their L2 traffic was as large as the weight's. Where the 2-tile blocks make more
 # than one wave at three per SM, from WIDE_TILES_MIN_M tokens; where they make one there (THREE_PER_SM_CHUNKS), for
-# fewer tokens in quantized_linear's GEMM and for every M in SmoothQuant's waiting first. With the static promise
-# SmoothQuant's GEMM keeps 2 tiles (not measured). Session 31 (call 5, tune-linear-2026-11-26-s31-call5-tiles-*.log,
+# fewer tokens in quantized_linear's GEMM and for every M in SmoothQuant's waiting first (with the static promise:
+# STATIC_SMOOTHQUANT_WIDE). Session 31 (call 5, tune-linear-2026-11-26-s31-call5-tiles-*.log,
 # H100, graph replay, weights rotating past L2, % of the eager copy, M = 1 / 8 / 16, shipped -> wide):
 # - 11008 x 4096, 6 tiles (230 blocks; 688 of 2 tiles): the GEMM alone 78.6 / 74.8 / 72.5 -> 79.8 / 78.0 / 78.5, and
 #   87.2 at M = 16 asking L2 for one iteration before its wait (WIDE_TILES_PREFETCH_L2); quantized_linear's two
@@ -185,11 +185,15 @@ WIDE_TILES = True
 WIDE_TILES_MAX = 7
 WIDE_TILES_MIN_M = 16
 WIDE_TILES_PREFETCH_L2 = 1  # quantized_linear's GEMM in wide blocks from WIDE_TILES_MIN_M tokens
-# SmoothQuant's GEMM under the static promise (weight loaded before its wait, as quantized_linear's): wide blocks
-# from this many tokens (None: 2 tiles), asking L2 for WIDE_TILES_PREFETCH_L2 iterations before its wait from
-# WIDE_TILES_MIN_M tokens where STATIC_SMOOTHQUANT_WIDE_PREFETCH. Session 32: measuring.
-STATIC_SMOOTHQUANT_WIDE_MIN_M: int | None = None
-STATIC_SMOOTHQUANT_WIDE_PREFETCH = False
+# SmoothQuant's GEMM under the static promise (its weight loaded before its wait, as quantized_linear's GEMM) takes
+# the wide blocks at every M; below WIDE_TILES_MIN_M tokens at most WIDE_TILES_MAX_FEW_TOKENS tiles (7 spill 24
+# bytes); past three 2-tile blocks per SM, from WIDE_TILES_MIN_M tokens, it asks L2 for WIDE_TILES_PREFETCH_L2
+# iterations before its wait. Session 32 (call 2, tune-linear-2026-11-26-s32-call2-static-sq-wide.log, H100, graph
+# replay, weights rotating past L2, % of the eager copy, M = 1 / 8 / 16, 2 tiles -> wide, with the prefetch at 16):
+# 11008 x 4096 (6 tiles) 80.1 / 76.5 / 73.0 -> 82.3 / 80.1 / 87.8 (79.2 at 16 without the prefetch); 14336 x 4096
+# (7) 81.6 / 77.5 / 74.0 -> 77.6 / 76.8 / 87.2; 6144 x 4096 (3) 82.7 / 79.3 / 73.8 -> 86.2 / 85.3 / 81.3.
+STATIC_SMOOTHQUANT_WIDE = True
+WIDE_TILES_MAX_FEW_TOKENS = 6
 # Up to FUSED_MAX_M tokens, with K of at least FUSED_MIN_K and FUSED_MIN_N .. FUSED_MAX_N weight rows, and
 # up to FUSED_ANY_SHAPE_MAX_M tokens against any weight up to FUSED_MAX_N rows and FUSED_ANY_SHAPE_MAX_WEIGHT
 # bytes (the quantized rows within
@@ -373,9 +377,10 @@ class _LinearPlan(Plan):
             # SmoothQuant's GEMM, which asks L2 for its weight by WAIT_FIRST_EARLY_L2)
             one_wave = not per_tensor_rows and blocks <= 2 * _multiprocessors()
             prefetch = gemm.dependent_prefetch(desc.m, desc.n, desc.k, one_wave) if dependent else 0
-            static_smoothquant = per_tensor_rows and not self._dependent_waits_first()
-            if (wide != tiles and (not per_tensor_rows or (static_smoothquant and STATIC_SMOOTHQUANT_WIDE_PREFETCH))
-                    and desc.m >= WIDE_TILES_MIN_M and gemm.DEPENDENT_PREFETCH_L2 is None):
+            # (quantized_linear's GEMM is wide from WIDE_TILES_MIN_M tokens only past three blocks per SM)
+            if (wide != tiles and (not per_tensor_rows or not self._dependent_waits_first())
+                    and desc.m >= WIDE_TILES_MIN_M and -(-desc.n // (SKINNY_N * tiles)) > 3 * _multiprocessors()
+                    and gemm.DEPENDENT_PREFETCH_L2 is None):
                 prefetch = WIDE_TILES_PREFETCH_L2
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, wide,
                                    double_buffer=True, vector_only=True, fused_prefetch=prefetch,
@@ -470,16 +475,17 @@ class _LinearPlan(Plan):
         if blocks <= 2 * sms:
             return tiles
         smoothquant = self.entry.input_element is ElementKind.S8
+        most = WIDE_TILES_MAX
         if smoothquant and not self._dependent_waits_first():  # the static promise
-            if STATIC_SMOOTHQUANT_WIDE_MIN_M is None:
-                return tiles
-            wanted = d.m >= STATIC_SMOOTHQUANT_WIDE_MIN_M
+            wanted = STATIC_SMOOTHQUANT_WIDE
+            if d.m < WIDE_TILES_MIN_M:
+                most = WIDE_TILES_MAX_FEW_TOKENS
         elif blocks <= 3 * sms:  # one wave at three per SM (THREE_PER_SM_CHUNKS)
             wanted = smoothquant or d.m < WIDE_TILES_MIN_M
         else:
             wanted = d.m >= WIDE_TILES_MIN_M
         if wanted:
-            for wide in range(tiles + 1, WIDE_TILES_MAX + 1):
+            for wide in range(tiles + 1, most + 1):
                 if -(-d.n // (SKINNY_N * wide)) <= 2 * sms:
                     return wide
         return tiles
