@@ -357,7 +357,7 @@ STATIC_SMOOTHQUANT_EXTRA: dict[str, dict] = {}
 # Session 23's (-call3-prefetch.log): {"static_fused": {"plans.STATIC_FUSED_MAX_M": 4}, **{f"static_pf{p}":
 # {"plans.STATIC_FUSED_MAX_M": 4, "FUSED_PREFETCH_L2": p} for p in (1, 2, 3)}}
 # the knobs the variants override (each restored after): kernels.linear's, and plans.dynamic's /
-# plans.linear's / kernels.dynamic's under a "dynamic." / "plans." / "kdynamic." prefix
+# plans.linear's under a "dynamic." / "plans." prefix
 GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "DEPENDENT_PREFETCH_L2",
               "DEPENDENT_STAGED", "DEPENDENT_MAX_REGISTERS", "FUSED_STAGED", "COOPERATIVE_STAGED",
               "COOPERATIVE_MIN_BLOCKS", "SKINNY_TILES", "ONE_LAUNCH_CHUNKS", "FUSED_MIN_BLOCKS", "FUSED_EARLY_L2",
@@ -366,8 +366,7 @@ GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "
               "plans.FUSED_DEPENDENT_MIN_K", "plans.ONE_WAVE_SHAPE", "plans.STATIC_ONE_WAVE_PREFETCH_L2",
               "plans.ONE_WAVE_PREFETCH_L2", "plans.WAIT_FIRST_EARLY_L2",
               "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT", "WEIGHT_LOAD_HINT", "plans.WIDE_TILES",
-              "plans.WIDE_TILES_MIN_M", "plans.STATIC_SMOOTHQUANT_WIDE", "plans.WIDE_TILES_MAX_FEW_TOKENS",
-              "kdynamic.RESIDENT_TRIGGER")
+              "plans.WIDE_TILES_MIN_M", "plans.STATIC_SMOOTHQUANT_WIDE", "plans.WIDE_TILES_MAX_FEW_TOKENS")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
 # dependents of the kernel before them)
 PLAIN_LAUNCH_VARIANTS = False  # session 17's table has them
@@ -375,12 +374,11 @@ PLAIN_LAUNCH_VARIANTS = False  # session 17's table has them
 
 def knob_module(name: str):
     """The module a GEMM_KNOBS name lives in, and the attribute."""
-    from baracuda_numba.kernels import dynamic as kernels_dynamic
     from baracuda_numba.plans import dynamic as plans_dynamic
     from baracuda_numba.plans import linear as plans_linear
 
     prefix, _, attribute = name.rpartition(".")
-    return {"": gemm, "dynamic": plans_dynamic, "plans": plans_linear, "kdynamic": kernels_dynamic}[prefix], attribute
+    return {"": gemm, "dynamic": plans_dynamic, "plans": plans_linear}[prefix], attribute
 FUSED_DECODE = [(m, n, k) for n, k in ((4096, 4096), (8192, 8192), (11008, 4096), (4096, 11008), (8192, 4096))
                 for m in (1, 2, 4, 8, 16)]
 

@@ -86,10 +86,6 @@ LOAD_HINT = False
 # blocks per SM 96.1 / 96.4 -> 98.6 / 96.5; 2 rows ahead fell to 79; on the grid of 32 per SM 1 row
 # was slower (91.1 against 93.8).
 RESIDENT_PREFETCH_ROWS = 1
-# Where the resident segment kernel lets a programmatic dependent (the W8A8 linear's GEMM) start: "wait" (right after
-# its own wait), "loads" (once its loads of x are in), "range" (after the range), "stores" (after its stores).
-# Session 32: measuring.
-RESIDENT_TRIGGER = "wait"
 
 
 @dataclass(frozen=True)
@@ -283,20 +279,10 @@ def int_chunk_quantizer(a: ElementKind, precision: MathPrecision):
     return quantize_chunk
 
 
+@functools.cache
 def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, symmetric: bool,
                     keep: int | None = None, threads: int | None = None, min_blocks: int = 0,
                     streaming: bool = False) -> DynamicKernels:
-    """:func:`_dynamic_kernels` with the module's ``RESIDENT_TRIGGER``."""
-    return _dynamic_kernels(a, out, precision, symmetric, keep, threads, min_blocks, streaming, RESIDENT_TRIGGER)
-
-
-dynamic_kernels.cache_clear = lambda: _dynamic_kernels.cache_clear()  # (the tunes rebuild kernels after a knob)
-
-
-@functools.cache
-def _dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, symmetric: bool,
-                     keep: int | None, threads: int | None, min_blocks: int, streaming: bool,
-                     trigger: str) -> DynamicKernels:
     """The kernels for one combination; ``keep`` / ``threads`` default to ``KEEP_CHUNKS`` / ``TPB``;
     ``min_blocks`` > 0 compiles with ``launch_bounds=(threads, min_blocks)``; ``streaming``: the segment
     kernels (token, group, channel rows) store with the streaming (evict-first) cache operator, for
@@ -501,11 +487,6 @@ def _dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision,
             valid = s < nseg and cc < cps
             device.cp_async_16(stage, (buf * keep + k) * tpb + tid, xw, s * cps + cc if valid else 0, valid)
 
-    if trigger not in ("wait", "loads", "range", "stores"):
-        raise ValueError(f"RESIDENT_TRIGGER: 'wait', 'loads', 'range' or 'stores', not {trigger!r}")
-    trigger_at_wait, trigger_at_loads = trigger == "wait", trigger == "loads"
-    trigger_at_range, trigger_at_stores = trigger == "range", trigger == "stores"
-
     def segment_in_registers(staged: bool):
         """The resident kernel; ``staged``: each round's chunks were copied into shared memory by
         ``cp.async`` during the previous round (aligned segments only), so the loads of the next
@@ -514,8 +495,7 @@ def _dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision,
 
         def kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
             device.grid_dependency_wait()  # as in segment_kernel
-            if trigger_at_wait or staged:
-                device.launch_dependents()
+            device.launch_dependents()
             tid = cuda.threadIdx.x
             scratch_hi = cuda.shared.array(tpb, M)  # used only by the simulator's shuffles
             scratch_lo = cuda.shared.array(tpb, M)
@@ -563,8 +543,6 @@ def _dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision,
                 for k in range(keep):
                     if live and lane_id + k * tps < cps:
                         hi, lo = chunk_range(hi, lo, words_lo[k], words_hi[k])
-                if trigger_at_loads and not staged and hi >= lo:  # (always: issued once the loads are in)
-                    device.launch_dependents()
                 if live and cps == 0:  # unaligned segments: the element path (read twice)
                     e = lane_id
                     while e < seg_len:
@@ -579,8 +557,6 @@ def _dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision,
                     for w in range(sub * wps, sub * wps + wps):
                         hi, lo = combine(hi, lo, warp_hi[slot + w], warp_lo[slot + w])
                     slot = nwarps - slot
-                if trigger_at_range and not staged and hi >= lo:
-                    device.launch_dependents()
                 if live:
                     inv, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
                     if lane_id == 0:
@@ -597,8 +573,6 @@ def _dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision,
                             i = s * seg_len + e
                             qe[i] = o_encode(quantize(a_decode(u64(xe[i])), zero, inv, sc, zp, q_min, q_max))
                             e += tps
-                if trigger_at_stores and not staged:
-                    device.launch_dependents()
             if staged:
                 wait_all()  # no copy into shared memory outlives the block
 
@@ -807,7 +781,6 @@ def _dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision,
     q_views = f"{uint_name(chunk_view_itemsize(G * out.itemsize))}[::1], {uint_name(out.itemsize)}[::1]"
     bounds = f"_b{min_blocks}" if min_blocks else ""
     tag = f"{'sym' if symmetric else 'asym'}_{a.short}_{out.short}_k{keep}_t{tpb}{bounds}{'_cs' if streaming else ''}"
-    tag += "" if trigger == "wait" else f"_tr{trigger}"
     options = (("launch_bounds", (tpb, min_blocks)),) if min_blocks else ()
 
     def make(py_func, name: str, signature: str) -> ElementwiseKernel:
