@@ -366,7 +366,8 @@ GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "
               "plans.FUSED_DEPENDENT_MIN_K", "plans.ONE_WAVE_SHAPE", "plans.STATIC_ONE_WAVE_PREFETCH_L2",
               "plans.ONE_WAVE_PREFETCH_L2", "plans.WAIT_FIRST_EARLY_L2",
               "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT", "WEIGHT_LOAD_HINT", "plans.WIDE_TILES",
-              "plans.WIDE_TILES_MIN_M", "plans.STATIC_SMOOTHQUANT_WIDE", "plans.WIDE_TILES_MAX_FEW_TOKENS")
+              "plans.WIDE_TILES_MIN_M", "plans.STATIC_SMOOTHQUANT_WIDE", "plans.WIDE_TILES_MAX_FEW_TOKENS",
+              "plans.STATIC_SMOOTHQUANT_ONE_WAVE_PREFETCH")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
 # dependents of the kernel before them)
 PLAIN_LAUNCH_VARIANTS = False  # session 17's table has them

@@ -194,6 +194,9 @@ WIDE_TILES_PREFETCH_L2 = 1  # quantized_linear's GEMM in wide blocks from WIDE_T
 # (7) 81.6 / 77.5 / 74.0 -> 77.6 / 76.8 / 87.2; 6144 x 4096 (3) 82.7 / 79.3 / 73.8 -> 86.2 / 85.3 / 81.3.
 STATIC_SMOOTHQUANT_WIDE = True
 WIDE_TILES_MAX_FEW_TOKENS = 6
+# SmoothQuant's GEMM under the static promise asks L2 for weight before its wait as quantized_linear's does where
+# K >= 8192 and its blocks fit one wave (kernels.linear.dependent_prefetch's one_wave rule). Session 32: measuring.
+STATIC_SMOOTHQUANT_ONE_WAVE_PREFETCH = False
 # Up to FUSED_MAX_M tokens, with K of at least FUSED_MIN_K and FUSED_MIN_N .. FUSED_MAX_N weight rows, and
 # up to FUSED_ANY_SHAPE_MAX_M tokens against any weight up to FUSED_MAX_N rows and FUSED_ANY_SHAPE_MAX_WEIGHT
 # bytes (the quantized rows within
@@ -373,9 +376,11 @@ class _LinearPlan(Plan):
                     and 2 * _multiprocessors() < blocks <= 3 * _multiprocessors()):
                 chunks = THREE_PER_SM_CHUNKS
             staged = gemm.dependent_staged(desc.m, desc.n, desc.k, chunks, wide) if dependent else 0
-            # the one-wave prefetch at K >= 8192 was measured after the per-token quantizer only (not for
-            # SmoothQuant's GEMM, which asks L2 for its weight by WAIT_FIRST_EARLY_L2)
-            one_wave = not per_tensor_rows and blocks <= 2 * _multiprocessors()
+            # the one-wave prefetch at K >= 8192: quantized_linear's GEMM, and SmoothQuant's under the static promise
+            # (STATIC_SMOOTHQUANT_ONE_WAVE_PREFETCH); SmoothQuant's waiting first asks L2 by WAIT_FIRST_EARLY_L2
+            static_smoothquant = per_tensor_rows and dependent and not self._dependent_waits_first()
+            one_wave = ((not per_tensor_rows or (STATIC_SMOOTHQUANT_ONE_WAVE_PREFETCH and static_smoothquant))
+                        and blocks <= 2 * _multiprocessors())
             prefetch = gemm.dependent_prefetch(desc.m, desc.n, desc.k, one_wave) if dependent else 0
             # (quantized_linear's GEMM is wide from WIDE_TILES_MIN_M tokens only past three blocks per SM)
             if (wide != tiles and (not per_tensor_rows or not self._dependent_waits_first())
