@@ -490,12 +490,13 @@ def test_static_smoothquant_decode_is_a_dependent_launch(m, n, k, dtype, bias):
 # 2 tiles make more than one wave at two per SM, wider blocks that make one (plans.linear.WIDE_TILES): from 16
 # tokens past three per SM (quantized_linear's asking L2 for an iteration before its wait), for fewer tokens in
 # quantized_linear and every M in SmoothQuant's waiting GEMM up to three per SM; with the static promise at every M
-# (below 16 tokens at most 6 tiles: 14336 rows keep 2), asking L2 for an iteration from 16 tokens past three per SM.
+# (below 16 tokens at most 6 tiles: 14336 rows keep 2), asking L2 for an iteration from 16 tokens past three per SM,
+# and at K >= 8192 in one wave for quantized_linear's one or two iterations.
 # Weight loads skip L1 (`_hna`) at K >= 8192 or 16 tokens (plans.linear.WEIGHT_NO_L1_*). Names: quantized_linear's,
 # SmoothQuant's waiting first (None: the same with `_w_e2_` / `_w_` spliced in), SmoothQuant's static.
 @pytest.mark.parametrize(("m", "n", "k", "name", "waiting", "static"), [
-    (1, 8192, 8192, "skinny1x4_db_v_dep1_l2p1_hna_", "skinny1x4_db_v_dep1_w_e2_hna_", "skinny1x4_db_v_dep1_hna_"),
-    (16, 8192, 8192, "skinny1x4_db_v_dep1_l2p2_hna_", "skinny1x4_db_v_dep1_w_e2_hna_", "skinny1x4_db_v_dep1_hna_"),
+    (1, 8192, 8192, "skinny1x4_db_v_dep1_l2p1_hna_", "skinny1x4_db_v_dep1_w_e2_hna_", None),
+    (16, 8192, 8192, "skinny1x4_db_v_dep1_l2p2_hna_", "skinny1x4_db_v_dep1_w_e2_hna_", None),
     (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_hna_", None, None),
     (1, 4096, 4096, "skinny2x2_db_v_dep1_l2p1_b2_", None, None),
     (8, 11008, 4096, "skinny2x2_db_v_dep1_b2_", "skinny2x2_db_v_dep1_w_b2_", "skinny1x6_db_v_dep1_b2_"),
@@ -519,10 +520,13 @@ def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name, wait
         sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", False, promise))
         assert _skinny_vector_name(sq) == f"w8a8_gemm_{expected}bf16_tensor"
     monkeypatch.setattr(plans, "STATIC_SMOOTHQUANT_WIDE", False)  # the static promise's blocks of 2 tiles again
+    monkeypatch.setattr(plans, "STATIC_SMOOTHQUANT_ONE_WAVE_PREFETCH", False)  # and no one-wave prefetch
     clear_plan_cache()
+    sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", False, True))
     if k < 8192:
-        sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", False, True))
         assert "x2_db_v" in _skinny_vector_name(sq)
+    elif n > 4096:
+        assert "_l2p" not in _skinny_vector_name(sq)
     monkeypatch.setattr(plans, "WIDE_TILES", False)  # 2 tiles below K = 8192 again
     clear_plan_cache()
     if k < 8192:
@@ -906,7 +910,7 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, static)
 @requires_gpu
 @pytest.mark.parametrize("one_call", [False, True])
 @pytest.mark.parametrize("static", [False, True])
-@pytest.mark.parametrize(("m", "k"), [(1, 4096), (2, 4096), (16, 4096), (4, 8192)])
+@pytest.mark.parametrize(("m", "k"), [(1, 4096), (2, 4096), (16, 4096), (1, 8192), (4, 8192)])
 def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static, one_call):
     """W8A8Linear's static-activation step chained on one stream with no sync: ``quantize_per_tensor``
     of the previous output, then ``smoothquant_linear``, whose GEMM (a programmatic dependent) waits for

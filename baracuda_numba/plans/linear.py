@@ -195,8 +195,11 @@ WIDE_TILES_PREFETCH_L2 = 1  # quantized_linear's GEMM in wide blocks from WIDE_T
 STATIC_SMOOTHQUANT_WIDE = True
 WIDE_TILES_MAX_FEW_TOKENS = 6
 # SmoothQuant's GEMM under the static promise asks L2 for weight before its wait as quantized_linear's does where
-# K >= 8192 and its blocks fit one wave (kernels.linear.dependent_prefetch's one_wave rule). Session 32: measuring.
-STATIC_SMOOTHQUANT_ONE_WAVE_PREFETCH = False
+# K >= 8192 and its blocks fit one wave (kernels.linear.dependent_prefetch's one_wave rule: 1 iteration, 2 from 4
+# tokens past 4096 rows). Session 32 (call 6, tune-linear-2026-11-26-s32-call6-static-sq-prefetch.log, % of the
+# eager copy, none -> the prefetch): 8192^2 M = 1 / 4 / 8 / 16 87.1 / 86.1 / 85.1 / 83.2 -> 93.3 / 93.3 / 92.2 /
+# 91.2 (SmoothQuant waiting first 90.9 / 90.2 / 89.1 / 87.9); 8192 x 28672 M = 1 / 16 91.8 / 86.3 -> 93.0 / 88.6.
+STATIC_SMOOTHQUANT_ONE_WAVE_PREFETCH = True
 # Up to FUSED_MAX_M tokens, with K of at least FUSED_MIN_K and FUSED_MIN_N .. FUSED_MAX_N weight rows, and
 # up to FUSED_ANY_SHAPE_MAX_M tokens against any weight up to FUSED_MAX_N rows and FUSED_ANY_SHAPE_MAX_WEIGHT
 # bytes (the quantized rows within
