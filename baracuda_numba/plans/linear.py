@@ -386,7 +386,7 @@ class _LinearPlan(Plan):
                         and blocks <= 2 * _multiprocessors())
             prefetch = gemm.dependent_prefetch(desc.m, desc.n, desc.k, one_wave) if dependent else 0
             # (quantized_linear's GEMM is wide from WIDE_TILES_MIN_M tokens only past three blocks per SM)
-            if (wide != tiles and (not per_tensor_rows or not self._dependent_waits_first())
+            if (wide != tiles and (not per_tensor_rows or static_smoothquant)
                     and desc.m >= WIDE_TILES_MIN_M and -(-desc.n // (SKINNY_N * tiles)) > 3 * _multiprocessors()
                     and gemm.DEPENDENT_PREFETCH_L2 is None):
                 prefetch = WIDE_TILES_PREFETCH_L2
