@@ -354,6 +354,10 @@ STATIC_EXTRA: dict[str, dict] = {}
 SMOOTHQUANT_EXTRA: dict[str, dict] = {"e0": {"plans.WAIT_FIRST_EARLY_L2": 0}}
 # the same for SmoothQuant's GEMM under the static promise (smoothquant_static_<label>)
 STATIC_SMOOTHQUANT_EXTRA: dict[str, dict] = {}
+# quantized_linear with a static activation scale (W8A8Linear's static step in one call, static weight) with these
+# knobs too (static_act_<label>). Session 33: the static quantizer's launch against the three launches before it
+# ({"three": {"plans.STATIC_QUANTIZER": False}}) and plain ({"plain": {"plans.STATIC_QUANTIZER_DEPENDENT": False}}).
+STATIC_ACT_EXTRA: dict[str, dict] = {}
 # Session 23's (-call3-prefetch.log): {"static_fused": {"plans.STATIC_FUSED_MAX_M": 4}, **{f"static_pf{p}":
 # {"plans.STATIC_FUSED_MAX_M": 4, "FUSED_PREFETCH_L2": p} for p in (1, 2, 3)}}
 # the knobs the variants override (each restored after): kernels.linear's, and plans.dynamic's /
@@ -367,7 +371,9 @@ GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "
               "plans.ONE_WAVE_PREFETCH_L2", "plans.WAIT_FIRST_EARLY_L2",
               "plans.QUANTIZER_DEPENDENT_MIN_WEIGHT", "WEIGHT_LOAD_HINT", "plans.WIDE_TILES",
               "plans.WIDE_TILES_MIN_M", "plans.STATIC_SMOOTHQUANT_WIDE", "plans.WIDE_TILES_MAX_FEW_TOKENS",
-              "plans.STATIC_SMOOTHQUANT_ONE_WAVE_PREFETCH")
+              "plans.STATIC_SMOOTHQUANT_ONE_WAVE_PREFETCH", "plans.STATIC_QUANTIZER",
+              "plans.STATIC_QUANTIZER_DEPENDENT", "plans.STATIC_QUANTIZER_THREADS",
+              "plans.STATIC_QUANTIZER_BLOCKS_PER_SM")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
 # dependents of the kernel before them)
 PLAIN_LAUNCH_VARIANTS = False  # session 17's table has them
@@ -499,7 +505,9 @@ def fused_decode(copy: float) -> list[dict]:
         act = torch.clamp(torch.round(x.float() * 50), -127, 127).to(torch.int8)
         sq_outputs = []
         sq_variants = [("smoothquant", False, False, {}), ("smoothquant_static", True, False, {}),
-                       ("sq_step_static", True, True, {}), ("static_act", True, None, {})]
+                       ("sq_step_static", True, True, {}), ("static_act", True, None, {}),
+                       ("static_act_dw", False, None, {})]
+        sq_variants += [(f"static_act_{extra}", True, None, knobs) for extra, knobs in STATIC_ACT_EXTRA.items()]
         sq_variants += [(f"smoothquant_{extra}", False, False, knobs) for extra, knobs in SMOOTHQUANT_EXTRA.items()]
         sq_variants += [(f"smoothquant_static_{extra}", True, False, knobs)
                         for extra, knobs in STATIC_SMOOTHQUANT_EXTRA.items()]
@@ -522,7 +530,8 @@ def fused_decode(copy: float) -> list[dict]:
         row["smoothquant variants == plain"] = all(bit_equal(sq_outputs[0], v) for i, v in enumerate(sq_outputs)
                                                    if sq_variants[i][2] is False)
         row["smoothquant static == plain"] = bit_equal(sq_outputs[0], sq_outputs[1])
-        row["static_act == sq_step"] = bit_equal(sq_outputs[2], sq_outputs[3])
+        row["static_act == sq_step"] = all(bit_equal(sq_outputs[2], v) for i, v in enumerate(sq_outputs)
+                                           if sq_variants[i][2] is None)
         row["all == two_launch"] = all(bit_equal(outputs["two_launch"], v) for v in outputs.values())
         say(json.dumps(row, default=lambda v: round(v, 1)))
         rows.append(row)
@@ -744,6 +753,8 @@ def host_calls(out_dir: Path) -> dict:
               "M=1 quantized_linear() us": host_us(lambda: bn.quantized_linear(x1, w, ws)),
               "quantized_linear(out=) us": host_us(lambda: bn.quantized_linear(x, w, ws, out=out)),
               "quantized_linear(bias=) us": host_us(lambda: bn.quantized_linear(x, w, ws, bias=bias)),
+              "static quantized_linear(act_scale=) us": host_us(
+                  lambda: bn.quantized_linear(x, w, ws, static_weight=True, act_scale=0.02)),
               "SmoothQuantLinearPlan.run us": host_us(lambda: sq_plan.run(sq_args)),
               "smoothquant_linear() us": host_us(lambda: bn.smoothquant_linear(act, w, ws, 0.02, dtype="bfloat16")),
               "torch.mm 64x64 f32 us": host_us(lambda: torch.mm(small, small)),

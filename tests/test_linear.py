@@ -397,15 +397,17 @@ def test_static_weight_must_be_a_bool():
 
 # quantized_linear with a static per-tensor activation scale (SmoothQuant's static W8A8 in one call): the
 # bits of quantize_per_tensor followed by smoothquant_linear. Fused at decode where the prologue is fixed
-# (one token, two where the blocks fit one wave, or up to 4 with a static weight); elsewhere the per-tensor
-# quantize, then the GEMM (more tokens, a prologue too wide to fix, prefill, K % 16 != 0). Scales not exact
-# in float32, and 1.0 for the rows of exact ties; +-inf, NaN and zero rows.
+# (one token, two where the blocks fit one wave, or up to 4 with a static weight); elsewhere the static
+# quantizer, then the GEMM (more tokens, a prologue too wide to fix, prefill), or where x is not whole
+# 16-byte pieces the per-tensor plan and a fill of the row scales. Scales not exact in float32, and 1.0 for
+# the rows of exact ties; +-inf, NaN and zero rows.
 @pytest.mark.parametrize(("m", "n", "k", "dtype", "static", "act_scale", "fused"), [
     (1, 24, 1040, "f32", False, 0.0237, True), (2, 40, 528, "f16", True, 0.0237, True),
     (4, 24, 1040, "f32", True, 1.0, True), (2, 24, 1040, "f32", False, 0.0237, True),
     (3, 24, 1040, "f32", False, 0.0237, False),
     (8, 24, 528, "f16", True, 0.0237, False), (4, 16, 4096, "f32", True, 0.0237, False),
-    (70, 24, 64, "f32", False, 0.0237, False), (3, 16, 50, "f32", False, 1.0, False)])
+    (70, 24, 64, "f32", False, 0.0237, False), (3, 16, 50, "f32", False, 1.0, False),
+    (5, 24, 1040, "f32", False, 1.0, False), (16, 40, 528, "f16", False, 0.0237, False)])
 def test_static_activation_scale_matches_quantize_then_smoothquant(m, n, k, dtype, static, act_scale, fused):
     from baracuda_numba.ops.common import clear_plan_cache
 
@@ -422,7 +424,11 @@ def test_static_activation_scale_matches_quantize_then_smoothquant(m, n, k, dtyp
     assert (plan.kernel_variant(args) == "fused") == fused
     if fused:
         assert "_sa_" in plan._variants["fused"][0]._compile.__self__.py_func.__name__
+    static_quantize, launched = plan._static_quantize, []
+    plan._static_quantize = lambda *a: launched.append(static_quantize(*a)) or launched[-1]
     plan.run(args)
+    # unfused, x as whole 16-byte pieces: the static quantizer (else the per-tensor plan and a fill of the scales)
+    assert launched == ([] if fused else [m * k * x.itemsize % 16 == 0])
     np.testing.assert_array_equal(args.output, expected)
     y = bn.quantized_linear(x, w, ws, bias=bias, static_weight=static, act_scale=act_scale)
     np.testing.assert_array_equal(y, expected)
@@ -1345,6 +1351,8 @@ def _gpu_linear_plan(monkeypatch, plan):
         for name in ("segment", "segment_dependent"):  # the plain / always-dependent launches of one kernel
             quantizer._launchers[name] = gpu_launcher(quantizer._launchers[name], 0xE00)
         quantizer._install_segment_template()
+    if getattr(plan, "_static_quantizer", None) is not None:
+        plan._static_quantizer = gpu_launcher(plan._static_quantizer, 0xD00)
     plan._install_fast_template()
     driver = recording_driver()
     monkeypatch.setattr(launch, "_driver", lambda: driver)
@@ -1432,7 +1440,8 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
 @pytest.mark.parametrize(("variant", "m", "n", "k", "bias", "dtype"), [
     ("two_launch", 16, 4096, 4096, False, "bfloat16"), ("two_launch", 5, 264, 8192, True, "float16"),
     ("two_launch", 3, 40, 144, False, "float32"), ("fused", 1, 4096, 4096, True, "bfloat16"),
-    ("fused", 2, 264, 8192, False, "float64"), ("static_activation", 1, 4096, 4096, False, "float16")])
+    ("fused", 2, 264, 8192, False, "float64"), ("static_activation", 1, 4096, 4096, False, "float16"),
+    ("static_two_launch", 16, 4096, 4096, True, "bfloat16"), ("static_two_launch", 3, 40, 144, False, "float32")])
 def test_direct_fast_path_launches_what_the_generic_fast_path_launches(variant, m, n, k, bias, dtype):
     """``torch.Tensor`` operands go through the flattened fast path (``_build_direct``: CPU tensors posing as CUDA
     ones here), which hands the driver the bytes, grids and order of the generic fast path's launches for the same
@@ -1445,12 +1454,13 @@ def test_direct_fast_path_launches_what_the_generic_fast_path_launches(variant, 
 
     E = bn.ElementKind
     tdtype = getattr(torch, dtype)
-    static = variant == "static_activation"
+    static = variant.startswith("static")
+    two_launch = variant in ("two_launch", "static_two_launch")
     with pytest.MonkeyPatch.context() as monkeypatch:
-        _force_decode_variant(monkeypatch, "two_launch" if variant == "two_launch" else "fused")
+        _force_decode_variant(monkeypatch, "two_launch" if two_launch else "fused")
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, dtype, dtype, bias,
                                                                           static_activation=static))
-    assert plan._fused is (variant != "two_launch")
+    assert plan._fused is not two_launch
     launches = 1 if plan._fused else 2
     with pytest.MonkeyPatch.context() as monkeypatch:
         driver = _gpu_linear_plan(monkeypatch, plan)

@@ -1350,6 +1350,43 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
 
 
 @functools.cache
+@functools.cache
+def static_quantizer_kernel(x_element: ElementKind) -> ElementwiseKernel:
+    """The static-activation linear's quantizer (``QuantizedLinearPlan`` with ``static_activation``): ``x``'s
+    16-byte pieces (16- or 32-bit floats) quantized with one given scale, ``clamp(rint(x * (1 / tensor_scale)),
+    -127, 127)`` (NaN -> 0) by the fused kernel's own piece function, so the bits of
+    :class:`~baracuda_numba.plans.per_tensor.QuantizePerTensorPlan` with zero point 0; and ``tensor_scale``
+    stored as each of the ``rows`` row scales that the per-token GEMM's epilogue reads.
+
+    ``kernel(x_pairs, xq_words, row_scale, pieces, rows, tensor_scale)``: ``x_pairs`` uint64 (two per piece),
+    ``xq_words`` one word of ``16 / itemsize`` bytes per piece, ``row_scale`` float32. A grid-stride loop over
+    the pieces, one load per step. It waits for the kernel before it (which may write ``x``) before it reads
+    anything, then lets its own programmatic dependent (the GEMM) start: no reduction stands between its load
+    and its store, which is the whole of what it shortens against the per-token quantizer."""
+    if x_element.itemsize not in (2, 4) or not x_element.is_float:
+        raise ValueError(f"the static quantizer takes 16- or 32-bit floats, not {x_element.short}")
+    S, per_pair, _, _, quantized_piece = _fused_quantizer(x_element)
+    word_type = {4: np.uint32, 8: np.uint64}[per_pair]  # one byte per element of a 16-byte piece
+
+    def kernel(x_pairs, xq_words, row_scale, pieces, rows, tensor_scale):
+        device.grid_dependency_wait()  # x may be the kernel before's output
+        device.launch_dependents()  # the GEMM's weight loads may start: it waits for this grid to read xq
+        scale = S(tensor_scale)
+        inv = S(1) / scale  # what the per-tensor plan computes on the host
+        i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        if i < rows:
+            row_scale[i] = scale
+        step = cuda.gridDim.x * cuda.blockDim.x
+        while i < pieces:
+            lo, hi = device.load_u64x2(x_pairs, i)
+            xq_words[i] = word_type(quantized_piece(lo, hi, inv))
+            i += step
+
+    kernel.__name__ = kernel.__qualname__ = f"w8a8_static_quantize_{x_element.short}"
+    signature = f"void(uint64[::1], {uint_name(per_pair)}[::1], float32[::1], int64, int64, float32)"
+    return ElementwiseKernel(kernel, signature, x_element, None, ElementKind.S8, MathPrecision.F32, per_pair)
+
+
 def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinny: bool = False,
                   pipeline: PipelineShape | None = None, skinny_chunks: int = SKINNY_CHUNKS,
                   skinny_tiles: int = 2, fused_input: ElementKind | None = None,

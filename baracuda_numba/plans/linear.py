@@ -39,6 +39,7 @@ from ..launch import (
     ArrayArg,
     KernelLauncher,
     LaunchPair,
+    array_values,
     fill_words,
     stream_handle,
     synchronize,
@@ -301,6 +302,16 @@ STATIC_ONE_WAVE_PREFETCH_L2 = 1
 # 16, plain -> dependent quantizer, % of copy: 11008 x 4096 78.3 -> 80.0 (80.2 in call 7), 4096 x 11008
 # 74.0 -> 74.8, 8192^2 81.8 -> 82.0, but 4096^2 (16 MiB) 61.5 -> 56.6.
 QUANTIZER_DEPENDENT_MIN_WEIGHT = (16 << 20) + 1
+# quantized_linear with a static activation scale, where the fused kernel does not run, quantizes x with the static
+# quantizer (kernels.linear.static_quantizer_kernel: no reduction, one 16-byte piece per thread per step) in blocks
+# of STATIC_QUANTIZER_THREADS, at most STATIC_QUANTIZER_BLOCKS_PER_SM per SM, launched as a programmatic dependent
+# of the kernel before (STATIC_QUANTIZER_DEPENDENT), and the GEMM as its dependent. Before session 33 it took the
+# per-tensor plan, a fill of the row scales and the GEMM (three plain launches, the checked path every call).
+# False: the three launches (for measuring against them).
+STATIC_QUANTIZER = True
+STATIC_QUANTIZER_THREADS = 128
+STATIC_QUANTIZER_BLOCKS_PER_SM = 8
+STATIC_QUANTIZER_DEPENDENT = True
 FUSED_MIN_K = 8192
 FUSED_MIN_N = 8192  # 4096 rows at K = 11008: 128 blocks of 4 column tiles, fewer than the SMs
 FUSED_MAX_N = 11008  # wider weights (more waves of blocks, each paying the prologue) are unmeasured
@@ -776,9 +787,20 @@ class QuantizedLinearPlan(_LinearPlan):
         self._workspaces: dict[tuple[int, int], Any] = {}
         self._direct: tuple | None = None  # the two-launch fast path's closures (_build_direct), built on first use
         self._direct_built = False
-        # static_activation: x quantized with the given scale where the fused kernel does not run
+        # static_activation, where the fused kernel does not run: x quantized with the given scale by the static
+        # quantizer (x as whole 16-byte pieces), the GEMM its programmatic dependent as after the per-token one;
+        # else by the per-tensor plan, then a fill of the row scales
         self._tensor_quantizer = QuantizePerTensorPlan.select(QuantizePerTensorDescriptor(
             d.m * d.k, -127, 127, d.input_element, ElementKind.S8)) if d.static_activation else None
+        self._static_quantizer: KernelLauncher | None = None
+        self._static_pieces = self._static_blocks = 0
+        if d.static_activation and STATIC_QUANTIZER:
+            self._static_pieces = d.m * d.k * d.input_element.itemsize // 16
+            self._static_quantizer = KernelLauncher(gemm.static_quantizer_kernel(d.input_element).compiled, 3,
+                                                    (np.int64, np.int64, np.float32),
+                                                    dependent=STATIC_QUANTIZER_DEPENDENT)
+            self._static_blocks = max(1, min(-(-self._static_pieces // STATIC_QUANTIZER_THREADS),
+                                             STATIC_QUANTIZER_BLOCKS_PER_SM * _multiprocessors()))
         super()._prepare()
         # a call captured into a CUDA graph launches the two kernels where the fused kernel is chosen for
         # host time alone (CAPTURE_UNFUSED); compiled now, not while a graph is captured
@@ -790,6 +812,28 @@ class QuantizedLinearPlan(_LinearPlan):
 
     def _static_activation(self) -> bool:
         return self.desc.static_activation
+
+    def _install_fast_template(self) -> None:
+        super()._install_fast_template()
+        if self._static_quantizer is not None and self._fast_specs is not None:
+            d, per_pair = self.desc, 16 // self.desc.input_element.itemsize
+            values = [*array_values(0, 2 * self._static_pieces, 8), *array_values(0, self._static_pieces, per_pair),
+                      *array_values(0, d.m, 4), self._static_pieces, d.m, 0.0]
+            self._static_quantizer.set_template(values, (_pointer_slots(3),), range(7 * 3 + 2, 7 * 3 + 3), np.float32)
+
+    def _static_quantize(self, x: Operand, workspace: Operand, scale_x: Operand, act_scale: np.float32,
+                         handle: int) -> bool:
+        """The checked path's launch of the static quantizer (``x`` into the workspace's rows, ``act_scale`` into
+        ``scale_x``); False (nothing launched) where ``x`` is not whole 16-byte pieces at a 16-byte address."""
+        d = self.desc
+        if self._static_quantizer is None or _address(x) % 16 or d.m * d.k * d.input_element.itemsize % 16:
+            return False
+        per_pair = 16 // d.input_element.itemsize
+        arrays = (_pair_view(x, 16 * self._static_pieces), _word_view(workspace, 0, d.m * d.k, per_pair),
+                  _vector(scale_x))
+        self._static_quantizer.launch(self._static_blocks, STATIC_QUANTIZER_THREADS, handle, arrays,
+                                      (self._static_pieces, d.m, act_scale), x.device_id)
+        return True
 
     def _fuses_quantize(self) -> bool:
         d = self.desc
@@ -886,17 +930,18 @@ class QuantizedLinearPlan(_LinearPlan):
         alignment) and the workspace as :func:`.base.fast_pointers` and :meth:`_fast_workspace` do;
         ``trusted(args, device)`` only the alignments (:meth:`run_trusted`). Each returns False, having launched
         nothing, where the general path must decide. Once both of the two launches' kernels are loaded, they are
-        one compiled call (:func:`_linear_launch`). None (built once) where the plan launches something else
-        (the cooperative kernel, the two launches with a static activation scale), off the GPU, or before torch
-        is imported. Flattened because the call is host-bound at decode: one frame and local names instead of
-        the generic loop over field specs and five method calls. Session 30 (H100 host, best / median of 7
-        interleaved rounds, two-launch ``Plan.run`` at 16 x 4096 @ 4096^2, ``benchmarks/probe_host_direct.py``):
-        11.58 / 11.97 -> 9.26 / 9.70 us; with a null driver (the host's own share) 5.84 -> 3.75."""
+        one compiled call (:func:`_linear_launch`; with a static activation scale, the static quantizer and the GEMM
+        through their :class:`~baracuda_numba.launch.LaunchPair`). None (built once) for the cooperative kernel, off
+        the GPU, or before torch is imported. Flattened because the call is host-bound at decode: one frame and
+        local names instead of the generic loop over field specs and five method calls. Session 30 (H100 host,
+        best / median of 7 interleaved rounds, two-launch ``Plan.run`` at 16 x 4096 @ 4096^2,
+        ``benchmarks/probe_host_direct.py``): 11.58 / 11.97 -> 9.26 / 9.70 us; with a null driver (the host's own
+        share) 5.84 -> 3.75."""
         self._direct_built = True
         torch = sys.modules.get("torch")
         d = self.desc
-        if (torch is None or self._fast_specs is None or self._cooperative or (d.static_activation and not self._fused)
-                or _torch_tensor_type() is None):
+        if (torch is None or self._fast_specs is None or self._cooperative or _torch_tensor_type() is None
+                or (d.static_activation and not self._fused and self._static_quantizer is None)):
             return None
         dtypes = {element: dtype for dtype, element in _TORCH_DTYPES.items()}
         tensor, x_dtype, out_dtype = torch.Tensor, dtypes[d.input_element], dtypes[d.output_element]
@@ -930,6 +975,21 @@ class QuantizedLinearPlan(_LinearPlan):
 
         if self._fused:
             launch_found = launch_fused
+        elif static_activation:  # the static quantizer, then the GEMM: one LaunchPair call
+            static_pair = LaunchPair(self._static_quantizer, launcher)
+            static_blocks, gemm_floats = self._static_blocks, (_ZERO_F32,)
+
+            def launch_found(x_ptr: int, w_ptr: int, s_ptr: int, b_ptr: int, o_ptr: int, device: int, workspace: Any,
+                             act_scale: Any) -> bool:
+                stream = stream_of(device)
+                ws_ptr = stream_workspace(device, stream) if workspace is None else given_workspace(workspace, device)
+                if ws_ptr is None:
+                    return False
+                scale_ptr = ws_ptr + scale_offset
+                gemm_ints = (ws_ptr, ws_ptr, w_ptr, w_ptr, scale_ptr, s_ptr, b_ptr, o_ptr)
+                static_pair.launch(stream, device, static_blocks, STATIC_QUANTIZER_THREADS, (x_ptr, ws_ptr, scale_ptr),
+                                   (act_scale,), blocks, threads, gemm_ints, gemm_floats)
+                return True
         else:
             q_launcher, q_blocks, q_threads, _ = self._quantizer.segment_launch_fast(
                 0, 0, 0, 0, d.n * d.k >= QUANTIZER_DEPENDENT_MIN_WEIGHT)
@@ -1031,8 +1091,8 @@ class QuantizedLinearPlan(_LinearPlan):
     def _launch_found(self, pointers: list[int], device: int, workspace: Any, act_scale: np.float32) -> bool:
         """The fast launch(es) on checked ``pointers`` (``_fast_specs`` order) on ``device``'s current
         PyTorch stream; ``workspace`` None: the plan's own for that stream. False (nothing launched)
-        when a given workspace does not qualify (see :meth:`_fast_workspace`), and for a static activation
-        scale where the fused kernel does not run (the checked path quantizes per tensor)."""
+        when a given workspace does not qualify (see :meth:`_fast_workspace`). The quantizer is the per-token one,
+        or with ``static_activation`` the static one (``kernels.linear.static_quantizer_kernel``)."""
         stream = torch_current_stream(device)
         if self._fused:
             if workspace is not None and self._fast_workspace(workspace, device) is None:
@@ -1041,8 +1101,6 @@ class QuantizedLinearPlan(_LinearPlan):
                 return False  # the checked path launches the two kernels
             self._launch_fast(pointers, device, act_scale, stream)
             return True
-        if self.desc.static_activation:
-            return False
         ws_ptr = self._stream_workspace(device, stream) if workspace is None else self._fast_workspace(workspace,
                                                                                                         device)
         if ws_ptr is None:
@@ -1053,14 +1111,21 @@ class QuantizedLinearPlan(_LinearPlan):
                 zero_words(ws_ptr + self._counter_offset, _COUNTERS, stream)
             self._launch_fast(pointers, device, _ZERO_F32, stream, None, scale_ptr, ws_ptr)
             return True
-        q_launcher, q_blocks, q_threads, q_ints = self._quantizer.segment_launch_fast(
-            pointers[0], ws_ptr, scale_ptr, ws_ptr + self._quantizer_offset,
-            self.desc.n * self.desc.k >= QUANTIZER_DEPENDENT_MIN_WEIGHT)
+        q_floats: tuple = ()
+        if self.desc.static_activation:
+            if self._static_quantizer is None:
+                return False  # the checked path's three launches
+            q_launcher, q_blocks, q_threads = self._static_quantizer, self._static_blocks, STATIC_QUANTIZER_THREADS
+            q_ints, q_floats = (pointers[0], ws_ptr, scale_ptr), (act_scale,)
+        else:
+            q_launcher, q_blocks, q_threads, q_ints = self._quantizer.segment_launch_fast(
+                pointers[0], ws_ptr, scale_ptr, ws_ptr + self._quantizer_offset,
+                self.desc.n * self.desc.k >= QUANTIZER_DEPENDENT_MIN_WEIGHT)
         launcher, blocks, threads, ints = self._fast_gemm(pointers, ws_ptr, scale_ptr)
         pair = self._fast_pairs.get(q_launcher)
         if pair is None or pair.second is not launcher:
             pair = self._fast_pairs[q_launcher] = LaunchPair(q_launcher, launcher)
-        pair.launch(stream, device, q_blocks, q_threads, q_ints, (), blocks, threads, ints, (_ZERO_F32,))
+        pair.launch(stream, device, q_blocks, q_threads, q_ints, q_floats, blocks, threads, ints, (_ZERO_F32,))
         return True
 
     def _stream_workspace(self, device: int, stream: int) -> int:
@@ -1152,12 +1217,13 @@ class QuantizedLinearPlan(_LinearPlan):
         else:
             xq = sub_operand(ws, 0, ElementKind.S8, (d.m, d.k))
             if d.static_activation:  # x per tensor, every row's scale the given one
-                if d.k:
-                    self._tensor_quantizer.run(QuantizePerTensorArgs(x, args.act_scale, 0, xq), stream=handle)
-                if SIMULATOR:
-                    scale_x.host[...] = act_scale
-                else:
-                    fill_words(scale_x.ptr, int(act_scale.view(np.uint32)), d.m, handle)
+                if not (d.k and self._static_quantize(x, ws, scale_x, act_scale, handle)):
+                    if d.k:
+                        self._tensor_quantizer.run(QuantizePerTensorArgs(x, args.act_scale, 0, xq), stream=handle)
+                    if SIMULATOR:
+                        scale_x.host[...] = act_scale
+                    else:
+                        fill_words(scale_x.ptr, int(act_scale.view(np.uint32)), d.m, handle)
             elif d.k:
                 scratch = sub_operand(ws, self._quantizer_offset, ElementKind.U8, (self._quantizer.workspace_size(),))
                 self._quantizer.run(DynamicRangeQuantizeArgs(x, xq, scale_x, None), workspace=scratch, stream=handle)
