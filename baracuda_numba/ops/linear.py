@@ -75,7 +75,8 @@ def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, *, bias: Any = No
     ``act_scale``: a static per-tensor activation scale (SmoothQuant's static W8A8) instead of the
     per-token quantize: ``y = (quantize_per_tensor(x, act_scale, 0, int8, -127, 127) @ weight_q.T) *
     act_scale * weight_scale (+ bias)``, the bits of that quantize followed by
-    :func:`smoothquant_linear` (f16, bf16 or f32 ``x``). At decode one kernel does both.
+    :func:`smoothquant_linear` (f16, bf16 or f32 ``x``). At decode one kernel does both for a few tokens;
+    for more, a static quantizer (no reduction) and the GEMM as its programmatic dependent.
     """
     where = "quantized_linear"
     if not isinstance(static_weight, bool):

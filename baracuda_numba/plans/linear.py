@@ -81,8 +81,10 @@ class QuantizedLinearDescriptor:
 
     ``static_activation``: ``x`` is quantized with one given per-tensor scale (``QuantizedLinearArgs.act_scale``,
     SmoothQuant's static W8A8: ``clamp(rint(x / act_scale), -127, 127)``, as :class:`QuantizePerTensorPlan`
-    with zero point 0) instead of per token; 16- or 32-bit ``x``. At decode one kernel quantizes and
-    multiplies; elsewhere the per-tensor quantize runs first.
+    with zero point 0) instead of per token; 16- or 32-bit ``x``. At decode, where the fused prologue is
+    compiled for the shape, one kernel quantizes and multiplies; elsewhere the static quantizer
+    (``kernels.linear.static_quantizer_kernel``) runs first, or, where ``x`` is not whole 16-byte pieces at a
+    16-byte address, the per-tensor plan and a fill of the row scales.
     """
 
     m: int

@@ -164,7 +164,8 @@ class W8A8Linear(nn.Module):
     (``baracuda::quantized_linear``). ``activation="static"``: one calibrated per-tensor scale
     (SmoothQuant's static W8A8): ``x`` quantized with ``act_scale`` and multiplied in one call
     (``baracuda::quantized_linear`` with ``act_scale``; float64 ``x``: ``baracuda::quantize_per_tensor`` then
-    ``baracuda::smoothquant_linear``), one kernel at decode.
+    ``baracuda::smoothquant_linear``): one kernel at decode for a few tokens, else the static quantizer and the
+    GEMM as its programmatic dependent.
     ``y = scale_x * weight_scale[n] * sum_k xq[k] * wq[n, k] + bias[n]`` in ``x``'s dtype. The buffers
     are written only at load (``from_float``, ``load_state_dict``), so both paths call their op with
     ``static_weight=True``: the decode kernel loads the weight before it waits for the kernel before it
