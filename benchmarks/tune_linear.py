@@ -356,7 +356,8 @@ SMOOTHQUANT_EXTRA: dict[str, dict] = {"e0": {"plans.WAIT_FIRST_EARLY_L2": 0}}
 STATIC_SMOOTHQUANT_EXTRA: dict[str, dict] = {}
 # quantized_linear with a static activation scale (W8A8Linear's static step in one call, static weight) with these
 # knobs too (static_act_<label>). Session 33: the static quantizer's launch against the three launches before it
-# ({"three": {"plans.STATIC_QUANTIZER": False}}) and plain ({"plain": {"plans.STATIC_QUANTIZER_DEPENDENT": False}}).
+# ({"three": {"plans.STATIC_QUANTIZER": False}}) and plain ({"plain": {"plans.STATIC_QUANTIZER_DEPENDENT": False}});
+# the two launches where the fused kernel runs ({"two": {name: 0 for name in the fused kernel's token limits}}).
 STATIC_ACT_EXTRA: dict[str, dict] = {}
 # Session 23's (-call3-prefetch.log): {"static_fused": {"plans.STATIC_FUSED_MAX_M": 4}, **{f"static_pf{p}":
 # {"plans.STATIC_FUSED_MAX_M": 4, "FUSED_PREFETCH_L2": p} for p in (1, 2, 3)}}
@@ -373,7 +374,8 @@ GEMM_KNOBS = ("DEPENDENT_PRELOAD", "DEPENDENT_CHUNKS", "DEPENDENT_MIN_BLOCKS", "
               "plans.WIDE_TILES_MIN_M", "plans.STATIC_SMOOTHQUANT_WIDE", "plans.WIDE_TILES_MAX_FEW_TOKENS",
               "plans.STATIC_SMOOTHQUANT_ONE_WAVE_PREFETCH", "plans.STATIC_QUANTIZER",
               "plans.STATIC_QUANTIZER_DEPENDENT", "plans.STATIC_QUANTIZER_THREADS",
-              "plans.STATIC_QUANTIZER_BLOCKS_PER_SM")
+              "plans.STATIC_QUANTIZER_BLOCKS_PER_SM", "plans.FUSED_MAX_M", "plans.FUSED_ANY_SHAPE_MAX_M",
+              "plans.ONE_WAVE_FUSED_MAX_M", "plans.WIDE_FUSED_MAX_M", "plans.WIDE_ONE_WAVE_FUSED_MAX_M")
 # launch variants timed: the quantizer and the fused kernel launched plainly (not as programmatic
 # dependents of the kernel before them)
 PLAIN_LAUNCH_VARIANTS = False  # session 17's table has them

@@ -869,10 +869,11 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, static)
     from baracuda_numba.plans import linear as plans
     from baracuda_numba.vocabulary import ElementKind
 
-    # the cases cover each launch rule both ways: the quantizer's by rows and (16 rows) by the weight's bytes;
-    # the fused kernel is a dependent at both K (in its one-wave shape at 4096^2)
+    # the quantizer is a dependent by its own rule (up to 16 rows), and its always-dependent launcher (the
+    # fast path's past QUANTIZER_DEPENDENT_MIN_WEIGHT) is counted below; the fused kernel is a dependent at
+    # both K (in its one-wave shape at 4096^2)
     assert plans.FUSED_DEPENDENT_MIN_K <= 4096
-    assert (m <= plans_dynamic.DEPENDENT_SEGMENTS_MAX) == (m < 16)
+    assert m <= plans_dynamic.DEPENDENT_SEGMENTS_MAX
     assert (k * k >= plans.QUANTIZER_DEPENDENT_MIN_WEIGHT) == (k == 8192)
     g = torch.Generator(device="cuda").manual_seed(m)
     weights = [torch.randint(-128, 128, (k, k), device="cuda", generator=g, dtype=torch.int8) for _ in range(3)]

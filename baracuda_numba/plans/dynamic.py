@@ -100,8 +100,10 @@ class DynamicTuning:
 # quantized_linear back to back, GPU time, % of copy, plain -> dependent quantizer, calls 7 and 9):
 # M = 1 / 2 / 4 / 8 at 4096^2 66.4 / 66.8 / 67.0 / 64.5 -> 71.3 / 68.2 / 68.4 / 67.5, 11008 x 4096 84.0
 # / 84.2 / 82.9 / 82.2 -> 86.6 / 86.2 / 85.0 / 83.6, 8192^2 and 4096 x 11008 +0.1 to +2.5; M = 16 at
-# 4096^2 61.5 -> 56.6 (1-2 points faster at the other shapes). 0: plain launches everywhere.
-DEPENDENT_SEGMENTS_MAX = 8
+# 4096^2 61.5 -> 56.6 (1-2 points faster at the other shapes). Session 33 (the decode kernels of session 32,
+# % of the eager copy, tune-linear-2026-11-26-s33-call5-qdep.log): M = 12 / 16 at 4096^2 49.7 / 51.5 -> 52.7 /
+# 52.1, so up to 16 rows. 0: plain launches everywhere.
+DEPENDENT_SEGMENTS_MAX = 16
 TUNING = (DynamicTuning(resident_blocks_per_sm=2, tensor_partial_blocks_per_sm=2, tensor_quantize_blocks_per_sm=2,
                         column_threads_per_sm=64, wide_segment_threads=128) if SIMULATOR else DynamicTuning())
 

@@ -300,9 +300,9 @@ STATIC_FUSED_MAX_M = 4
 # points slower, so only the one-wave kernel asks. M = 4 stays on the two launches (67.1-67.9).
 STATIC_ONE_WAVE_PREFETCH_L2 = 1
 # Past this many bytes of weight the fast path launches the decode quantizer as a programmatic dependent
-# at every M (plans.dynamic.DEPENDENT_SEGMENTS_MAX takes up to 8 rows everywhere). Session 17, call 9, M =
+# at every M (plans.dynamic.DEPENDENT_SEGMENTS_MAX takes up to 16 rows everywhere). Session 17, call 9, M =
 # 16, plain -> dependent quantizer, % of copy: 11008 x 4096 78.3 -> 80.0 (80.2 in call 7), 4096 x 11008
-# 74.0 -> 74.8, 8192^2 81.8 -> 82.0, but 4096^2 (16 MiB) 61.5 -> 56.6.
+# 74.0 -> 74.8, 8192^2 81.8 -> 82.0, but 4096^2 (16 MiB) 61.5 -> 56.6 (session 33: no longer, up to 16 rows).
 QUANTIZER_DEPENDENT_MIN_WEIGHT = (16 << 20) + 1
 # quantized_linear with a static activation scale, where the fused kernel does not run, quantizes x with the static
 # quantizer (kernels.linear.static_quantizer_kernel: no reduction, one 16-byte piece per thread per step) in blocks
