@@ -964,6 +964,12 @@ class QuantizedLinearPlan(_LinearPlan):
                 return None if ptr & 15 else ptr
             return None
 
+        def stream_and_workspace(device: int, workspace: Any) -> tuple[int, int | None]:
+            """The current stream, and the address of ``workspace`` (None where it does not qualify) or else of the
+            plan's own for that stream."""
+            stream = stream_of(device)
+            return stream, stream_workspace(device, stream) if workspace is None else given_workspace(workspace, device)
+
         def launch_fused(x_ptr: int, w_ptr: int, s_ptr: int, b_ptr: int, o_ptr: int, device: int, workspace: Any,
                          act_scale: Any) -> bool:
             stream = stream_of(device)
@@ -983,8 +989,7 @@ class QuantizedLinearPlan(_LinearPlan):
 
             def launch_found(x_ptr: int, w_ptr: int, s_ptr: int, b_ptr: int, o_ptr: int, device: int, workspace: Any,
                              act_scale: Any) -> bool:
-                stream = stream_of(device)
-                ws_ptr = stream_workspace(device, stream) if workspace is None else given_workspace(workspace, device)
+                stream, ws_ptr = stream_and_workspace(device, workspace)
                 if ws_ptr is None:
                     return False
                 scale_ptr = ws_ptr + scale_offset
@@ -1004,8 +1009,7 @@ class QuantizedLinearPlan(_LinearPlan):
 
             def launch_found(x_ptr: int, w_ptr: int, s_ptr: int, b_ptr: int, o_ptr: int, device: int, workspace: Any,
                              act_scale: Any) -> bool:
-                stream = stream_of(device)
-                ws_ptr = stream_workspace(device, stream) if workspace is None else given_workspace(workspace, device)
+                stream, ws_ptr = stream_and_workspace(device, workspace)
                 if ws_ptr is None:
                     return False
                 layout = layouts.get(device)
