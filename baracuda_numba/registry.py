@@ -153,10 +153,10 @@ class DynamicRangeEntry(Entry):
     scales: str = "runtime"
 
     def kernels(self, symmetric: bool, keep: int | None = None, threads: int | None = None,
-                min_blocks: int = 0, streaming: bool = False) -> DynamicKernels:
+                min_blocks: int = 0, streaming: bool = False, split: int = 1) -> DynamicKernels:
         return dynamic_kernels(self.input_element, self.output_element,
                                self.sku.precision_guarantee.math_precision, symmetric, keep, threads, min_blocks,
-                               streaming)
+                               streaming, split)
 
 
 @dataclass(frozen=True)

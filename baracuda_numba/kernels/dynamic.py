@@ -282,11 +282,12 @@ def int_chunk_quantizer(a: ElementKind, precision: MathPrecision):
 @functools.cache
 def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, symmetric: bool,
                     keep: int | None = None, threads: int | None = None, min_blocks: int = 0,
-                    streaming: bool = False) -> DynamicKernels:
+                    streaming: bool = False, split: int = 1) -> DynamicKernels:
     """The kernels for one combination; ``keep`` / ``threads`` default to ``KEEP_CHUNKS`` / ``TPB``;
     ``min_blocks`` > 0 compiles with ``launch_bounds=(threads, min_blocks)``; ``streaming``: the segment
     kernels (token, group, channel rows) store with the streaming (evict-first) cache operator, for
-    outputs that L2 would not keep anyway."""
+    outputs that L2 would not keep anyway; ``split`` (a divisor of ``keep``): the resident kernel's
+    segments each shared by that many consecutive blocks (see the module docstring)."""
     M = math_type(precision)
     G = chunk_elements(a, out)
     zero = M(0.0)
@@ -487,11 +488,22 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
             valid = s < nseg and cc < cps
             device.cp_async_16(stage, (buf * keep + k) * tpb + tid, xw, s * cps + cc if valid else 0, valid)
 
-    def segment_in_registers(staged: bool):
+    @device_function
+    def rotated(k, shift):
+        """``(k + shift) % keep`` for ``0 <= k, shift < keep``."""
+        g = k + shift
+        return g - keep if g >= keep else g
+
+    def segment_in_registers(staged: bool, split: int = 1):
         """The resident kernel; ``staged``: each round's chunks were copied into shared memory by
         ``cp.async`` during the previous round (aligned segments only), so the loads of the next
-        segments are in flight while this one is reduced and quantized, whatever the registers allow."""
+        segments are in flight while this one is reduced and quantized, whatever the registers allow.
+        ``split``: each segment goes to ``split`` consecutive blocks (the grid a multiple of it). Every
+        one of them loads and reduces the whole segment, but quantizes and stores only its
+        ``keep // split`` of each lane's chunks (part 0 also the element path and the scale): the
+        quantize is most of a lane's dependent chain, and a decode's few rows leave most SMs idle."""
         stage_size = stage_words if staged else 2  # the resident kernel keeps its shared memory free
+        per_part = keep // split
 
         def kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
             device.grid_dependency_wait()  # as in segment_kernel
@@ -509,12 +521,16 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
             lane_id = tid - sub * tps
             wps = tps // WARP
             slot = 0
-            step = cuda.gridDim.x * spb
+            # a lane's register slot k holds its chunk (k + shift) % keep, so that this block's part
+            # of the segment is in slots 0 .. per_part - 1 (a range is the same in any order)
+            part = cuda.blockIdx.x % split
+            shift = part * per_part
+            step = cuda.gridDim.x // split * spb
             if staged:  # round 0 into buffer 0
                 stage_round(stage, 0, xw, cuda.blockIdx.x * spb + sub, lane_id, tid, nseg, cps, tps)
                 device.cp_async_commit()
             buf = 0
-            for first in range(cuda.blockIdx.x * spb, nseg, step):
+            for first in range(cuda.blockIdx.x // split * spb, nseg, step):
                 s = first + sub
                 live = s < nseg
                 base = s * cps
@@ -529,7 +545,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                     buf = 1 - buf
                 else:
                     for k in range(keep):
-                        cc = lane_id + k * tps
+                        cc = lane_id + rotated(k, shift) * tps
                         if live and cc < cps:
                             words_lo[k], words_hi[k] = a_load(xw, base + cc)
                     if prefetch_rows and lane_id % LINE_CHUNKS == 0:
@@ -541,7 +557,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                                     prefetch_l2(xw, ahead * cps + cc)
                 hi, lo = zero, zero
                 for k in range(keep):
-                    if live and lane_id + k * tps < cps:
+                    if live and lane_id + rotated(k, shift) * tps < cps:
                         hi, lo = chunk_range(hi, lo, words_lo[k], words_hi[k])
                 if live and cps == 0:  # unaligned segments: the element path (read twice)
                     e = lane_id
@@ -559,15 +575,15 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                     slot = nwarps - slot
                 if live:
                     inv, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
-                    if lane_id == 0:
+                    if lane_id == 0 and part == 0:
                         scales[s] = sc
                         zero_points[s] = np.int32(zp)
-                    for k in range(keep):
-                        cc = lane_id + k * tps
+                    for k in range(per_part):
+                        cc = lane_id + (k + shift) * tps
                         if cc < cps:
                             o_lo, o_hi = quantize_chunk(words_lo[k], words_hi[k], inv, sc, zp, q_min, q_max)
                             segment_store(qw, base + cc, o_lo, o_hi)
-                    if cps == 0:
+                    if cps == 0 and part == 0:
                         e = lane_id
                         while e < seg_len:
                             i = s * seg_len + e
@@ -578,7 +594,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
 
         return kernel
 
-    resident_kernel, staged_kernel = segment_in_registers(False), segment_in_registers(True)
+    resident_kernel, staged_kernel = segment_in_registers(False, split), segment_in_registers(True)
 
     def partial_kernel(xw, xe, partials, n, nchunks):
         # One partial range per block: rounds of keep loads in flight per thread, then the block's range.
@@ -780,7 +796,9 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     x_views = f"{uint_name(chunk_view_itemsize(G * a.itemsize))}[::1], {uint_name(a.itemsize)}[::1]"
     q_views = f"{uint_name(chunk_view_itemsize(G * out.itemsize))}[::1], {uint_name(out.itemsize)}[::1]"
     bounds = f"_b{min_blocks}" if min_blocks else ""
-    tag = f"{'sym' if symmetric else 'asym'}_{a.short}_{out.short}_k{keep}_t{tpb}{bounds}{'_cs' if streaming else ''}"
+    parts = f"_p{split}" if split > 1 else ""
+    tag = (f"{'sym' if symmetric else 'asym'}_{a.short}_{out.short}_k{keep}_t{tpb}{bounds}{parts}"
+           f"{'_cs' if streaming else ''}")
     options = (("launch_bounds", (tpb, min_blocks)),) if min_blocks else ()
 
     def make(py_func, name: str, signature: str) -> ElementwiseKernel:

@@ -83,6 +83,16 @@ class DynamicTuning:
     # 1024 x 1 7.2; K = 11008 256 x 8 4.4, 512 x 4 5.0, 128 x 16 5.2).
     wide_segment_base_threads: int = 256
     wide_segment_keep: int = 8
+    # Blocks per resident segment where one block per segment leaves SMs idle (nseg * split <= SMs): each
+    # block reduces the whole segment but quantizes only 1 / split of it (kernels.dynamic: ``split``).
+    # The quantize is most of a lane's chain of dependent steps (session 16's ncu: 1000 warp
+    # instructions for 4 chunks a lane, latency-bound), and the W8A8 decode GEMM waits for all of it.
+    # 1: one block per segment.
+    segment_split: int = 4
+    # Registers per thread the split kernel is compiled to at most (a launch bound): 80 lets a block of 128
+    # threads stay beside two 256-thread decode GEMM blocks of up to 104 (65536 per SM). Without it NVVM
+    # gave the split kernel 110 (the one-block kernel takes 72). 0: no bound.
+    segment_split_registers: int = 80
     # The segment kernels' stores: streaming (evict-first) when ``x`` and ``q`` together exceed the
     # device's L2 (None), which keeps the lines of ``x`` the next-row prefetch brought in, or always /
     # never. Smaller outputs stay cached: the W8A8 decode GEMM reads its quantizer's rows from L2.
@@ -104,6 +114,7 @@ class DynamicTuning:
 # % of the eager copy, tune-linear-2026-11-26-s33-call5-qdep.log): M = 12 / 16 at 4096^2 49.7 / 51.5 -> 52.7 /
 # 52.1, so up to 16 rows. 0: plain launches everywhere.
 DEPENDENT_SEGMENTS_MAX = 16
+REGISTERS_PER_SM = 65536  # every architecture since sm_50
 TUNING = (DynamicTuning(resident_blocks_per_sm=2, tensor_partial_blocks_per_sm=2, tensor_quantize_blocks_per_sm=2,
                         column_threads_per_sm=64, wide_segment_threads=128) if SIMULATOR else DynamicTuning())
 
@@ -302,8 +313,9 @@ class DynamicRangeQuantizePlan(Plan):
             self._workspace = 0
             G = kernels.chunk
             units = -(-seg_len // G)
-            resident = entry.kernels(self._symmetric, tuning.resident_keep, tuning.resident_threads,
-                                     tuning.resident_min_blocks, streaming)
+            min_blocks = tuning.resident_min_blocks
+            resident = entry.kernels(self._symmetric, tuning.resident_keep, tuning.resident_threads, min_blocks,
+                                     streaming)
             if nseg <= sms and units > resident.keep * resident.threads:
                 keep, wide = resident.keep, resident.threads
                 while wide * keep < units and wide < min(tuning.wide_segment_base_threads, tuning.wide_segment_threads):
@@ -313,7 +325,9 @@ class DynamicRangeQuantizePlan(Plan):
                 while wide * keep < units and wide < tuning.wide_segment_threads:
                     wide *= 2
                 if wide * keep >= units:
-                    resident = entry.kernels(self._symmetric, keep, wide, 1, streaming)  # registers for `wide`
+                    min_blocks = 1  # registers for `wide`
+                    resident = entry.kernels(self._symmetric, keep, wide, min_blocks, streaming)
+            split = 1
             if units <= resident.keep * resident.threads:
                 # lanes per segment: every chunk in registers, at least four lanes where there is work for them
                 self._threads = resident.threads
@@ -324,6 +338,15 @@ class DynamicRangeQuantizePlan(Plan):
                 while tps * resident.keep < units or tps < min(units, 4):
                     tps *= 2
                 blocks_per_sm = tuning.resident_blocks_per_sm
+                if tps == resident.threads:  # one segment per block
+                    split = segment_split(nseg, units, tps, resident.keep, tuning.segment_split, sms)
+                if split > 1:
+                    if tuning.segment_split_registers:
+                        min_blocks = max(min_blocks, REGISTERS_PER_SM // (resident.threads
+                                                                          * tuning.segment_split_registers))
+                    parted = entry.kernels(self._symmetric, resident.keep, resident.threads, min_blocks, streaming,
+                                           split)
+                    self._segment_kernels = (parted.resident, resident.resident)
             else:
                 self._segment_kernels = (kernels.segment, kernels.segment)
                 tps = 1  # lanes per segment: at most a warp, the rest streamed
@@ -333,7 +356,8 @@ class DynamicRangeQuantizePlan(Plan):
                 blocks_per_sm = 16
             self._tps = tps
             per_block = self._threads // tps
-            self._segment_blocks = max(1, min(-(-nseg // per_block), blocks_per_sm * sms))
+            self._unaligned_blocks = max(1, min(-(-nseg // per_block), blocks_per_sm * sms))
+            self._segment_blocks = nseg * split if split > 1 else self._unaligned_blocks
         launcher = {
             "segments": lambda: self._segment_launchers(M),
             "tensor": lambda: (KernelLauncher(kernels.partial.compiled, 3, (np.int64,) * 2),
@@ -527,7 +551,7 @@ class DynamicRangeQuantizePlan(Plan):
         nchunks = nseg * cps
         arrays = (*chunk_views(x, self._n, nchunks, G), *chunk_views(q, self._n, nchunks, G), scale_view, zp_view)
         launcher = self._launchers["segment" if cps > 0 else "unaligned"]
-        launcher.launch(self._segment_blocks, self._threads, handle, arrays,
+        launcher.launch(self._segment_blocks if cps > 0 else self._unaligned_blocks, self._threads, handle, arrays,
                         (nseg, seg_len, cps, self._tps, *self._q_scalars), device_id)
 
     def _run_tensor(self, x, q, partials, scale_view, zp_view, handle, device_id) -> None:
@@ -560,6 +584,17 @@ class DynamicRangeQuantizePlan(Plan):
                         (parts, channels, inner, *self._q_scalars), device_id)
         quantize.launch(blocks, tpb, handle, (*x_views, *q_views, scale_view, zp_view),
                         (outer, width, cwidth, inner, parts, rows_per_part, *self._q_scalars[:2]), device_id)
+
+
+def segment_split(nseg: int, units: int, tps: int, keep: int, most: int, sms: int) -> int:
+    """Blocks per resident segment (a power of two dividing ``keep``, at most ``most``): as many as
+    leave every block chunks of its own to quantize, with ``nseg`` segments of ``units`` chunks, ``tps``
+    lanes each, still one block per SM at most (one segment per block)."""
+    split = 1
+    while (split * 2 <= min(most, keep) and keep % (split * 2) == 0 and nseg * split * 2 <= sms
+           and (2 * split - 1) * (keep // (2 * split)) * tps < units):
+        split *= 2
+    return split
 
 
 def _aligned(op: Operand, G: int) -> bool:
