@@ -391,34 +391,33 @@ def test_few_segments_launch_as_programmatic_dependents(monkeypatch):
     clear_plan_cache()
 
 
-# (threads, keep, split asked, shape, scope kwargs, offset, dtype, split expected): a segment shared by several
-# blocks, each reducing all of it and quantizing its own chunks. Rows that fill every slot, rows whose last
-# part has a short tail (f32 500: 125 chunks over 32 x 4), groups, a misaligned operand and rows of an element
-# tail (both the one-block element path), rows too short to give a fourth part chunks (split halved), too
-# many rows for the SMs, and lanes shared by several segments (tps < threads: no split).
-SPLIT_CASES = [
-    (32, 4, 4, (3, 512), {}, 0, np.float32, 4),
-    (32, 4, 4, (5, 500), dict(mode="asymmetric"), 0, np.float32, 4),
-    (32, 4, 2, (4, 512), {}, 0, np.float32, 2),
-    (64, 2, 4, (2, 512), dict(mode="asymmetric"), 0, np.float32, 2),
-    (32, 2, 2, (2, 512), dict(scope="group", group_size=256), 0, np.float32, 2),
-    (32, 4, 4, (2, 300), {}, 1, np.float32, 2),
-    (32, 4, 4, (2, 302), dict(mode="asymmetric"), 0, np.float32, 2),
-    (32, 4, 4, (6, 320), {}, 0, np.float32, 2),
-    (32, 4, 4, (40, 512), {}, 0, np.float32, 1),
-    (32, 4, 4, (3, 200), {}, 0, np.float32, 1),
-    (32, 4, 4, (3, 1024), {}, 0, np.float16, 4),
-    (32, 4, 4, (2, 1000), dict(mode="asymmetric"), 3, np.float16, 4),
+# (threads, keep, split asked, shape, scope kwargs, offset, dtype, (kernel, split) expected): few aligned
+# segments of exactly keep * threads chunks take the fixed resident kernel, one segment per block or per
+# `split` blocks (each reducing all of it, quantizing its share); a misaligned operand its one-block element
+# path; other lengths, more segments than SMs (64 here), or lanes shared by segments the general kernel.
+FIXED_CASES = [
+    (32, 4, 1, (3, 512), {}, 0, np.float32, ("fixed", 1)),
+    (32, 4, 4, (3, 512), {}, 0, np.float32, ("fixed", 4)),
+    (32, 4, 2, (5, 512), dict(mode="asymmetric"), 0, np.float32, ("fixed", 2)),
+    (64, 2, 4, (2, 512), dict(mode="asymmetric"), 0, np.float32, ("fixed", 2)),
+    (32, 2, 2, (2, 512), dict(scope="group", group_size=256), 0, np.float32, ("fixed", 2)),
+    (32, 4, 4, (17, 512), {}, 0, np.float32, ("fixed", 2)),
+    (32, 4, 4, (2, 512), {}, 1, np.float32, ("fixed", 4)),
+    (32, 4, 1, (3, 1024), {}, 0, np.float16, ("fixed", 1)),
+    (32, 4, 4, (2, 1024), dict(mode="asymmetric"), 0, np.float16, ("fixed", 4)),
+    (32, 4, 4, (3, 500), {}, 0, np.float32, ("resident", 1)),
+    (32, 4, 4, (65, 512), {}, 0, np.float32, ("resident", 1)),
+    (32, 4, 4, (3, 200), {}, 0, np.float32, ("resident", 1)),
 ]
 
 
-@pytest.mark.parametrize(("threads", "keep", "most", "shape", "kwargs", "offset", "dtype", "split"), SPLIT_CASES)
-def test_few_segments_split_across_blocks(tuning, monkeypatch, threads, keep, most, shape, kwargs, offset, dtype,
-                                          split):
-    """Few resident segments, one per block (``nseg * split`` blocks no more than the SMs, here 64), go
-    to ``split`` blocks each (``DynamicTuning.segment_split`` the most; fewer where the last part would
-    get no chunks): the reference's bits, scales and zero points, the grid ``nseg * split``. Misaligned
-    operands and element tails take the one-block kernel and its grid."""
+@pytest.mark.parametrize(("threads", "keep", "most", "shape", "kwargs", "offset", "dtype", "expected"), FIXED_CASES)
+def test_few_segments_of_one_block_take_the_fixed_kernel(tuning, monkeypatch, threads, keep, most, shape, kwargs,
+                                                         offset, dtype, expected):
+    """The fixed resident kernel (``DynamicTuning.fixed_segments``) and its split across blocks
+    (``segment_split`` the most; ``nseg * split`` blocks within the SMs): the reference's bits, scales and
+    zero points; the grid ``nseg * split``. Misaligned operands take the one-block element path and its
+    grid."""
     from baracuda_numba.plans import dynamic as plans_dynamic
 
     monkeypatch.setattr(plans_dynamic, "sm_count", lambda device=0: 64)
@@ -429,10 +428,11 @@ def test_few_segments_split_across_blocks(tuning, monkeypatch, threads, keep, mo
     plan = bn.DynamicRangeQuantizePlan.select(bn.DynamicRangeQuantizeDescriptor(
         shape, mode, plans_dynamic.DynamicRangeScope.group(group) if group else plans_dynamic.DynamicRangeScope.token(),
         q_min, q_max, "f32" if dtype == np.float32 else "f16", "s8"))
+    kind, split = expected
     name = plan._segment_kernels[0].py_func.__name__
-    assert (f"_p{split}" in name) is (split > 1), name
-    assert plan._segment_blocks == (shape[0] * shape[1] // (group or shape[1]) * split if split > 1
-                                    else plan._unaligned_blocks)
+    assert name.startswith(f"dynamic_{kind}{split if split > 1 else ''}_"), name
+    segments = shape[0] * shape[1] // (group or shape[1])
+    assert plan._segment_blocks == (segments * split if kind == "fixed" else plan._unaligned_blocks)
     x = _special(shape, dtype, offset=offset)
     r = bn.dynamic_range_quantize(x, mode=mode.value, scope=scope, group_size=group)
     q, scale, zero_point = ref_dynamic.dynamic_range_quantize(x, mode.value, scope, q_min, q_max, np.int8, None, group)

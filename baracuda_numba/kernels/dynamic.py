@@ -26,6 +26,10 @@ optional ``min_blocks`` launch bound that caps registers so that many blocks sha
   row's loads are issued, the lanes ask L2 for the row the block takes next (``RESIDENT_PREFETCH_ROWS``),
   so HBM keeps streaming through the reduce and the quantize. Built with ``streaming``, the segment
   kernels store evict-first (for outputs past L2).
+- ``fixed``: the resident kernel compiled for aligned segments of exactly ``keep * threads`` chunks, one
+  segment per block (or per ``split`` blocks, each quantizing its share of the segment it reduces whole):
+  the W8A8 decode's quantizer, whose few rows the GEMM waits for. Its code is a fraction of the general
+  kernel's: no loop over segments, no element path, no bounds, no prefetch.
 - ``segment``: longer segments, ``tps <= 32`` lanes: the first ``keep * tps`` chunks kept, the rest
   streamed in rounds of ``keep`` chunks and read again by the quantize pass.
 - ``partial`` + ``tensor_quantize``: the whole tensor in two launches: one partial range per block,
@@ -94,6 +98,7 @@ class DynamicKernels:
 
     segment: ElementwiseKernel
     resident: ElementwiseKernel
+    fixed: ElementwiseKernel  # the resident kernel for segments of exactly keep * threads chunks
     staged: ElementwiseKernel
     partial: ElementwiseKernel
     tensor_quantize: ElementwiseKernel
@@ -286,8 +291,8 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     """The kernels for one combination; ``keep`` / ``threads`` default to ``KEEP_CHUNKS`` / ``TPB``;
     ``min_blocks`` > 0 compiles with ``launch_bounds=(threads, min_blocks)``; ``streaming``: the segment
     kernels (token, group, channel rows) store with the streaming (evict-first) cache operator, for
-    outputs that L2 would not keep anyway; ``split`` (a divisor of ``keep``): the resident kernel's
-    segments each shared by that many consecutive blocks (see the module docstring)."""
+    outputs that L2 would not keep anyway; ``split`` (a divisor of ``keep``): blocks per segment of the
+    ``fixed`` kernel."""
     M = math_type(precision)
     G = chunk_elements(a, out)
     zero = M(0.0)
@@ -488,22 +493,11 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
             valid = s < nseg and cc < cps
             device.cp_async_16(stage, (buf * keep + k) * tpb + tid, xw, s * cps + cc if valid else 0, valid)
 
-    @device_function
-    def rotated(k, shift):
-        """``(k + shift) % keep`` for ``0 <= k, shift < keep``."""
-        g = k + shift
-        return g - keep if g >= keep else g
-
-    def segment_in_registers(staged: bool, split: int = 1):
+    def segment_in_registers(staged: bool):
         """The resident kernel; ``staged``: each round's chunks were copied into shared memory by
         ``cp.async`` during the previous round (aligned segments only), so the loads of the next
-        segments are in flight while this one is reduced and quantized, whatever the registers allow.
-        ``split``: each segment goes to ``split`` consecutive blocks (the grid a multiple of it). Every
-        one of them loads and reduces the whole segment, but quantizes and stores only its
-        ``keep // split`` of each lane's chunks (part 0 also the element path and the scale): the
-        quantize is most of a lane's dependent chain, and a decode's few rows leave most SMs idle."""
+        segments are in flight while this one is reduced and quantized, whatever the registers allow."""
         stage_size = stage_words if staged else 2  # the resident kernel keeps its shared memory free
-        per_part = keep // split
 
         def kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
             device.grid_dependency_wait()  # as in segment_kernel
@@ -521,16 +515,12 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
             lane_id = tid - sub * tps
             wps = tps // WARP
             slot = 0
-            # a lane's register slot k holds its chunk (k + shift) % keep, so that this block's part
-            # of the segment is in slots 0 .. per_part - 1 (a range is the same in any order)
-            part = cuda.blockIdx.x % split
-            shift = part * per_part
-            step = cuda.gridDim.x // split * spb
+            step = cuda.gridDim.x * spb
             if staged:  # round 0 into buffer 0
                 stage_round(stage, 0, xw, cuda.blockIdx.x * spb + sub, lane_id, tid, nseg, cps, tps)
                 device.cp_async_commit()
             buf = 0
-            for first in range(cuda.blockIdx.x // split * spb, nseg, step):
+            for first in range(cuda.blockIdx.x * spb, nseg, step):
                 s = first + sub
                 live = s < nseg
                 base = s * cps
@@ -545,7 +535,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                     buf = 1 - buf
                 else:
                     for k in range(keep):
-                        cc = lane_id + rotated(k, shift) * tps
+                        cc = lane_id + k * tps
                         if live and cc < cps:
                             words_lo[k], words_hi[k] = a_load(xw, base + cc)
                     if prefetch_rows and lane_id % LINE_CHUNKS == 0:
@@ -557,7 +547,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                                     prefetch_l2(xw, ahead * cps + cc)
                 hi, lo = zero, zero
                 for k in range(keep):
-                    if live and lane_id + rotated(k, shift) * tps < cps:
+                    if live and lane_id + k * tps < cps:
                         hi, lo = chunk_range(hi, lo, words_lo[k], words_hi[k])
                 if live and cps == 0:  # unaligned segments: the element path (read twice)
                     e = lane_id
@@ -575,15 +565,15 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                     slot = nwarps - slot
                 if live:
                     inv, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
-                    if lane_id == 0 and part == 0:
+                    if lane_id == 0:
                         scales[s] = sc
                         zero_points[s] = np.int32(zp)
-                    for k in range(per_part):
-                        cc = lane_id + (k + shift) * tps
+                    for k in range(keep):
+                        cc = lane_id + k * tps
                         if cc < cps:
                             o_lo, o_hi = quantize_chunk(words_lo[k], words_hi[k], inv, sc, zp, q_min, q_max)
                             segment_store(qw, base + cc, o_lo, o_hi)
-                    if cps == 0 and part == 0:
+                    if cps == 0:
                         e = lane_id
                         while e < seg_len:
                             i = s * seg_len + e
@@ -594,7 +584,55 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
 
         return kernel
 
-    resident_kernel, staged_kernel = segment_in_registers(False, split), segment_in_registers(True)
+    resident_kernel, staged_kernel = segment_in_registers(False), segment_in_registers(True)
+    per_part = keep // split
+    fixed_cps = keep * tpb
+
+    @device_function
+    def rotated(k, shift):
+        """``(k + shift) % keep`` for ``0 <= k, shift < keep``."""
+        g = k + shift
+        return g - keep if g >= keep else g
+
+    def fixed_kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
+        # The resident kernel compiled for aligned segments of exactly keep * tpb chunks (cps, tps and
+        # seg_len are these constants), one segment per `split` blocks: no loop, no element path, no bounds.
+        # Block `part` of a segment reduces all of it but quantizes only lane chunks part * per_part ..
+        # (held in register slots 0 .. per_part - 1: a range is the same in any order).
+        device.grid_dependency_wait()  # as in segment_kernel
+        device.launch_dependents()
+        tid = cuda.threadIdx.x
+        scratch_hi = cuda.shared.array(tpb, M)  # used only by the simulator's shuffles
+        scratch_lo = cuda.shared.array(tpb, M)
+        warp_hi = cuda.shared.array(warp_slots, M)
+        warp_lo = cuda.shared.array(warp_slots, M)
+        words_lo = cuda.local.array(keep, np.uint64)
+        words_hi = cuda.local.array(keep, np.uint64)
+        s = cuda.blockIdx.x // split
+        part = cuda.blockIdx.x - s * split
+        shift = part * per_part
+        if s < nseg:
+            base = s * fixed_cps + tid
+            for k in range(keep):
+                words_lo[k], words_hi[k] = a_load(xw, base + rotated(k, shift) * tpb)
+            hi, lo = zero, zero
+            for k in range(keep):
+                hi, lo = chunk_range(hi, lo, words_lo[k], words_hi[k])
+            hi, lo = warp_range(hi, lo, min(tpb, WARP), scratch_hi, scratch_lo, tid)
+            if nwarps > 1:
+                if tid % WARP == 0:
+                    warp_hi[tid // WARP] = hi
+                    warp_lo[tid // WARP] = lo
+                cuda.syncthreads()
+                for w in range(nwarps):
+                    hi, lo = combine(hi, lo, warp_hi[w], warp_lo[w])
+            inv, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
+            if tid == 0 and part == 0:
+                scales[s] = sc
+                zero_points[s] = np.int32(zp)
+            for k in range(per_part):
+                o_lo, o_hi = quantize_chunk(words_lo[k], words_hi[k], inv, sc, zp, q_min, q_max)
+                segment_store(qw, base + (k + shift) * tpb, o_lo, o_hi)
 
     def partial_kernel(xw, xe, partials, n, nchunks):
         # One partial range per block: rounds of keep loads in flight per thread, then the block's range.
@@ -796,9 +834,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     x_views = f"{uint_name(chunk_view_itemsize(G * a.itemsize))}[::1], {uint_name(a.itemsize)}[::1]"
     q_views = f"{uint_name(chunk_view_itemsize(G * out.itemsize))}[::1], {uint_name(out.itemsize)}[::1]"
     bounds = f"_b{min_blocks}" if min_blocks else ""
-    parts = f"_p{split}" if split > 1 else ""
-    tag = (f"{'sym' if symmetric else 'asym'}_{a.short}_{out.short}_k{keep}_t{tpb}{bounds}{parts}"
-           f"{'_cs' if streaming else ''}")
+    tag = f"{'sym' if symmetric else 'asym'}_{a.short}_{out.short}_k{keep}_t{tpb}{bounds}{'_cs' if streaming else ''}"
     options = (("launch_bounds", (tpb, min_blocks)),) if min_blocks else ()
 
     def make(py_func, name: str, signature: str) -> ElementwiseKernel:
@@ -809,6 +845,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     return DynamicKernels(
         segment=make(segment_kernel, "segment", f"void({segment_args})"),
         resident=make(resident_kernel, "resident", f"void({segment_args})"),
+        fixed=make(fixed_kernel, f"fixed{split}" if split > 1 else "fixed", f"void({segment_args})"),
         staged=make(staged_kernel, "staged", f"void({segment_args})"),
         partial=make(partial_kernel, "partial", f"void({x_views}, {m}[::1], int64, int64)"),
         tensor_quantize=make(tensor_quantize_kernel, "tensor_quantize",

@@ -83,15 +83,14 @@ class DynamicTuning:
     # 1024 x 1 7.2; K = 11008 256 x 8 4.4, 512 x 4 5.0, 128 x 16 5.2).
     wide_segment_base_threads: int = 256
     wide_segment_keep: int = 8
-    # Blocks per resident segment where one block per segment leaves SMs idle (nseg * split <= SMs): each
-    # block reduces the whole segment but quantizes only 1 / split of it (kernels.dynamic: ``split``).
-    # The quantize is most of a lane's chain of dependent steps (session 16's ncu: 1000 warp
-    # instructions for 4 chunks a lane, latency-bound), and the W8A8 decode GEMM waits for all of it.
-    # 1: one block per segment.
-    segment_split: int = 4
-    # Registers per thread the split kernel is compiled to at most (a launch bound): 80 lets a block of 128
-    # threads stay beside two 256-thread decode GEMM blocks of up to 104 (65536 per SM). Without it NVVM
-    # gave the split kernel 110 (the one-block kernel takes 72). 0: no bound.
+    # Aligned segments of exactly one resident block's chunks (the W8A8 decode's rows of K = 4096 / 8192)
+    # take the resident kernel compiled for that size (kernels.dynamic ``fixed``).
+    fixed_segments: bool = True
+    # Blocks per fixed segment where one block per segment leaves SMs idle (nseg * split <= SMs): each
+    # block reduces the whole segment but quantizes only 1 / split of it. 1: one block per segment.
+    segment_split: int = 1
+    # Registers per thread a split kernel is compiled to at most (a launch bound): 80 lets a block of 128
+    # threads stay beside two 256-thread decode GEMM blocks of up to 104 (65536 per SM). 0: no bound.
     segment_split_registers: int = 80
     # The segment kernels' stores: streaming (evict-first) when ``x`` and ``q`` together exceed the
     # device's L2 (None), which keeps the lines of ``x`` the next-row prefetch brought in, or always /
@@ -327,7 +326,7 @@ class DynamicRangeQuantizePlan(Plan):
                 if wide * keep >= units:
                     min_blocks = 1  # registers for `wide`
                     resident = entry.kernels(self._symmetric, keep, wide, min_blocks, streaming)
-            split = 1
+            split, fixed_grid = 1, False
             if units <= resident.keep * resident.threads:
                 # lanes per segment: every chunk in registers, at least four lanes where there is work for them
                 self._threads = resident.threads
@@ -338,15 +337,17 @@ class DynamicRangeQuantizePlan(Plan):
                 while tps * resident.keep < units or tps < min(units, 4):
                     tps *= 2
                 blocks_per_sm = tuning.resident_blocks_per_sm
-                if tps == resident.threads:  # one segment per block
-                    split = segment_split(nseg, units, tps, resident.keep, tuning.segment_split, sms)
-                if split > 1:
-                    if tuning.segment_split_registers:
+                if (tuning.fixed_segments and nseg <= sms and seg_len == resident.keep * resident.threads * G
+                        and tps == resident.threads):
+                    # few segments of exactly keep * threads chunks: one per block (or per `split` blocks)
+                    split = segment_split(nseg, resident.keep, tuning.segment_split, sms)
+                    if split > 1 and tuning.segment_split_registers:
                         min_blocks = max(min_blocks, REGISTERS_PER_SM // (resident.threads
                                                                           * tuning.segment_split_registers))
-                    parted = entry.kernels(self._symmetric, resident.keep, resident.threads, min_blocks, streaming,
-                                           split)
-                    self._segment_kernels = (parted.resident, resident.resident)
+                    fixed = entry.kernels(self._symmetric, resident.keep, resident.threads, min_blocks, streaming,
+                                          split).fixed
+                    self._segment_kernels = (fixed, resident.resident)
+                    fixed_grid = True
             else:
                 self._segment_kernels = (kernels.segment, kernels.segment)
                 tps = 1  # lanes per segment: at most a warp, the rest streamed
@@ -357,7 +358,7 @@ class DynamicRangeQuantizePlan(Plan):
             self._tps = tps
             per_block = self._threads // tps
             self._unaligned_blocks = max(1, min(-(-nseg // per_block), blocks_per_sm * sms))
-            self._segment_blocks = nseg * split if split > 1 else self._unaligned_blocks
+            self._segment_blocks = nseg * split if fixed_grid else self._unaligned_blocks
         launcher = {
             "segments": lambda: self._segment_launchers(M),
             "tensor": lambda: (KernelLauncher(kernels.partial.compiled, 3, (np.int64,) * 2),
@@ -586,13 +587,11 @@ class DynamicRangeQuantizePlan(Plan):
                         (outer, width, cwidth, inner, parts, rows_per_part, *self._q_scalars[:2]), device_id)
 
 
-def segment_split(nseg: int, units: int, tps: int, keep: int, most: int, sms: int) -> int:
-    """Blocks per resident segment (a power of two dividing ``keep``, at most ``most``): as many as
-    leave every block chunks of its own to quantize, with ``nseg`` segments of ``units`` chunks, ``tps``
-    lanes each, still one block per SM at most (one segment per block)."""
+def segment_split(nseg: int, keep: int, most: int, sms: int) -> int:
+    """Blocks per segment of the fixed resident kernel: the largest power of two dividing ``keep``, at
+    most ``most``, that keeps ``nseg`` segments within one block per SM."""
     split = 1
-    while (split * 2 <= min(most, keep) and keep % (split * 2) == 0 and nseg * split * 2 <= sms
-           and (2 * split - 1) * (keep // (2 * split)) * tps < units):
+    while split * 2 <= most and keep % (split * 2) == 0 and nseg * split * 2 <= sms:
         split *= 2
     return split
 

@@ -1,11 +1,12 @@
-"""The decode quantizer's segments split across blocks (``DynamicTuning.segment_split``), GPU time.
+"""The W8A8 decode's per-token quantizer under ``DynamicTuning`` variants (the general resident kernel, the
+fixed one, split across blocks), GPU time.
 
 For each decode shape: ``quantized_linear`` back to back (graph replay, weights rotating past L2) under each
-split variant, the static-activation call (no reduction: the quantizer's floor) and the per-token quantizer
+variant, the static-activation call (no reduction: the quantizer's floor) and the per-token quantizer
 alone, as % of the eager device-to-device copy on the weight's bytes (the quantizer alone in us). Every
-variant's output is bit-compared with the one-block quantizer's.
+variant's output is bit-compared with the first variant's.
 
-    python -m benchmarks.probe_split --out DIR [--nk 4096x4096 ...] [--m 8 16]
+    python -m benchmarks.probe_decode_quantizer --out DIR [--nk 4096x4096 ...] [--m 8 16] [--variants ...]
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ from baracuda_numba.plans import dynamic as plans_dynamic
 from .tune_linear import LOG, bit_equal, copy_gbs, decode_problem, graph_ms, say
 
 SHIPPED = plans_dynamic.TUNING
-VARIANTS = {"split1": dict(segment_split=1), "split2": dict(segment_split=2), "split4": dict(segment_split=4),
-            "split4_free": dict(segment_split=4, segment_split_registers=0)}
+VARIANTS = {"general": dict(fixed_segments=False), "fixed": dict(fixed_segments=True, segment_split=1),
+            "fixed2": dict(fixed_segments=True, segment_split=2), "fixed4": dict(fixed_segments=True, segment_split=4)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default="/tmp/probe_split")
+    parser.add_argument("--out", default="/tmp/probe_decode_quantizer")
     parser.add_argument("--nk", nargs="*", default=["4096x4096", "11008x4096", "8192x8192"])
     parser.add_argument("--m", nargs="*", type=int, default=[8, 16])
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS))
@@ -71,8 +72,9 @@ def main() -> None:
         row["all equal"] = all(bit_equal(first, v) for v in outputs.values())
         say(json.dumps(row, default=lambda v: round(v, 1)))
         rows.append(row)
-        (out / "probe_split.log").write_text("\n".join(LOG))
-    (out / "probe_split.json").write_text(json.dumps({"copy_GBs": copy, "rows": rows}, indent=1, default=str))
+        (out / "probe_decode_quantizer.log").write_text("\n".join(LOG))
+    summary = json.dumps({"copy_GBs": copy, "rows": rows}, indent=1, default=str)
+    (out / "probe_decode_quantizer.json").write_text(summary)
 
 
 if __name__ == "__main__":
