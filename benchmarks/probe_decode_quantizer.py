@@ -26,16 +26,17 @@ from baracuda_numba.plans import dynamic as plans_dynamic
 from .tune_linear import LOG, bit_equal, copy_gbs, decode_problem, graph_ms, say
 
 SHIPPED = plans_dynamic.TUNING
-VARIANTS = {"general": dict(fixed_segments=False), "fixed": dict(fixed_segments=True, segment_split=1),
-            "fixed2": dict(fixed_segments=True, segment_split=2), "fixed4": dict(fixed_segments=True, segment_split=4)}
+VARIANTS = {"general": dict(fixed_segments=False), "fixed": dict(fixed_segments=True),
+            "fixed_k2": dict(fixed_segments=True, fixed_keep=2), "fixed_k1": dict(fixed_segments=True, fixed_keep=1),
+            "fixed_split2": dict(fixed_segments=True, segment_split=2)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="/tmp/probe_decode_quantizer")
     parser.add_argument("--nk", nargs="*", default=["4096x4096", "11008x4096", "8192x8192"])
-    parser.add_argument("--m", nargs="*", type=int, default=[8, 16])
-    parser.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    parser.add_argument("--m", nargs="*", type=int, default=[1, 8, 16])
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS)[:4])
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

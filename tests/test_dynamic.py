@@ -406,6 +406,11 @@ FIXED_CASES = [
     (32, 4, 1, (3, 1024), {}, 0, np.float16, ("fixed", 1)),
     (32, 4, 4, (2, 1024), dict(mode="asymmetric"), 0, np.float16, ("fixed", 4)),
     (32, 4, 4, (3, 500), {}, 0, np.float32, ("resident", 1)),
+    # fixed_keep: the fixed kernel's own shape (f32 512: 128 chunks over 64 lanes of 2, 128 of 1)
+    (32, 4, 1, (3, 512), dict(fixed_keep=2), 0, np.float32, ("fixed", 1)),
+    (32, 4, 1, (2, 512), dict(fixed_keep=1, mode="asymmetric"), 0, np.float32, ("fixed", 1)),
+    (32, 4, 2, (2, 512), dict(fixed_keep=2), 0, np.float32, ("fixed", 2)),
+    (32, 4, 1, (2, 500), dict(fixed_keep=1), 0, np.float32, ("resident", 1)),
     (32, 4, 4, (65, 512), {}, 0, np.float32, ("resident", 1)),
     (32, 4, 4, (3, 200), {}, 0, np.float32, ("resident", 1)),
 ]
@@ -421,7 +426,7 @@ def test_few_segments_of_one_block_take_the_fixed_kernel(tuning, monkeypatch, th
     from baracuda_numba.plans import dynamic as plans_dynamic
 
     monkeypatch.setattr(plans_dynamic, "sm_count", lambda device=0: 64)
-    tuning(resident_threads=threads, resident_keep=keep, segment_split=most)
+    tuning(resident_threads=threads, resident_keep=keep, segment_split=most, fixed_keep=kwargs.get("fixed_keep", 0))
     mode = plans_dynamic.DynamicRangeMode(kwargs.get("mode", "symmetric"))
     scope, group = kwargs.get("scope", "token"), kwargs.get("group_size")
     q_min, q_max = plans_dynamic.default_dynamic_q_range(mode, bn.ElementKind.S8)
@@ -431,6 +436,9 @@ def test_few_segments_of_one_block_take_the_fixed_kernel(tuning, monkeypatch, th
     kind, split = expected
     name = plan._segment_kernels[0].py_func.__name__
     assert name.startswith(f"dynamic_{kind}{split if split > 1 else ''}_"), name
+    if kind == "fixed":
+        lanes = (group or shape[1]) // (16 // np.dtype(dtype).itemsize) // (kwargs.get("fixed_keep") or keep)
+        assert plan._segment_threads == lanes and f"_t{lanes}" in name, name
     segments = shape[0] * shape[1] // (group or shape[1])
     assert plan._segment_blocks == (segments * split if kind == "fixed" else plan._unaligned_blocks)
     x = _special(shape, dtype, offset=offset)

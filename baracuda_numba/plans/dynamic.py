@@ -86,6 +86,9 @@ class DynamicTuning:
     # Aligned segments of exactly one resident block's chunks (the W8A8 decode's rows of K = 4096 / 8192)
     # take the resident kernel compiled for that size (kernels.dynamic ``fixed``).
     fixed_segments: bool = True
+    # Chunks per lane of the fixed kernel (its threads: the segment's chunks over this many, at most 1024);
+    # 0: the resident kernel's shape.
+    fixed_keep: int = 0
     # Blocks per fixed segment where one block per segment leaves SMs idle (nseg * split <= SMs): each
     # block reduces the whole segment but quantizes only 1 / split of it. 1: one block per segment.
     segment_split: int = 1
@@ -114,6 +117,7 @@ class DynamicTuning:
 # 52.1, so up to 16 rows. 0: plain launches everywhere.
 DEPENDENT_SEGMENTS_MAX = 16
 REGISTERS_PER_SM = 65536  # every architecture since sm_50
+MAX_THREADS = 1024  # per block
 TUNING = (DynamicTuning(resident_blocks_per_sm=2, tensor_partial_blocks_per_sm=2, tensor_quantize_blocks_per_sm=2,
                         column_threads_per_sm=64, wide_segment_threads=128) if SIMULATOR else DynamicTuning())
 
@@ -337,15 +341,18 @@ class DynamicRangeQuantizePlan(Plan):
                 while tps * resident.keep < units or tps < min(units, 4):
                     tps *= 2
                 blocks_per_sm = tuning.resident_blocks_per_sm
-                if (tuning.fixed_segments and nseg <= sms and seg_len == resident.keep * resident.threads * G
-                        and tps == resident.threads):
+                fixed_keep = tuning.fixed_keep or resident.keep
+                fixed_threads = units // fixed_keep
+                if (tuning.fixed_segments and nseg <= sms and seg_len % G == 0 and units % fixed_keep == 0
+                        and (fixed_threads % WARP == 0 or fixed_threads == resident.threads)
+                        and fixed_threads <= MAX_THREADS
+                        and (tuning.fixed_keep or fixed_threads == resident.threads)):
                     # few segments of exactly keep * threads chunks: one per block (or per `split` blocks)
-                    split = segment_split(nseg, resident.keep, tuning.segment_split, sms)
+                    split = segment_split(nseg, fixed_keep, tuning.segment_split, sms)
+                    bound = 0
                     if split > 1 and tuning.segment_split_registers:
-                        min_blocks = max(min_blocks, REGISTERS_PER_SM // (resident.threads
-                                                                          * tuning.segment_split_registers))
-                    fixed = entry.kernels(self._symmetric, resident.keep, resident.threads, min_blocks, streaming,
-                                          split).fixed
+                        bound = max(1, REGISTERS_PER_SM // (fixed_threads * tuning.segment_split_registers))
+                    fixed = entry.kernels(self._symmetric, fixed_keep, fixed_threads, bound, streaming, split).fixed
                     self._segment_kernels = (fixed, resident.resident)
                     fixed_grid = True
             else:
@@ -359,6 +366,7 @@ class DynamicRangeQuantizePlan(Plan):
             per_block = self._threads // tps
             self._unaligned_blocks = max(1, min(-(-nseg // per_block), blocks_per_sm * sms))
             self._segment_blocks = nseg * split if fixed_grid else self._unaligned_blocks
+            self._segment_threads = fixed_threads if fixed_grid else self._threads
         launcher = {
             "segments": lambda: self._segment_launchers(M),
             "tensor": lambda: (KernelLauncher(kernels.partial.compiled, 3, (np.int64,) * 2),
@@ -421,7 +429,8 @@ class DynamicRangeQuantizePlan(Plan):
                             dependent: bool = False) -> tuple[KernelLauncher, int, int, tuple[int, ...]]:
         """``(launcher, blocks, threads, ints)``: what :meth:`launch_segments_fast` patches and launches (no
         floats), for a caller that launches it next to its own kernel (:class:`~baracuda_numba.launch.LaunchPair`)."""
-        return (self._launchers["segment_dependent" if dependent else "segment"], self._segment_blocks, self._threads,
+        return (self._launchers["segment_dependent" if dependent else "segment"], self._segment_blocks,
+                self._segment_threads,
                 (x_ptr, x_ptr, q_ptr, q_ptr, scale_ptr, zp_ptr))
 
     def _segment_launchers(self, M: Any) -> dict[str, KernelLauncher]:
@@ -552,8 +561,9 @@ class DynamicRangeQuantizePlan(Plan):
         nchunks = nseg * cps
         arrays = (*chunk_views(x, self._n, nchunks, G), *chunk_views(q, self._n, nchunks, G), scale_view, zp_view)
         launcher = self._launchers["segment" if cps > 0 else "unaligned"]
-        launcher.launch(self._segment_blocks if cps > 0 else self._unaligned_blocks, self._threads, handle, arrays,
-                        (nseg, seg_len, cps, self._tps, *self._q_scalars), device_id)
+        blocks, threads = (self._segment_blocks, self._segment_threads) if cps > 0 else (self._unaligned_blocks,
+                                                                                         self._threads)
+        launcher.launch(blocks, threads, handle, arrays, (nseg, seg_len, cps, self._tps, *self._q_scalars), device_id)
 
     def _run_tensor(self, x, q, partials, scale_view, zp_view, handle, device_id) -> None:
         G = self._kernels.chunk
