@@ -8,8 +8,9 @@ same scales, so the results can be dequantized with those plans.
 
 Strategies: contiguous segments (token, group, and channel when nothing precedes the channel axis)
 run in one fused kernel (the segment resident in registers when it fits ``keep * threads`` chunks,
-else streamed); the tensor scope reduces one partial per block, then quantizes in a second launch
-whose blocks combine the partials; other channel axes reduce 16-byte column chunks of the
+else streamed; a few aligned segments of exactly one block's chunks, the W8A8 decode's rows, in the
+resident kernel compiled for that length); the tensor scope reduces one partial per block, then
+quantizes in a second launch whose blocks combine the partials; other channel axes reduce 16-byte column chunks of the
 ``[outer, C, inner]`` view over slices of rows, finalize per channel, then quantize the same
 column decomposition. Launch shapes: :data:`TUNING`.
 """
@@ -83,14 +84,24 @@ class DynamicTuning:
     # 1024 x 1 7.2; K = 11008 256 x 8 4.4, 512 x 4 5.0, 128 x 16 5.2).
     wide_segment_base_threads: int = 256
     wide_segment_keep: int = 8
-    # Aligned segments of exactly one resident block's chunks (the W8A8 decode's rows of K = 4096 / 8192)
-    # take the resident kernel compiled for that size (kernels.dynamic ``fixed``).
+    # At most one segment per SM, aligned, of exactly one resident block's chunks (the W8A8 decode's rows of
+    # K = 4096 / 8192 bf16) take the resident kernel compiled for that length (kernels.dynamic ``fixed``):
+    # 559 PTX instructions and 32 registers against 1212 and 72 (bf16, 128 x 4). Its instruction count, not
+    # its arithmetic, was the decode quantizer's cost: splitting each row's quantize over 4 blocks (fewer
+    # steps per warp, the same code) gained nothing. Session 34 (H100, benchmarks/probe_decode_quantizer.py,
+    # graph replay): the quantizer alone 2.74-2.84 -> 1.65-1.84 us; quantized_linear, % of the eager copy,
+    # general -> fixed, M = 8 / 16: 4096^2 54.7 / 52.0 -> 58.4 / 55.0, 11008 x 4096 66.9 / 69.4 -> 67.4 /
+    # 73.6, 8192^2 79.4 / 76.0 -> 80.2 / 76.6.
     fixed_segments: bool = True
     # Chunks per lane of the fixed kernel (its threads: the segment's chunks over this many, at most 1024);
-    # 0: the resident kernel's shape.
+    # 0: the resident kernel's shape. Session 34, fixed_keep 2 / 1 against 0 (4 at K = 4096 / 8192), M = 8
+    # / 16: 4096^2 60.2 / 54.4, 57.1 / 53.9 (58.4 / 55.0); 11008 x 4096 68.7 / 72.8, 68.6 / 72.8 (67.4 /
+    # 73.6); 8192^2 80.0 / 77.0, 79.6 / 77.5 (80.2 / 76.6): no better within a run's spread.
     fixed_keep: int = 0
     # Blocks per fixed segment where one block per segment leaves SMs idle (nseg * split <= SMs): each
     # block reduces the whole segment but quantizes only 1 / split of it. 1: one block per segment.
+    # Session 34, split 2 / 4 against 1, M = 8 / 16: 4096^2 60.2 / 49.4, 59.9 / 49.2 (58.1 / 54.9);
+    # 11008 x 4096 69.0 / 74.2, 68.5 / 72.8 (67.3 / 73.2); 8192^2 79.4 / 72.4, 76.7 / 76.1 (80.5 / 77.4).
     segment_split: int = 1
     # Registers per thread a split kernel is compiled to at most (a launch bound): 80 lets a block of 128
     # threads stay beside two 256-thread decode GEMM blocks of up to 104 (65536 per SM). 0: no bound.
@@ -435,7 +446,8 @@ class DynamicRangeQuantizePlan(Plan):
 
     def _segment_launchers(self, M: Any) -> dict[str, KernelLauncher]:
         """``"segment"``: the kernel of aligned segments (the chunk path, which the linear plan's fast
-        path also launches with ``_threads`` per block); ``"unaligned"``: the element path's;
+        path also launches, ``_segment_blocks`` of ``_segment_threads``); ``"unaligned"``: the element path's
+        (``_unaligned_blocks`` of ``_threads``);
         ``"segment_dependent"``: the aligned one always launched as a programmatic dependent."""
         dependent = 0 < self._segments[0] <= DEPENDENT_SEGMENTS_MAX
         aligned, unaligned = (KernelLauncher(kernel.compiled, 6, (np.int64,) * 4 + (M,) * 3, dependent=dependent)
