@@ -84,14 +84,13 @@ class DynamicTuning:
     # 1024 x 1 7.2; K = 11008 256 x 8 4.4, 512 x 4 5.0, 128 x 16 5.2).
     wide_segment_base_threads: int = 256
     wide_segment_keep: int = 8
-    # At most one segment per SM, aligned, of exactly one resident block's chunks (the W8A8 decode's rows of
-    # K = 4096 / 8192 bf16) take the resident kernel compiled for that length (kernels.dynamic ``fixed``):
-    # 559 PTX instructions and 32 registers against 1212 and 72 (bf16, 128 x 4). Its instruction count, not
-    # its arithmetic, was the decode quantizer's cost: splitting each row's quantize over 4 blocks (fewer
-    # steps per warp, the same code) gained nothing. Session 34 (H100, benchmarks/probe_decode_quantizer.py,
-    # graph replay): the quantizer alone 2.74-2.84 -> 1.65-1.84 us; quantized_linear, % of the eager copy,
-    # general -> fixed, M = 8 / 16: 4096^2 54.7 / 52.0 -> 58.4 / 55.0, 11008 x 4096 66.9 / 69.4 -> 67.4 /
-    # 73.6, 8192^2 79.4 / 76.0 -> 80.2 / 76.6.
+    # At most one segment per SM, aligned, of exactly one resident block's chunks (the W8A8 decode's rows of K = 4096 /
+    # 8192 bf16) take the resident kernel compiled for that length (kernels.dynamic ``fixed``): 559 PTX instructions and
+    # 32 registers against 1212 and 72 (bf16, 128 x 4). Not the arithmetic: the general kernel with each row's quantize
+    # split over 4 blocks (a quarter of the quantize steps per warp) gained nothing; what the fixed kernel drops is the
+    # general one's control flow and code. Session 34 (H100, benchmarks/probe_decode_quantizer.py, graph replay): the
+    # quantizer alone 2.74-2.84 -> 1.65-1.84 us; quantized_linear, % of the eager copy, general -> fixed, M = 8 / 16:
+    # 4096^2 54.7 / 52.0 -> 58.4 / 55.0, 11008 x 4096 66.9 / 69.4 -> 67.4 / 73.6, 8192^2 79.4 / 76.0 -> 80.2 / 76.6.
     fixed_segments: bool = True
     # Chunks per lane of the fixed kernel (its threads: the segment's chunks over this many, at most 1024);
     # 0: the resident kernel's shape. Session 34, fixed_keep 2 / 1 against 0 (4 at K = 4096 / 8192), M = 8
