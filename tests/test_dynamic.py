@@ -450,6 +450,31 @@ def test_few_segments_of_one_block_take_the_fixed_kernel(tuning, monkeypatch, th
         assert_same(r.zero_point, zero_point)
 
 
+@requires_gpu
+@pytest.mark.parametrize(("shape", "dtype", "mode"), [((1, 4096), np.float16, "symmetric"),
+                                                      ((16, 4096), np.float16, "symmetric"),
+                                                      ((16, 2048), np.float32, "asymmetric"),
+                                                      ((7, 8192), np.float16, "symmetric"),
+                                                      ((5, 8192), np.float16, "asymmetric")])
+def test_gpu_decode_rows_take_the_fixed_kernel(shape, dtype, mode):
+    """The W8A8 decode's rows (K = 4096 / 8192 16-bit, 2048 f32; at most one per SM) in the shipped tuning:
+    the fixed resident kernel, one block per row, with the reference's bits, scales and zero points."""
+    bn.clear_plan_cache()
+    q_min, q_max = bn.plans.dynamic.default_dynamic_q_range(bn.plans.dynamic.DynamicRangeMode(mode), bn.ElementKind.S8)
+    plan = bn.DynamicRangeQuantizePlan.select(bn.DynamicRangeQuantizeDescriptor(
+        shape, bn.plans.dynamic.DynamicRangeMode(mode), bn.plans.dynamic.DynamicRangeScope.token(), q_min, q_max,
+        "f32" if dtype == np.float32 else "f16", "s8"))
+    assert plan._segment_kernels[0].py_func.__name__.startswith("dynamic_fixed_"), plan._segment_kernels[0]
+    assert plan._segment_blocks == shape[0] * bn.plans.dynamic.TUNING.segment_split
+    x = _special(shape, dtype)
+    r = bn.dynamic_range_quantize(x, mode=mode)
+    q, scale, zero_point = ref_dynamic.dynamic_range_quantize(x, mode, "token", q_min, q_max, np.int8)
+    assert_same(r.scale, scale)
+    assert_same(r.q, q)
+    if mode == "asymmetric":
+        assert_same(r.zero_point, zero_point)
+
+
 @pytest.mark.parametrize("wide_keep", [2, 8])
 def test_few_long_segments_take_one_wide_resident_block_each(tuning, wide_keep):
     """Segments longer than the resident block holds, no more of them than SMs: one block per segment,

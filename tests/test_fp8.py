@@ -383,6 +383,38 @@ def test_dynamic_range_matches_reference_and_vllm_rule(scope, dtype, element):
     assert_fp8_same(r.q, ref8.fp8_quantize(x, full, element.numpy_dtype))
 
 
+@pytest.mark.parametrize("element", FP8, ids=fp8_id)
+@pytest.mark.parametrize(("shape", "dtype"), [((3, 512), "f32"), ((2, 1024), "f16")] if SIMULATOR
+                         else [((1, 4096), "bf16"), ((16, 4096), "f16"), ((7, 8192), "bf16"), ((12, 2048), "f32")])
+def test_dynamic_per_token_few_rows_in_the_fixed_kernel(monkeypatch, shape, dtype, element):
+    """Few rows of exactly one quantizer block's chunks (the W8A8 decode's) take the fixed resident kernel
+    (``kernels.dynamic`` ``fixed``) with FP8 outputs too: the reference's scales and bits, NaN and inf left
+    out of the range."""
+    import dataclasses
+
+    from baracuda_numba.plans import dynamic as plans_dynamic
+
+    if SIMULATOR:  # the simulator's one SM and 32-thread blocks: rows of 32 x 4 chunks, as many SMs as rows
+        monkeypatch.setattr(plans_dynamic, "sm_count", lambda device=0: 64)
+        monkeypatch.setattr(plans_dynamic, "TUNING", dataclasses.replace(plans_dynamic.TUNING, resident_keep=4))
+    bn.clear_plan_cache()
+    f = FLOAT_DTYPES[dtype]
+    rng = np.random.default_rng(shape[0])
+    x = (rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 300.0], (shape[0], 1))).astype(np.float32).astype(f)
+    x[0, 5], x[-1, 7], x[-1, 9] = np.nan, np.inf, -np.inf
+    if shape[0] > 2:
+        x[1] = 0  # an all-zero row: the minimum scale
+    plan = bn.DynamicRangeQuantizePlan.select(bn.DynamicRangeQuantizeDescriptor(
+        shape, plans_dynamic.DynamicRangeMode.SYMMETRIC, plans_dynamic.DynamicRangeScope.token(), -int(element.fp8_max),
+        int(element.fp8_max), dtype, element))
+    assert plan._segment_kernels[0].py_func.__name__.startswith("dynamic_fixed_"), plan._segment_kernels[0]
+    r = bn.dynamic_range_quantize(x, dtype=element, scope="token")
+    want_scale = ref8.fp8_dynamic_scale(x, element.numpy_dtype, "token", None, None)
+    np.testing.assert_array_equal(np.asarray(r.scale).reshape(-1), want_scale)
+    assert_fp8_same(r.q, ref8.fp8_quantize(x, ref.expand_tokens(want_scale, x.shape), element.numpy_dtype))
+    bn.clear_plan_cache()
+
+
 def test_dynamic_per_token_equals_vllm_composition_in_torch():
     """vLLM's dynamic per-token FP8: scale = max(amax / 448, 1 / (448 * 512)); q = (x / scale) clamped, cast.
     We multiply by the correctly rounded reciprocal instead of dividing: compared where both agree, and
