@@ -395,17 +395,24 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         return hi, lo
 
     @device_function
+    def warps_range(hi, lo, warp_hi, warp_lo, slot, first, count, tid):
+        """The range over warps ``first .. first + count - 1`` in every thread of them (each lane holding
+        its warp's): lane 0 of each warp posts it in ``warp_*[slot + warp]``, one barrier, every lane
+        combines them (the slots are free again only after the caller's next barrier)."""
+        if tid % WARP == 0:
+            warp_hi[slot + tid // WARP] = hi
+            warp_lo[slot + tid // WARP] = lo
+        cuda.syncthreads()
+        for w in range(first, first + count):
+            hi, lo = combine(hi, lo, warp_hi[slot + w], warp_lo[slot + w])
+        return hi, lo
+
+    @device_function
     def block_range(hi, lo, sh_hi, sh_lo, scratch_hi, scratch_lo, tid):
         """The range over the whole block, in every thread (one barrier after the warp butterflies;
         ``sh_*`` hold ``tpb // WARP`` slots and are free again only after the caller's next barrier)."""
         hi, lo = warp_range(hi, lo, WARP, scratch_hi, scratch_lo, tid)
-        if tid % WARP == 0:
-            sh_hi[tid // WARP] = hi
-            sh_lo[tid // WARP] = lo
-        cuda.syncthreads()
-        for w in range(nwarps):
-            hi, lo = combine(hi, lo, sh_hi[w], sh_lo[w])
-        return hi, lo
+        return warps_range(hi, lo, sh_hi, sh_lo, 0, 0, nwarps, tid)
 
     def segment_kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
         # Launched as a programmatic dependent (plans.dynamic.DEPENDENT_SEGMENTS_MAX), this kernel may start
@@ -556,12 +563,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                         e += tps
                 hi, lo = warp_range(hi, lo, min(tps, WARP), scratch_hi, scratch_lo, tid)
                 if wps > 1:
-                    if tid % WARP == 0:
-                        warp_hi[slot + tid // WARP] = hi
-                        warp_lo[slot + tid // WARP] = lo
-                    cuda.syncthreads()
-                    for w in range(sub * wps, sub * wps + wps):
-                        hi, lo = combine(hi, lo, warp_hi[slot + w], warp_lo[slot + w])
+                    hi, lo = warps_range(hi, lo, warp_hi, warp_lo, slot, sub * wps, wps, tid)
                     slot = nwarps - slot
                 if live:
                     inv, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
@@ -620,12 +622,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
                 hi, lo = chunk_range(hi, lo, words_lo[k], words_hi[k])
             hi, lo = warp_range(hi, lo, min(tpb, WARP), scratch_hi, scratch_lo, tid)
             if nwarps > 1:
-                if tid % WARP == 0:
-                    warp_hi[tid // WARP] = hi
-                    warp_lo[tid // WARP] = lo
-                cuda.syncthreads()
-                for w in range(nwarps):
-                    hi, lo = combine(hi, lo, warp_hi[w], warp_lo[w])
+                hi, lo = warps_range(hi, lo, warp_hi, warp_lo, 0, 0, nwarps, tid)
             inv, sc, zp = range_params(hi, lo, q_min, q_max, zp_sym)
             if tid == 0 and part == 0:
                 scales[s] = sc
