@@ -1,7 +1,7 @@
 """The warpgroup (``wgmma``, sm_90a) prefill GEMM on the GPU: its shapes against the ``mma.sync``
 pipeline and ``torch._int_mm``, bit for bit and in GPU time. One run, one log.
 
-    python -m benchmarks.tune_wgmma [--shapes 256x4,128x5 ...] [--sass DIR]
+    python -m benchmarks.tune_wgmma [--shapes 256x4,128x5,64x8w1 ...] [--sass DIR] [--mid]
 
 - exactness: every shape's output against the pipelined kernel's and against ``torch._int_mm`` followed
   by the epilogue as separately rounded float32 operations, bit for bit, at ragged shapes (``M``, ``N``
@@ -9,6 +9,8 @@ pipeline and ``torch._int_mm``, bit for bit and in GPU time. One run, one log.
   bias, per-token and per-tensor activation scales;
 - GPU time at the prefill shapes of issue 11: ten calls in a CUDA graph, median of the replays, the
   same for ``torch._int_mm`` alone and with its dequant epilogue, and the device copy in the same run;
+- ``--mid``: the batch sizes between decode and prefill instead (M = 32 .. 512), where the selected plan's
+  kernel (the skinny one up to ``SKINNY_MAX_M``) is timed beside every shape forced on;
 - ``--sass DIR``: ``cuobjdump -sass`` of each shape's cubin (compiled by ptxas from the same PTX) and its
   main-loop instruction mix.
 """
@@ -40,27 +42,36 @@ from benchmarks.tune_linear import (
 )
 
 SMALL = [(128, 4096, 4096), (256, 4096, 4096), (512, 4096, 4096), (1024, 4096, 4096), (512, 11008, 4096)]
-RAGGED = [(65, 264, 512), (333, 264, 208), (200, 336, 4096), (257, 4096, 11008), (129, 520, 144),
+MID = [(m, 4096, 4096) for m in (32, 64, 96, 128, 192, 256, 384, 512)] + [
+    (m, 11008, 4096) for m in (64, 128, 256)] + [(m, 4096, 11008) for m in (64, 128, 256)]
+RAGGED = [(33, 200, 4096), (65, 264, 512), (333, 264, 208), (200, 336, 4096), (257, 4096, 11008), (129, 520, 144),
           (4096, 4096, 4096)]
 
 
-def use(shape: hopper.WgmmaShape | None) -> None:
-    """Newly selected plans take ``shape`` everywhere (None: the mma.sync pipeline)."""
-    import baracuda_numba.plans.linear as plans_linear
+SHIPPED = (hopper.WGMMA, hopper.WGMMA_NARROW)
 
-    if shape is None:
-        plans_linear.HOPPER_GEMM = False
-    else:
-        plans_linear.HOPPER_GEMM = True
-        hopper.WGMMA, hopper.WGMMA_NARROW = shape, None
+
+def use(shape: hopper.WgmmaShape | str | None) -> None:
+    """Newly selected plans take ``shape`` everywhere, at every M (None: the mma.sync pipeline; "selected":
+    the library's own choices, the skinny kernel up to ``SKINNY_MAX_M`` included)."""
+    import baracuda_numba.plans.linear as plans_linear
+    from baracuda_numba.kernels.linear import SKINNY_MAX_M
+
+    plans_linear.SKINNY_MAX_M = SKINNY_MAX_M if shape == "selected" else 0
+    plans_linear.HOPPER_GEMM = shape is not None
+    hopper.WGMMA, hopper.WGMMA_NARROW = SHIPPED if shape in (None, "selected") else (shape, None)
     clear_plan_cache()
 
 
 def parse(text: str) -> hopper.WgmmaShape:
-    """``NxS`` or ``NxSbB``: tile_n N, S stages, launch bounds of B blocks per multiprocessor."""
-    n, rest = text.split("x")
-    stages, _, blocks = rest.partition("b")
-    return hopper.WgmmaShape(tile_n=int(n), stages=int(stages), min_blocks=int(blocks or 1))
+    """``NxS[bB][wW]``: tile_n N, S stages, launch bounds of B blocks per multiprocessor, W warpgroups (64 rows
+    each; 2 unless given)."""
+    match = re.fullmatch(r"(\d+)x(\d+)(?:b(\d+))?(?:w(\d+))?", text)
+    if match is None:
+        raise SystemExit(f"--shapes: {text!r} is not NxS[bB][wW]")
+    n, stages, blocks, warpgroups = match.groups()
+    return hopper.WgmmaShape(tile_n=int(n), stages=int(stages), min_blocks=int(blocks or 1),
+                             warpgroups=int(warpgroups or 2))
 
 
 def exactness(shapes) -> bool:
@@ -129,13 +140,15 @@ def diagnose(shape: hopper.WgmmaShape) -> None:
                       flush=True)
 
 
-def timing(shapes, copy: float) -> list[dict]:
+def timing(shapes, copy: float, problems=PREFILL + SMALL) -> list[dict]:
     rows = []
-    for m, n, k in PREFILL + SMALL:
+    for m, n, k in problems:
         xq, sx, w, ws, raw_tops, epi_tops = prefill_problem(m, n, k)
         flops = 2 * m * n * k
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         row = {"shape": f"{m}x{n}x{k}", "int_mm": raw_tops, "int_mm_epi": epi_tops}
+        use("selected")
+        row["selected"] = flops / graph_ms(gemm_runner(xq, sx, w, ws, None, out)) / 1e9
         use(None)
         row["pipelined"] = flops / graph_ms(gemm_runner(xq, sx, w, ws, None, out)) / 1e9
         for shape in shapes:
@@ -144,12 +157,13 @@ def timing(shapes, copy: float) -> list[dict]:
                 row[shape.name] = flops / graph_ms(gemm_runner(xq, sx, w, ws, None, out)) / 1e9
             except Exception as exc:
                 row[shape.name] = repr(exc)[:120]
-        best = max((v for key, v in row.items() if key not in ("shape", "int_mm", "int_mm_epi", "pipelined")
+        best = max((v for key, v in row.items() if key not in ("shape", "int_mm", "int_mm_epi", "pipelined", "selected")
                     and isinstance(v, float)), default=0.0)
         row["best_vs_int_mm_epi"] = best / row["int_mm_epi"]
         row["best_vs_int_mm"] = best / row["int_mm"]
         print(json.dumps(row, default=lambda v: round(v, 2)), flush=True)
         rows.append(row)
+    use("selected")
     return rows
 
 
@@ -209,6 +223,7 @@ def main() -> None:
     parser.add_argument("--shapes", default="256x4,128x5,128x4,256x3", help="tile_n x stages, comma-separated")
     parser.add_argument("--sass", type=Path, default=None)
     parser.add_argument("--skip-exact", action="store_true")
+    parser.add_argument("--mid", action="store_true", help="time the batch sizes between decode and prefill")
     args = parser.parse_args()
     shapes = [parse(s) for s in args.shapes.split(",")]
     print(f"device {torch.cuda.get_device_name()}", flush=True)
@@ -219,7 +234,7 @@ def main() -> None:
         exactness(shapes)
     copy = copy_gbs()
     print(f"copy {copy:.0f} GB/s", flush=True)
-    timing(shapes, copy)
+    timing(shapes, copy, MID if args.mid else PREFILL + SMALL)
 
 
 if __name__ == "__main__":
