@@ -48,7 +48,7 @@ RAGGED = [(33, 200, 4096), (65, 264, 512), (333, 264, 208), (200, 336, 4096), (2
           (4096, 4096, 4096)]
 
 
-SHIPPED = (hopper.WGMMA, hopper.WGMMA_NARROW)
+SHIPPED = (hopper.WGMMA, hopper.WGMMA_NARROW, hopper.WGMMA_SMALL)
 
 
 def use(shape: hopper.WgmmaShape | str | None) -> None:
@@ -59,7 +59,8 @@ def use(shape: hopper.WgmmaShape | str | None) -> None:
 
     plans_linear.SKINNY_MAX_M = SKINNY_MAX_M if shape == "selected" else 0
     plans_linear.HOPPER_GEMM = shape is not None
-    hopper.WGMMA, hopper.WGMMA_NARROW = SHIPPED if shape in (None, "selected") else (shape, None)
+    hopper.WGMMA, hopper.WGMMA_NARROW, hopper.WGMMA_SMALL = (SHIPPED if shape in (None, "selected")
+                                                            else (shape, None, ()))
     clear_plan_cache()
 
 

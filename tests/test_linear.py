@@ -1078,9 +1078,12 @@ def test_pipeline_shape_fills_waves():
 
 def _force_decode_variant(monkeypatch, variant: str) -> None:
     """Make newly selected decode plans (m <= 16, K % 16 == 0) take ``variant``: ``fused``,
-    ``cooperative`` or ``two_launch``, whatever the shape (the shipped selection depends on it)."""
+    ``cooperative`` or ``two_launch``, whatever the shape (the shipped selection depends on it); batches up to
+    ``SKINNY_MAX_M`` tokens keep the skinny kernel on an sm_90 device too."""
+    from baracuda_numba.kernels.linear import SKINNY_MAX_M
     from baracuda_numba.plans import linear as plans
 
+    monkeypatch.setattr(plans, "HOPPER_MIN_M", SKINNY_MAX_M)
     monkeypatch.setattr(plans, "FUSED_MAX_M", 16 if variant == "fused" else 0)
     monkeypatch.setattr(plans, "FUSED_ANY_SHAPE_MAX_M", 16 if variant == "fused" else 0)
     monkeypatch.setattr(plans, "STATIC_FUSED_MAX_M", 16 if variant == "fused" else 0)
@@ -1229,8 +1232,9 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
     """Up to FUSED_MAX_M tokens with K >= FUSED_MIN_K against FUSED_MIN_N .. FUSED_MAX_N weight rows, and
     FUSED_ANY_SHAPE_MAX_M against any weight up to FUSED_MAX_N rows and FUSED_ANY_SHAPE_MAX_WEIGHT bytes,
     take the fused kernel; every other
-    decode shape (up to 64 tokens) the quantizer, then the skinny GEMM as its programmatic dependent; the
-    cooperative kernel none."""
+    decode shape (up to 64 tokens; 16 where the warpgroup GEMM runs, past HOPPER_MIN_M) the quantizer, then the
+    skinny GEMM as its programmatic dependent; the cooperative kernel none."""
+    from baracuda_numba.kernels import hopper
     from baracuda_numba.plans import linear as plans
 
     k, n, fm, fa = plans.FUSED_MIN_K, plans.FUSED_MIN_N, plans.FUSED_MAX_M, plans.FUSED_ANY_SHAPE_MAX_M
@@ -1239,7 +1243,8 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
              (fa, plans.WIDE_FUSED_MAX_N + 16, 64, "skinny_vector"),
              (fm + 1, n, k, "skinny_vector"), (fm, n, k - 16, "skinny_vector"), (fm, n - 16, k, "skinny_vector"),
              (16, n, k, "skinny_vector"), (fm, plans.FUSED_MAX_N + 16, k, "skinny_vector"),
-             (64, 8, 64, "skinny_vector")]
+             (64, 8, 64, "wgmma" if hopper.hopper_available() else "skinny_vector")]
+    assert plans.HOPPER_MIN_M == 16
     # one token past FUSED_ANY_SHAPE_MAX_WEIGHT (32 MiB): the two launches, unless the shape is large
     assert plans.FUSED_ANY_SHAPE_MAX_WEIGHT == 8192 * 4096
     # two tokens where the fused kernel's blocks fit one wave (ONE_WAVE_FUSED_MAX_M): 4224 rows at K = 4096
@@ -1262,7 +1267,7 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, kk, "f32", "f32"))
         assert plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, n), np.float32))) == variant
         assert not plan._cooperative
-        assert plan._variants["skinny_vector"][0].dependent
+        assert variant == "wgmma" or plan._variants["skinny_vector"][0].dependent
     # a static weight: up to STATIC_FUSED_MAX_M tokens in the one-wave shape, elsewhere the rules above; under
     # capture the two launches where only host time fuses (8192 x 4096, one token)
     assert plans.STATIC_FUSED_MAX_M == 4
@@ -1651,20 +1656,33 @@ def test_gpu_op_fast_path_repeats_and_falls_back():
 
 def test_warpgroup_gemm_is_gpu_only():
     """The wgmma kernel needs a real sm_90 device: the simulator keeps the mma.sync kernels, whose
-    definitions it runs; its shape rule takes the wide tile only where the waves stay full."""
+    definitions it runs; its shape rule reproduces the faster shape of each H100 measurement."""
     from baracuda_numba.kernels import hopper
 
     if SIMULATOR:
         assert not hopper.hopper_available()
-        desc = bn.QuantizedLinearDescriptor(300, 264, 512, "f32", "f32", False)
-        assert "wgmma" not in bn.QuantizedLinearPlan.select(desc)._variants
+        for m in (300, 48):  # prefill, and a batch past HOPPER_MIN_M
+            desc = bn.QuantizedLinearDescriptor(m, 264, 512, "f32", "f32", False)
+            assert "wgmma" not in bn.QuantizedLinearPlan.select(desc)._variants
     wide, narrow = hopper.WGMMA, hopper.WGMMA_NARROW
-    # the H100 measurements the rule reproduces (session 19, tune_wgmma calls 3 and 5: the faster of the two)
-    for m, n in ((4096, 4096), (2048, 4096), (2048, 11008), (1024, 4096)):
-        assert hopper.wgmma_shape(m, n, 132) == wide
-    for m, n in ((128, 4096), (256, 4096), (512, 4096), (512, 11008), (300, 264)):
-        assert hopper.wgmma_shape(m, n, 132) == narrow
-    for shape in (wide, narrow):
+    wide_n, one_group_64, one_group_32 = hopper.WGMMA_SMALL
+    # the H100 measurements the rule reproduces (session 19, tune_wgmma calls 3 and 5; session 35 call 2: the
+    # fastest of the shapes timed)
+    expected = {wide: ((4096, 4096), (2048, 4096), (2048, 11008), (1024, 4096), (256, 11008)),
+                narrow: ((384, 4096), (512, 4096), (512, 11008), (128, 11008)),
+                wide_n: ((192, 4096), (256, 4096)), one_group_64: ((96, 4096), (128, 4096)),
+                one_group_32: ((32, 4096), (64, 4096))}
+    for shape, problems in expected.items():
+        for m, n in problems:
+            assert hopper.wgmma_shape(m, n, 132) == shape, (m, n)
+    assert (wide_n.tile_m, wide_n.tile_n, one_group_64.tile_m, one_group_64.tile_n) == (128, 64, 64, 64)
+    assert (one_group_32.tile_m, one_group_32.tile_n, one_group_32.threads) == (64, 32, 128)
+    # rows streamed by the busiest multiprocessor: waves of blocks x (live activation rows + weight rows)
+    assert hopper.streamed_rows(narrow, 128, 4096, 132) == 128 + 128  # 32 blocks, one wave
+    assert hopper.streamed_rows(one_group_64, 128, 4096, 132) == 64 + 64  # 128 blocks
+    assert hopper.streamed_rows(one_group_32, 128, 4096, 132) == 2 * (64 + 32)  # 256 blocks, two waves
+    assert hopper.streamed_rows(one_group_32, 17, 4096, 132) == 17 + 32  # rows past M are not read
+    for shape in (wide, narrow, *hopper.WGMMA_SMALL):
         assert shape.shared_bytes <= 227 * 1024 and shape.threads == 128 * shape.warpgroups
         assert shape.shared_bytes - hopper.SLOT_ALIGNMENT >= 4 * shape.tile_m * (shape.tile_n + hopper.EPILOGUE_PAD)
 
@@ -1673,12 +1691,16 @@ def test_warpgroup_gemm_is_gpu_only():
 @pytest.mark.parametrize(("m", "n", "k"), [
     (65, 264, 512), (200, 336, 144), (129, 520, 4096),  # ragged: M, N past the tiles, K % 128 != 0
     (257, 4096, 11008), (2048, 4096, 4096),  # the wide tile, several K steps
+    (17, 4096, 4096), (48, 264, 528),  # batches past HOPPER_MIN_M: 64 x 32 tiles, one live row / 48 in 64
+    (100, 4096, 4096), (200, 4096, 4096), (64, 11008, 4096),  # 64 x 64, 128 x 64, the narrow tile half live
 ])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
 def test_gpu_warpgroup_gemm_equals_pipelined_and_torch(m, n, k, dtype):
-    """On an sm_90 device prefill takes the wgmma kernel; its output is the mma.sync pipeline's bit for
-    bit (every output dtype, bias or not, per-token and per-tensor activation scales) and, but for
-    float64, torch's ``_int_mm`` followed by the separately rounded epilogue."""
+    """On an sm_90 device prefill, and batches past ``HOPPER_MIN_M`` tokens, take the wgmma kernel (in the tile
+    its rule picks: every shape above is among these cases); its output is the mma.sync kernels' bit for bit
+    (the pipeline's, the skinny kernel's up to ``SKINNY_MAX_M`` tokens; every output dtype, bias or not,
+    per-token and per-tensor activation scales) and, but for float64, torch's ``_int_mm`` followed by the
+    separately rounded epilogue."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.kernels import hopper
     from baracuda_numba.ops.common import clear_plan_cache

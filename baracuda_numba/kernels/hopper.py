@@ -53,8 +53,8 @@ from .device import device_function
 from .elementwise import uint_name
 from .linear import _epilogue
 
-__all__ = ["WgmmaShape", "WGMMA", "WGMMA_NARROW", "NARROW_TILE_TIME", "HopperKernel", "wgmma_kernel", "wgmma_shape",
-           "hopper_available"]
+__all__ = ["WgmmaShape", "WGMMA", "WGMMA_NARROW", "WGMMA_SMALL", "NARROW_TILE_TIME", "streamed_rows",
+           "HopperKernel", "wgmma_kernel", "wgmma_shape", "hopper_available"]
 
 ROW_BYTES = 128  # k bytes of one staged row per step: the width of the 128-byte swizzle
 WARPGROUP_ROWS = 64
@@ -102,22 +102,52 @@ WGMMA_NARROW: WgmmaShape | None = WgmmaShape(tile_n=128, stages=5)
 # A narrow block's run against a wide one's: half the tile at 921 against 1138 TOPS per SM at 4096^3
 # (H100, session 19, benchmarks/tune_wgmma.py call 5), so 0.5 * 1138 / 921.
 NARROW_TILE_TIME = 0.62
+# Smaller tiles for the batch sizes between decode and prefill, where the 128-row tiles leave most
+# multiprocessors idle: 128 x 64, one warpgroup of 64 x 64 and of 64 x 32, with more stages (the same ~96 KiB
+# of copies in flight per block as the 128 x 128 tile's three). Taken where they stream fewer operand bytes per
+# multiprocessor than the large tiles (see :func:`wgmma_shape`). H100, session 35 (tune-wgmma-2026-11-26-s35-
+# call2-mid.log, GPU TOPS, one weight, bf16 out; large tile -> best small, torch._int_mm alone in brackets):
+# M = 96 / 128 at 4096^2 189 / 243 -> 305 / 407 (64 x 64; 290 / 382), M = 192 / 256 367 / 490 -> 465 / 612
+# (128 x 64; 444 / 584), M = 128 / 256 at 4096 x 11008 299 / 597 -> 474 (64 x 64) / 739 (128 x 64; 426 / 451);
+# M = 32 / 64 at 4096^2 (the skinny kernel 87 / 105) 112 / 222 (64 x 32; 98 / 194). ()  : the large tiles only.
+WGMMA_SMALL: tuple[WgmmaShape, ...] = (WgmmaShape(tile_n=64, stages=6), WgmmaShape(tile_n=64, stages=8, warpgroups=1),
+                                       WgmmaShape(tile_n=32, stages=10, warpgroups=1))
+
+
+def streamed_rows(shape: WgmmaShape, m: int, n: int, multiprocessors: int) -> int:
+    """Rows of operands (each ``K`` bytes) the busiest multiprocessor copies for an ``m x n`` output in
+    ``shape``: its waves of blocks (one block per multiprocessor) times a block's live activation rows plus
+    its weight rows. Rows past ``M`` are zero-filled without a read."""
+    blocks = -(-m // shape.tile_m) * -(-n // shape.tile_n)
+    return -(-blocks // multiprocessors) * (min(shape.tile_m, m) + shape.tile_n)
 
 
 def wgmma_shape(m: int, n: int, multiprocessors: int) -> WgmmaShape:
-    """The ``wgmma`` kernel's shape for an ``m x n`` output: the one whose waves of blocks (one block
-    per multiprocessor) end first, a narrow block taking ``NARROW_TILE_TIME`` of a wide one.
-    Measured on an H100 (TOPS wide / narrow, K = 4096, call 5): M = 128, 256, 512 at N = 4096 135 / 220,
-    287 / 488, 602 / 960, M = 512 at N = 11008 734 / 820: narrow; M = 1024 at 4096 1165 / 944, M = 2048
-    at 4096 and 11008 1132 / 924 and 1076 / 942, 4096^2 1138 / 921: wide."""
+    """The ``wgmma`` kernel's shape for an ``m x n`` output.
+
+    Between the two large tiles: the one whose waves of blocks (one block per multiprocessor) end first, a
+    narrow block taking ``NARROW_TILE_TIME`` of a wide one. Measured on an H100 (TOPS wide / narrow, K = 4096,
+    call 5): M = 128, 256, 512 at N = 4096 135 / 220, 287 / 488, 602 / 960, M = 512 at N = 11008 734 / 820:
+    narrow; M = 1024 at 4096 1165 / 944, M = 2048 at 4096 and 11008 1132 / 924 and 1076 / 942, 4096^2 1138 /
+    921: wide.
+
+    Then a shape of ``WGMMA_SMALL`` (the first of the fewest) where it makes the busiest multiprocessor copy
+    fewer operand rows than the large tiles both would (:func:`streamed_rows`): a block streams its operands
+    at about the same bytes per second whatever its tile (session 35: 50-58 GB/s per multiprocessor from
+    M = 128 to 4096^3), so where the large tiles leave multiprocessors idle the smaller ones finish first."""
     narrow = WGMMA_NARROW
-    if narrow is None:
-        return WGMMA
+    large = WGMMA
+    if narrow is not None:
 
-    def waves(shape: WgmmaShape) -> int:
-        return -(-(-(-m // shape.tile_m) * -(-n // shape.tile_n)) // multiprocessors)
+        def waves(shape: WgmmaShape) -> int:
+            return -(-(-(-m // shape.tile_m) * -(-n // shape.tile_n)) // multiprocessors)
 
-    return narrow if NARROW_TILE_TIME * waves(narrow) < waves(WGMMA) else WGMMA
+        large = narrow if NARROW_TILE_TIME * waves(narrow) < waves(WGMMA) else WGMMA
+    bound = min(streamed_rows(shape, m, n, multiprocessors) for shape in (WGMMA, narrow or WGMMA))
+    small = min(WGMMA_SMALL, key=lambda shape: streamed_rows(shape, m, n, multiprocessors), default=None)
+    if small is not None and streamed_rows(small, m, n, multiprocessors) < bound:
+        return small
+    return large
 
 
 def hopper_available() -> bool:

@@ -326,6 +326,12 @@ COOPERATIVE_MAX_M = 0
 # (kernels/hopper.py: wgmma from shared memory, sm_90a PTX loaded outside numba's dispatcher) instead of
 # the mma.sync pipeline. False: the pipelined kernel everywhere.
 HOPPER_GEMM = True
+# Past HOPPER_MIN_M tokens the batches the skinny decode kernel would take (up to SKINNY_MAX_M) take the warpgroup
+# GEMM too, in the small tiles of kernels.hopper.WGMMA_SMALL: the skinny kernel streams the weight once per 16 rows.
+# Session 35 (tune-wgmma-2026-11-26-s35-call2-mid.log, H100, GPU TOPS, one weight, bf16 out; skinny -> 64 x 32
+# warpgroup tiles): M = 32 / 64 at 4096^2 87 / 105 -> 112 / 222, M = 64 at 11008 x 4096 106 -> 209-267, at
+# 4096 x 11008 132 -> 267.
+HOPPER_MIN_M = 16
 _STREAM_WORKSPACES = 16  # per plan: the streams whose workspace a QuantizedLinearPlan keeps
 
 def _pointer_slots(arrays: int) -> slice:
@@ -379,7 +385,7 @@ class _LinearPlan(Plan):
             compiles[name] = kernel.compiled
 
         self._fused = self._cooperative = False
-        if desc.m <= SKINNY_MAX_M:
+        if desc.m <= SKINNY_MAX_M and not self._warpgroup_batch():
             # decode-like shapes stream the weight once through the skinny kernel (any alignment)
             tiles = gemm.skinny_tiles(desc.k)
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.SKINNY_CHUNKS, tiles)
@@ -463,6 +469,12 @@ class _LinearPlan(Plan):
         if not SIMULATOR:
             compiles[self._aligned_variant]()  # compile now rather than in the first run
             self._install_fast_template()
+
+    def _warpgroup_batch(self) -> bool:
+        """Whether a batch of at most ``SKINNY_MAX_M`` tokens takes the warpgroup GEMM (past ``HOPPER_MIN_M``
+        tokens, ``K % 16 == 0``, on an sm_90 device) rather than the skinny kernel."""
+        d = self.desc
+        return d.m > HOPPER_MIN_M and d.k % 16 == 0 and HOPPER_GEMM and hopper.hopper_available()
 
     def _fuses_quantize(self) -> bool:
         """Whether aligned operands take the skinny kernel that quantizes ``x`` itself."""
