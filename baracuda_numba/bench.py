@@ -314,9 +314,10 @@ def lowbit(bench: Bench, n: int) -> None:
 
 
 def linear(bench: Bench, host: dict[str, float]) -> None:
-    """W8A8 linear: TOPS at 4096^3 next to torch._int_mm (weight column-major) plus its dequant
-    epilogue; decode shapes as GB/s on the weight bytes (torch._int_mm refuses M <= 16)."""
-    for m, n, k in ((4096, 4096, 4096),):
+    """W8A8 linear: TOPS at 4096^3 and at batches of 32, 128 and 256 tokens (N = K = 4096) next to torch._int_mm
+    (weight column-major) plus its dequant epilogue; decode shapes as GB/s on the weight bytes (torch._int_mm
+    refuses M <= 16)."""
+    for m, n, k in ((4096, 4096, 4096), (256, 4096, 4096), (128, 4096, 4096), (32, 4096, 4096)):
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randint(-128, 128, (n, k), device="cuda", dtype=torch.int8)
         ws = torch.rand(n, device="cuda") * 0.01

@@ -330,7 +330,11 @@ HOPPER_GEMM = True
 # GEMM too, in the small tiles of kernels.hopper.WGMMA_SMALL: the skinny kernel streams the weight once per 16 rows.
 # Session 35 (tune-wgmma-2026-11-26-s35-call2-mid.log, H100, GPU TOPS, one weight, bf16 out; skinny -> 64 x 32
 # warpgroup tiles): M = 32 / 64 at 4096^2 87 / 105 -> 112 / 222, M = 64 at 11008 x 4096 106 -> 209-267, at
-# 4096 x 11008 132 -> 267.
+# 4096 x 11008 132 -> 267. With the weights rotating past L2 (probe-decode-knobs-2026-11-26-s35-call3-batches.log,
+# graph replay, % of the eager copy on the weight's bytes, M = 17 / 32 at 4096^2, skinny -> warpgroup): the GEMM
+# alone 49.2 / 43.2 -> 55.3 / 55.4, quantized_linear 42.9 / 40.9 -> 45.2 / 45.4, SmoothQuant 49.4 / 44.4 -> 55.4 /
+# 55.9, the outputs bit-equal. (Up to 16 tokens the skinny kernel is the decode path: one row tile, the quantizer's
+# programmatic dependent.)
 HOPPER_MIN_M = 16
 _STREAM_WORKSPACES = 16  # per plan: the streams whose workspace a QuantizedLinearPlan keeps
 
