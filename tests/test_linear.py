@@ -823,6 +823,7 @@ def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch, 
         monkeypatch.setattr(plans, "FUSED_MAX_M", 0)
         monkeypatch.setattr(plans, "FUSED_ANY_SHAPE_MAX_M", 0)
         monkeypatch.setattr(plans, "COOPERATIVE_MAX_M", 0)
+        monkeypatch.setattr(plans, "HOPPER_MIN_M", gemm.SKINNY_MAX_M)  # 64 rows: the skinny kernel on sm_90 too
         monkeypatch.setattr(gemm, "DEPENDENT_PREFETCH_L2", prefetch)
         monkeypatch.setattr(gemm, "DEPENDENT_STAGED", staged)
         clear_plan_cache()
@@ -1746,9 +1747,9 @@ paths._get_nvrtc_path = lambda: ("stub", None)  # numba asks for NVRTC even when
 from baracuda_numba.kernels import hopper
 from baracuda_numba.vocabulary import ElementKind
 try:
-    for shape in (hopper.WGMMA, hopper.WGMMA_NARROW):
+    for shape in (hopper.WGMMA, hopper.WGMMA_NARROW, *hopper.WGMMA_SMALL):
         for out, bias in ((ElementKind.BF16, True), (ElementKind.F32, False)):
-            path = os.path.join(sys.argv[1], f"{shape.tile_n}_{out.short}.ptx")
+            path = os.path.join(sys.argv[1], f"{shape.name}_{out.short}.ptx")
             open(path, "w").write(hopper.wgmma_kernel(out, bias, False, shape).ptx())
 except Exception as error:  # no NVVM on this machine
     if "nvvm" in repr(error).lower() or "NotFound" in type(error).__name__:
@@ -1759,7 +1760,8 @@ except Exception as error:  # no NVVM on this machine
 
 def test_warpgroup_kernel_compiles_to_sm_90a_ptx(tmp_path):
     """Without a GPU the simulator never runs the wgmma kernel, so its definition is compiled to PTX here
-    (where NVVM is installed): retargeted to sm_90a, four ``m64n{tile_n}k32`` wgmma per 128-byte k step,
+    (where NVVM is installed), in every shape the rule may pick (one warpgroup or two): retargeted to sm_90a,
+    four ``m64n{tile_n}k32`` wgmma per 128-byte k step,
     the accumulators in registers (no local memory), the async-proxy fence, and for 16-bit outputs the
     vector epilogue's 16-byte shared loads and global stores."""
     import os
@@ -1774,9 +1776,9 @@ def test_warpgroup_kernel_compiles_to_sm_90a_ptx(tmp_path):
     if done.returncode == 77:
         pytest.skip("no NVVM here to compile PTX with")
     assert done.returncode == 0, done.stderr[-2000:]
-    for shape in (hopper.WGMMA, hopper.WGMMA_NARROW):
+    for shape in (hopper.WGMMA, hopper.WGMMA_NARROW, *hopper.WGMMA_SMALL):
         for out in ("bf16", "f32"):
-            ptx = (tmp_path / f"{shape.tile_n}_{out}.ptx").read_text()
+            ptx = (tmp_path / f"{shape.name}_{out}.ptx").read_text()
             assert "\n.target sm_90a\n" in ptx
             assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{shape.tile_n}k32.s32.s8.s8") == 4
             assert "fence.proxy.async.shared::cta" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
