@@ -18,14 +18,13 @@ import argparse
 import ast
 import itertools
 import json
-from pathlib import Path
 
 import torch
 
 import baracuda_numba as bn
 from baracuda_numba.ops.common import clear_plan_cache
 
-from .tune_linear import LOG, bit_equal, copy_gbs, decode_problem, gemm_runner, graph_ms, knob_module, say
+from .tune_linear import LOG, bit_equal, decode_problem, gemm_runner, graph_ms, knob_module, say, start_probe
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -59,11 +58,7 @@ def main() -> None:
     variants = [parse_variant(v) for v in args.variants]
     names = {name for _, knobs in variants for name in knobs}
     saved = {name: getattr(*knob_module(name)) for name in names}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    say(torch.cuda.get_device_name())
-    copy = copy_gbs()
-    say(f"device-to-device copy {copy:.0f} GB/s")
+    out, copy = start_probe(args.out)
     rows = []
     for nk, m in itertools.product(args.nk, args.m):
         n, k = map(int, nk.split("x"))

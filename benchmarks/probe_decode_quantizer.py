@@ -15,15 +15,12 @@ import argparse
 import dataclasses
 import itertools
 import json
-from pathlib import Path
-
-import torch
 
 import baracuda_numba as bn
 from baracuda_numba.ops.common import clear_plan_cache
 from baracuda_numba.plans import dynamic as plans_dynamic
 
-from .tune_linear import LOG, bit_equal, copy_gbs, decode_problem, graph_ms, say
+from .tune_linear import LOG, bit_equal, decode_problem, graph_ms, say, start_probe
 
 SHIPPED = plans_dynamic.TUNING
 VARIANTS = {"general": dict(fixed_segments=False), "fixed": dict(fixed_segments=True),
@@ -38,11 +35,7 @@ def main() -> None:
     parser.add_argument("--m", nargs="*", type=int, default=[1, 8, 16])
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS)[:4])
     args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    say(torch.cuda.get_device_name())
-    copy = copy_gbs()
-    say(f"device-to-device copy {copy:.0f} GB/s")
+    out, copy = start_probe(args.out)
     rows = []
     for nk, m in itertools.product(args.nk, args.m):
         n, k = map(int, nk.split("x"))

@@ -109,6 +109,16 @@ def copy_gbs() -> float:
     return 2 * (1 << 30) / device_ms(lambda: dst.copy_(src), 20) / 1e6
 
 
+def start_probe(out: str) -> tuple[Path, float]:
+    """A probe's output directory (created) and the eager copy's GB/s (the ceiling), with the device logged."""
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    say(torch.cuda.get_device_name())
+    copy = copy_gbs()
+    say(f"device-to-device copy {copy:.0f} GB/s")
+    return path, copy
+
+
 def use(shape: gemm.PipelineShape | None = None, skinny: tuple[int, int] | None = None) -> None:
     """Make newly selected plans use this pipeline shape / skinny (chunks in flight, column tiles)."""
     if shape is not None:
