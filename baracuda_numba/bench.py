@@ -453,7 +453,7 @@ def chart(bench: Bench, path: Path) -> bool:
     return True
 
 
-EXPECTED_CASES = {"per_tensor": 6, "per_channel": 8, "per_token": 4, "per_group": 4, "dynamic": 6, "linear": 5,
+EXPECTED_CASES = {"per_tensor": 6, "per_channel": 8, "per_token": 4, "per_group": 4, "dynamic": 6, "linear": 8,
                   "lowbit": 10}
 
 
