@@ -1,7 +1,8 @@
 """The warpgroup (``wgmma``, sm_90a) prefill GEMM on the GPU: its shapes against the ``mma.sync``
 pipeline and ``torch._int_mm``, bit for bit and in GPU time. One run, one log.
 
-    python -m benchmarks.tune_wgmma [--shapes 256x4,128x5,64x8w1 ...] [--sass DIR] [--mid]
+    python -m benchmarks.tune_wgmma [--shapes 256x4,128x5,64x8w1 ...] [--sass DIR] [--mid] [--rows MxNxK,...]
+                                    [--unaligned]
 
 - exactness: every shape's output against the pipelined kernel's and against ``torch._int_mm`` followed
   by the epilogue as separately rounded float32 operations, bit for bit, at ragged shapes (``M``, ``N``
@@ -11,6 +12,8 @@ pipeline and ``torch._int_mm``, bit for bit and in GPU time. One run, one log.
   same for ``torch._int_mm`` alone and with its dequant epilogue, and the device copy in the same run;
 - ``--mid``: the batch sizes between decode and prefill instead (M = 32 .. 512), where the selected plan's
   kernel (the skinny one up to ``SKINNY_MAX_M``) is timed beside every shape forced on;
+- ``--rows``: those problems only; ``--unaligned``: for batches up to ``SKINNY_MAX_M`` also the kernel that
+  misaligned operands take (the tiled one past ``HOPPER_MIN_M``) beside the skinny kernel's byte path;
 - ``--sass DIR``: ``cuobjdump -sass`` of each shape's cubin (compiled by ptxas from the same PTX) and its
   main-loop instruction mix.
 """
@@ -141,7 +144,27 @@ def diagnose(shape: hopper.WgmmaShape) -> None:
                       flush=True)
 
 
-def timing(shapes, copy: float, problems=PREFILL + SMALL) -> list[dict]:
+def unaligned_timing(row: dict, m: int, n: int, k: int, xq, sx, w, ws, out) -> None:
+    """Misaligned operands past ``HOPPER_MIN_M`` tokens: the tiled kernel the selection falls back to beside the
+    skinny kernel's byte path (what the same batch took before session 35), both forced on aligned operands."""
+    import baracuda_numba.plans.linear as plans_linear
+    from baracuda_numba.kernels.linear import SKINNY_MAX_M
+
+    if m > SKINNY_MAX_M:
+        return
+    flops = 2 * m * n * k
+    use("selected")
+    row["tiled"] = flops / graph_ms(gemm_runner(xq, sx, w, ws, None, out, variant="tiled")) / 1e9
+    saved, plans_linear.HOPPER_MIN_M = plans_linear.HOPPER_MIN_M, SKINNY_MAX_M
+    clear_plan_cache()
+    try:
+        row["skinny_bytes"] = flops / graph_ms(gemm_runner(xq, sx, w, ws, None, out, variant="skinny")) / 1e9
+    finally:
+        plans_linear.HOPPER_MIN_M = saved
+        clear_plan_cache()
+
+
+def timing(shapes, copy: float, problems=PREFILL + SMALL, unaligned: bool = False) -> list[dict]:
     rows = []
     for m, n, k in problems:
         xq, sx, w, ws, raw_tops, epi_tops = prefill_problem(m, n, k)
@@ -160,6 +183,8 @@ def timing(shapes, copy: float, problems=PREFILL + SMALL) -> list[dict]:
                 row[shape.name] = repr(exc)[:120]
         best = max((v for key, v in row.items() if key not in ("shape", "int_mm", "int_mm_epi", "pipelined", "selected")
                     and isinstance(v, float)), default=0.0)
+        if unaligned:
+            unaligned_timing(row, m, n, k, xq, sx, w, ws, out)
         row["best_vs_int_mm_epi"] = best / row["int_mm_epi"]
         row["best_vs_int_mm"] = best / row["int_mm"]
         print(json.dumps(row, default=lambda v: round(v, 2)), flush=True)
@@ -225,6 +250,9 @@ def main() -> None:
     parser.add_argument("--sass", type=Path, default=None)
     parser.add_argument("--skip-exact", action="store_true")
     parser.add_argument("--mid", action="store_true", help="time the batch sizes between decode and prefill")
+    parser.add_argument("--rows", default=None, help="MxNxK problems to time instead, comma-separated")
+    parser.add_argument("--unaligned", action="store_true",
+                        help="also time the misaligned-operand kernels of batches up to SKINNY_MAX_M")
     args = parser.parse_args()
     shapes = [parse(s) for s in args.shapes.split(",")]
     print(f"device {torch.cuda.get_device_name()}", flush=True)
@@ -235,7 +263,10 @@ def main() -> None:
         exactness(shapes)
     copy = copy_gbs()
     print(f"copy {copy:.0f} GB/s", flush=True)
-    timing(shapes, copy, MID if args.mid else PREFILL + SMALL)
+    problems = MID if args.mid else PREFILL + SMALL
+    if args.rows:
+        problems = [tuple(int(v) for v in row.split("x")) for row in args.rows.split(",")]
+    timing(shapes, copy, problems, args.unaligned)
 
 
 if __name__ == "__main__":
