@@ -468,6 +468,14 @@ class _LinearPlan(Plan):
                         wide.tile_n, wide.threads, wide.shared_bytes)
                 self._aligned_variant = "wgmma"
             self._other_variant = "tiled"
+            if self._warpgroup_batch():
+                # Misaligned operands of a batch keep the skinny kernel's byte path: session 36
+                # (tune-wgmma-2026-11-26-s36-call5-rows.log, H100, TOPS, tiled -> skinny) 32 x 4096^2 17 -> 66,
+                # 64 x 4096^2 32 -> 78, 32 x 11008 x 4096 41 -> 75 (64 x 14336 x 4096 98 -> 82, the one loss).
+                kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, gemm.SKINNY_CHUNKS,
+                                       gemm.skinny_tiles(desc.k))
+                variant("skinny", kernel, SKINNY_M, SKINNY_N * gemm.skinny_tiles(desc.k), SKINNY_THREADS)
+                self._other_variant = "skinny"
         self._fast_specs: tuple | None = None
         self._fast_pairs: dict[KernelLauncher, LaunchPair] = {}  # per quantizer launcher: it, then the GEMM
         if not SIMULATOR:
