@@ -489,6 +489,14 @@ def test_static_smoothquant_decode_is_a_dependent_launch(m, n, k, dtype, bias):
     clear_plan_cache()
 
 
+@pytest.fixture
+def selection_only(monkeypatch):
+    """Plans selected but never run: no kernel compiled at selection (on a GPU each compile takes seconds)."""
+    from baracuda_numba.plans import linear as plans
+
+    monkeypatch.setattr(plans, "COMPILE_AT_SELECT", False)
+
+
 # The unfused decode GEMM's chunks, column tiles and launch bounds by shape: with 4 column tiles (K >= 8192) one
 # chunk where its blocks outnumber the SMs (two chunks take 140 registers, one block per SM), two where they fit
 # one wave; with 2 tiles the dependent kernel runs under launch bounds of 2 blocks, with one chunk where its blocks
@@ -500,6 +508,7 @@ def test_static_smoothquant_decode_is_a_dependent_launch(m, n, k, dtype, bias):
 # and at K >= 8192 in one wave for quantized_linear's one or two iterations.
 # Weight loads skip L1 (`_hna`) at K >= 8192 or 16 tokens (plans.linear.WEIGHT_NO_L1_*). Names: quantized_linear's,
 # SmoothQuant's waiting first (None: the same with `_w_e2_` / `_w_` spliced in), SmoothQuant's static.
+@pytest.mark.usefixtures("selection_only")
 @pytest.mark.parametrize(("m", "n", "k", "name", "waiting", "static"), [
     (1, 8192, 8192, "skinny1x4_db_v_dep1_l2p1_hna_", "skinny1x4_db_v_dep1_w_e2_hna_", None),
     (16, 8192, 8192, "skinny1x4_db_v_dep1_l2p2_hna_", "skinny1x4_db_v_dep1_w_e2_hna_", None),
@@ -541,6 +550,7 @@ def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name, wait
     clear_plan_cache()
 
 
+@pytest.mark.usefixtures("selection_only")
 @pytest.mark.parametrize(("m", "n", "k", "skips_l1"), [
     (1, 8192, 8192, True), (2, 8192, 8192, True), (1, 4096, 4096, False), (1, 11008, 4096, False),
     (16, 4096, 4096, True), (8, 4096, 4096, False)])
@@ -1229,6 +1239,7 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, variant
     np.testing.assert_array_equal(fused_out.astype(np.float64), expected.astype(np.float64))
 
 
+@pytest.mark.usefixtures("selection_only")
 def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_dependent():
     """Up to FUSED_MAX_M tokens with K >= FUSED_MIN_K against FUSED_MIN_N .. FUSED_MAX_N weight rows, and
     FUSED_ANY_SHAPE_MAX_M against any weight up to FUSED_MAX_N rows and FUSED_ANY_SHAPE_MAX_WEIGHT bytes,
@@ -1282,6 +1293,7 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
         assert plan._capture_choice == captured_two, (m, n)
 
 
+@pytest.mark.usefixtures("selection_only")
 def test_dependent_gemm_prefetches_one_iteration_into_l2_for_narrow_weights_with_long_rows_or_few_tokens():
     """The dependent decode GEMM asks L2 for one more iteration of weight before its wait on weights of
     at most 4096 rows with K >= 8192 or up to 4 tokens, and (``quantized_linear``'s, ``one_wave``) at K >= 8192

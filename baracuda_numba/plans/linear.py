@@ -336,6 +336,9 @@ HOPPER_GEMM = True
 # 55.9, the outputs bit-equal. (Up to 16 tokens the skinny kernel is the decode path: one row tile, the quantizer's
 # programmatic dependent.)
 HOPPER_MIN_M = 16
+# A selected plan compiles its aligned kernel at once on a GPU, so that the first (timed, captured) call does not.
+# Tests of the selection alone turn it off: they name kernels, and each compile takes seconds.
+COMPILE_AT_SELECT = True
 _STREAM_WORKSPACES = 16  # per plan: the streams whose workspace a QuantizedLinearPlan keeps
 
 def _pointer_slots(arrays: int) -> slice:
@@ -479,7 +482,8 @@ class _LinearPlan(Plan):
         self._fast_specs: tuple | None = None
         self._fast_pairs: dict[KernelLauncher, LaunchPair] = {}  # per quantizer launcher: it, then the GEMM
         if not SIMULATOR:
-            compiles[self._aligned_variant]()  # compile now rather than in the first run
+            if COMPILE_AT_SELECT:
+                compiles[self._aligned_variant]()
             self._install_fast_template()
 
     def _warpgroup_batch(self) -> bool:
