@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One GPU-machine session: environment, the test suite, the benchmark, the demo. Logs go to $OUT.
 # Usage (device tool, carrying .whl): bash benchmarks/gpu_session.sh [pytest args...]
+# BARACUDA_TEST_SHARD=i/n (tests/conftest.py) runs every n-th test from the i-th: tests/test_linear.py alone takes
+# about 11 minutes with 16 workers, past one device call; two or four shards each print their summary.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 PYTHONUNBUFFERED=1
