@@ -849,6 +849,66 @@ def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch, 
         assert torch.equal(out.view(torch.int16), _torch_w8a8(torch, x, w, ws, None).view(torch.int16))
 
 
+@requires_gpu
+@pytest.mark.parametrize(("m", "n", "k"), [(17, 4096, 4096), (32, 4096, 4096), (64, 4096, 4096), (48, 264, 8192),
+                                           (64, 11008, 4096)])
+def test_gpu_dependent_warpgroup_gemm_reads_each_calls_own_activations(monkeypatch, m, n, k):
+    """On an sm_90 device a batch's warpgroup GEMM (up to ``WGMMA_DEPENDENT_MAX_M`` tokens, 64 here) starts as the
+    quantizer's programmatic dependent and copies its first steps of weight before its wait. Queued calls with no
+    sync, the plan's one workspace reused: each with a new ``x`` gives its own ``x``'s result (bit for bit against
+    torch); a weight quantized by the kernel just before each call is the one read; and at N = K, layers chained on
+    one stream (each ``x`` the previous output) equal the same chain synchronized op by op."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.kernels import hopper
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    if not hopper.hopper_available():
+        pytest.skip("wgmma needs compute capability 9.0")
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    w_float = torch.randn(n, k, device="cuda", generator=g, dtype=torch.bfloat16)
+    w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
+    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
+    xs = [(torch.randn(m, k, device="cuda", generator=g) * (1 + i)).to(torch.bfloat16) for i in range(24)]
+    monkeypatch.setattr(plans, "WGMMA_DEPENDENT_MAX_M", max(plans.WGMMA_DEPENDENT_MAX_M, 64))
+    clear_plan_cache()
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
+    outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in xs]
+    args = [bn.QuantizedLinearArgs(x, w, ws, out) for x, out in zip(xs, outs, strict=True)]
+    assert plan.kernel_variant(args[0]) == "wgmma" and plan._variants["wgmma"][0].dependent
+    for a in args:
+        plan.run(a)
+    torch.cuda.synchronize()
+    for x, out in zip(xs, outs, strict=True):
+        assert torch.equal(out.view(torch.int16), _torch_w8a8(torch, x, w, ws, None).view(torch.int16))
+
+    def fresh_weights(sync: bool):
+        found = []
+        for i in range(6):
+            q = bn.dynamic_range_quantize(w_float * (i + 1) if i % 2 else -w_float, scope="token")
+            if sync:
+                torch.cuda.synchronize()
+            found.append(bn.quantized_linear(xs[i], q.q, q.scale.reshape(-1)))
+        torch.cuda.synchronize()
+        return found
+
+    stepped = fresh_weights(True)
+    assert all(torch.equal(a, b) for a, b in zip(fresh_weights(False), stepped, strict=True))
+    q = bn.dynamic_range_quantize(-w_float, scope="token")
+    assert torch.equal(stepped[0].view(torch.int16), _torch_w8a8(torch, xs[0], q.q, q.scale.reshape(-1), None)
+                       .view(torch.int16))
+    if n == k:
+        layers = [w, torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)]
+        scales = [ws * 0.1, ws * 0.2]
+
+        def chain(sync: bool):
+            return _chain(torch, xs[0], lambda x, i: bn.quantized_linear(x, layers[i % 2], scales[i % 2]), sync)
+
+        synchronized = chain(True)
+        assert all(torch.equal(a, b) for a, b in zip(chain(False), synchronized, strict=True))
+    clear_plan_cache()
+
+
 def _chain(torch, x0, layer, sync: bool, layers: int = 12) -> list:
     """``layers`` calls ``layer(x, i)`` queued on one stream, each ``x`` the previous call's output (every
     other one through a torch kernel first); ``sync``: synchronized after every call."""
@@ -1735,6 +1795,7 @@ def test_gpu_warpgroup_gemm_equals_pipelined_and_torch(m, n, k, dtype):
     plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, element, element, bias is not None))
     out = torch.empty(m, n, device="cuda", dtype=tdtype)
     assert plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, out, bias)) == "wgmma"
+    assert plan._variants["wgmma"][0].dependent == (m <= plans.WGMMA_DEPENDENT_MAX_M)
     y, s = outputs()
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setattr(plans, "HOPPER_GEMM", False)
@@ -1799,6 +1860,8 @@ try:
         for out, bias in ((ElementKind.BF16, True), (ElementKind.F32, False)):
             path = os.path.join(sys.argv[1], f"{shape.name}_{out.short}.ptx")
             open(path, "w").write(hopper.wgmma_kernel(out, bias, False, shape).ptx())
+        path = os.path.join(sys.argv[1], f"{shape.name}_dep.ptx")
+        open(path, "w").write(hopper.wgmma_kernel(ElementKind.BF16, False, False, shape, True).ptx())
 except Exception as error:  # no NVVM on this machine
     if "nvvm" in repr(error).lower() or "NotFound" in type(error).__name__:
         sys.exit(77)
@@ -1811,7 +1874,8 @@ def test_warpgroup_kernel_compiles_to_sm_90a_ptx(tmp_path):
     (where NVVM is installed), in every shape the rule may pick (one warpgroup or two): retargeted to sm_90a,
     four ``m64n{tile_n}k32`` wgmma per 128-byte k step,
     the accumulators in registers (no local memory), the async-proxy fence, and for 16-bit outputs the
-    vector epilogue's 16-byte shared loads and global stores."""
+    vector epilogue's 16-byte shared loads and global stores; the dependent form copies its first steps of weight
+    before its wait and nothing else."""
     import os
     import subprocess
     import sys
@@ -1832,3 +1896,10 @@ def test_warpgroup_kernel_compiles_to_sm_90a_ptx(tmp_path):
             assert "fence.proxy.async.shared::cta" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
             assert ".local" not in ptx
             assert ("st.global.v2.u64" in ptx and "ld.shared.v4.u32" in ptx) == (out == "bf16")
+            assert "griddepcontrol" not in ptx
+        # the programmatic dependent: its first stages - 2 steps of weight copied, then the wait, then the rest
+        ptx = (tmp_path / f"{shape.name}_dep.ptx").read_text()
+        before, after = ptx.split("griddepcontrol.wait;")
+        assert "griddepcontrol.launch_dependents;" in after and "griddepcontrol.wait" not in after
+        weight_copies = (shape.stages - 2) * shape.tile_n // (shape.threads // 8)
+        assert before.count("cp.async.cg.shared.global") == weight_copies, (shape.name, weight_copies)

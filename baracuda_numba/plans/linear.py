@@ -336,6 +336,9 @@ HOPPER_GEMM = True
 # 55.9, the outputs bit-equal. (Up to 16 tokens the skinny kernel is the decode path: one row tile, the quantizer's
 # programmatic dependent.)
 HOPPER_MIN_M = 16
+# quantized_linear's warpgroup GEMM up to this many tokens is a programmatic dependent of the quantizer, copying its
+# first steps of weight while the quantizer runs (kernels.hopper.wgmma_kernel's `dependent`). 0: plain launches.
+WGMMA_DEPENDENT_MAX_M = 64
 # A selected plan compiles its aligned kernel at once on a GPU, so that the first (timed, captured) call does not.
 # Tests of the selection alone turn it off: they name kernels, and each compile takes seconds.
 COMPILE_AT_SELECT = True
@@ -467,8 +470,9 @@ class _LinearPlan(Plan):
             self._aligned_variant = "pipelined" if desc.k % 16 == 0 else "tiled"
             if desc.k % 16 == 0 and HOPPER_GEMM and hopper.hopper_available():
                 wide = hopper.wgmma_shape(desc.m, desc.n, _multiprocessors())
-                variant("wgmma", hopper.wgmma_kernel(out, desc.has_bias, per_tensor_rows, wide), wide.tile_m,
-                        wide.tile_n, wide.threads, wide.shared_bytes)
+                dependent = self._wgmma_dependent()
+                variant("wgmma", hopper.wgmma_kernel(out, desc.has_bias, per_tensor_rows, wide, dependent),
+                        wide.tile_m, wide.tile_n, wide.threads, wide.shared_bytes, dependent=dependent)
                 self._aligned_variant = "wgmma"
             self._other_variant = "tiled"
             if self._warpgroup_batch():
@@ -485,6 +489,11 @@ class _LinearPlan(Plan):
             if COMPILE_AT_SELECT:
                 compiles[self._aligned_variant]()
             self._install_fast_template()
+
+    def _wgmma_dependent(self) -> bool:
+        """Whether the warpgroup GEMM launches as a programmatic dependent of the kernel before it (only where that
+        kernel is the plan's own quantizer)."""
+        return False
 
     def _warpgroup_batch(self) -> bool:
         """Whether a batch of at most ``SKINNY_MAX_M`` tokens takes the warpgroup GEMM (past ``HOPPER_MIN_M``
@@ -864,6 +873,9 @@ class QuantizedLinearPlan(_LinearPlan):
         self._static_quantizer.launch(self._static_blocks, STATIC_QUANTIZER_THREADS, handle, arrays,
                                       (self._static_pieces, d.m, act_scale), x.device_id)
         return True
+
+    def _wgmma_dependent(self) -> bool:
+        return self.desc.m <= WGMMA_DEPENDENT_MAX_M
 
     def _fuses_quantize(self) -> bool:
         d = self.desc
