@@ -851,9 +851,9 @@ def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch, 
 
 @requires_gpu
 @pytest.mark.parametrize(("m", "n", "k"), [(17, 4096, 4096), (32, 4096, 4096), (64, 4096, 4096), (48, 264, 8192),
-                                           (64, 11008, 4096)])
+                                           (64, 11008, 4096), (128, 4096, 4096), (100, 520, 2064)])
 def test_gpu_dependent_warpgroup_gemm_reads_each_calls_own_activations(monkeypatch, m, n, k):
-    """On an sm_90 device a batch's warpgroup GEMM (up to ``WGMMA_DEPENDENT_MAX_M`` tokens, 64 here) starts as the
+    """On an sm_90 device a batch's warpgroup GEMM (up to ``WGMMA_DEPENDENT_MAX_M`` tokens, 128 here) starts as the
     quantizer's programmatic dependent and copies its first steps of weight before its wait. Queued calls with no
     sync, the plan's one workspace reused: each with a new ``x`` gives its own ``x``'s result (bit for bit against
     torch); a weight quantized by the kernel just before each call is the one read; and at N = K, layers chained on
@@ -870,7 +870,7 @@ def test_gpu_dependent_warpgroup_gemm_reads_each_calls_own_activations(monkeypat
     w = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
     ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
     xs = [(torch.randn(m, k, device="cuda", generator=g) * (1 + i)).to(torch.bfloat16) for i in range(24)]
-    monkeypatch.setattr(plans, "WGMMA_DEPENDENT_MAX_M", max(plans.WGMMA_DEPENDENT_MAX_M, 64))
+    monkeypatch.setattr(plans, "WGMMA_DEPENDENT_MAX_M", max(plans.WGMMA_DEPENDENT_MAX_M, 128))
     clear_plan_cache()
     plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
     outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in xs]

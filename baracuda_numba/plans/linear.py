@@ -338,7 +338,11 @@ HOPPER_GEMM = True
 HOPPER_MIN_M = 16
 # quantized_linear's warpgroup GEMM up to this many tokens is a programmatic dependent of the quantizer, copying its
 # first steps of weight while the quantizer runs (kernels.hopper.wgmma_kernel's `dependent`). 0: plain launches.
-WGMMA_DEPENDENT_MAX_M = 64
+# Session 36 (probe-decode-knobs-2026-11-26-s36-call8-wgmma-dependent.log, H100, graph replay, weights rotating past
+# L2, % of the eager copy on the weight's bytes, plain -> dependent, bit-equal), M = 17 / 32 / 64 / 128: 4096^2
+# 45.6 / 44.9 / 44.3 / 40.2 -> 46.4 / 46.0 / 45.2 / 41.6; 11008 x 4096 58.3 / 57.2 / 55.2 / 51.8 -> 63.7 / 62.9 /
+# 60.6 / 56.4. Not measured past 128 tokens.
+WGMMA_DEPENDENT_MAX_M = 128
 # A selected plan compiles its aligned kernel at once on a GPU, so that the first (timed, captured) call does not.
 # Tests of the selection alone turn it off: they name kernels, and each compile takes seconds.
 COMPILE_AT_SELECT = True
