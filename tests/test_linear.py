@@ -838,12 +838,25 @@ def test_gpu_dependent_gemm_reads_each_calls_own_activations(m, n, k, prefetch, 
         monkeypatch.setattr(gemm, "DEPENDENT_STAGED", staged)
         clear_plan_cache()
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
-        outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in xs]
-        args = [bn.QuantizedLinearArgs(x, w, ws, out) for x, out in zip(xs, outs, strict=True)]
-        assert plan.kernel_variant(args[0]) == "skinny_vector" and plan._variants["skinny_vector"][0].dependent
-        for a in args:
-            plan.run(a)
+        _check_queued_calls(torch, plan, xs, w, ws, "skinny_vector")
     clear_plan_cache()
+
+
+def _requantized(w_float, i: int, shift: int = 1):
+    """The ``i``-th weight of a stream of weights quantized per row just before the calls that read them."""
+    return bn.dynamic_range_quantize(w_float * (i + shift) if i % 2 else -w_float, scope="token")
+
+
+def _check_queued_calls(torch, plan, xs, w, ws, variant: str) -> None:
+    """Calls of ``plan`` queued back to back on one stream (no host sync between them, the plan's one workspace
+    reused) with a new ``x`` each: ``variant`` launched as a programmatic dependent, and each output its own
+    ``x``'s result, bit for bit against torch."""
+    m, n = xs[0].shape[0], w.shape[0]
+    outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in xs]
+    args = [bn.QuantizedLinearArgs(x, w, ws, out) for x, out in zip(xs, outs, strict=True)]
+    assert plan.kernel_variant(args[0]) == variant and plan._variants[variant][0].dependent
+    for a in args:
+        plan.run(a)
     torch.cuda.synchronize()
     for x, out in zip(xs, outs, strict=True):
         assert torch.equal(out.view(torch.int16), _torch_w8a8(torch, x, w, ws, None).view(torch.int16))
@@ -873,19 +886,12 @@ def test_gpu_dependent_warpgroup_gemm_reads_each_calls_own_activations(monkeypat
     monkeypatch.setattr(plans, "WGMMA_DEPENDENT_MAX_M", max(plans.WGMMA_DEPENDENT_MAX_M, 128))
     clear_plan_cache()
     plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
-    outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in xs]
-    args = [bn.QuantizedLinearArgs(x, w, ws, out) for x, out in zip(xs, outs, strict=True)]
-    assert plan.kernel_variant(args[0]) == "wgmma" and plan._variants["wgmma"][0].dependent
-    for a in args:
-        plan.run(a)
-    torch.cuda.synchronize()
-    for x, out in zip(xs, outs, strict=True):
-        assert torch.equal(out.view(torch.int16), _torch_w8a8(torch, x, w, ws, None).view(torch.int16))
+    _check_queued_calls(torch, plan, xs, w, ws, "wgmma")
 
     def fresh_weights(sync: bool):
         found = []
         for i in range(6):
-            q = bn.dynamic_range_quantize(w_float * (i + 1) if i % 2 else -w_float, scope="token")
+            q = _requantized(w_float, i)
             if sync:
                 torch.cuda.synchronize()
             found.append(bn.quantized_linear(xs[i], q.q, q.scale.reshape(-1)))
@@ -1108,11 +1114,11 @@ def test_gpu_weight_quantized_just_before_the_call_is_read_after_the_wait(k):
     def calls(sync: bool):
         outs = []
         for i in range(6):
-            q = bn.dynamic_range_quantize(w_float * (i + 1) if i % 2 else -w_float, scope="token")
+            q = _requantized(w_float, i)
             if sync:
                 torch.cuda.synchronize()
             outs.append(bn.quantized_linear(x, q.q, q.scale.reshape(-1)))
-            q = bn.dynamic_range_quantize(w_float * (i + 2) if i % 2 else -w_float, scope="token")
+            q = _requantized(w_float, i, 2)
             if sync:
                 torch.cuda.synchronize()
             outs.append(bn.smoothquant_linear(act, q.q, q.scale.reshape(-1), 0.013, dtype="bfloat16"))
