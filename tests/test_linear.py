@@ -915,6 +915,51 @@ def test_gpu_dependent_warpgroup_gemm_reads_each_calls_own_activations(monkeypat
     clear_plan_cache()
 
 
+@requires_gpu
+@pytest.mark.parametrize("static", [True, False])
+@pytest.mark.parametrize(("m", "n", "k"), [(17, 4096, 4096), (64, 11008, 4096), (128, 4096, 4096), (100, 520, 2064),
+                                           (48, 264, 8192)])
+def test_gpu_smoothquant_warpgroup_gemm_waits_for_the_kernel_before(monkeypatch, m, n, k, static):
+    """SmoothQuant's warpgroup GEMM for a batch (up to ``SMOOTHQUANT_WGMMA_DEPENDENT_MAX_M`` tokens, 128 here) starts as
+    a programmatic dependent of whatever kernel comes before it. ``static``: under the static-weight promise it copies
+    its first steps of weight before its wait; without it it waits first thing, so that a weight written by the kernel
+    just before the call is the one read. 24 calls queued with no sync, each after a torch kernel that writes its
+    activations into the one buffer the calls read (and, without the promise, its weight into the one weight buffer):
+    each output is its own operands' result, bit for bit against torch's ops."""
+    torch = pytest.importorskip("torch")
+    from baracuda_numba.kernels import hopper
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    if not hopper.hopper_available():
+        pytest.skip("wgmma needs compute capability 9.0")
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    weights = [torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8) for _ in range(3)]
+    ws = torch.rand(n, device="cuda", generator=g) * 0.01 + 0.001
+    acts = [torch.randint(-127, 128, (m, k), device="cuda", generator=g, dtype=torch.int8) for _ in range(24)]
+    act, w = torch.empty_like(acts[0]), weights[0].clone()
+    monkeypatch.setattr(plans, "SMOOTHQUANT_WGMMA_DEPENDENT_MAX_M", max(plans.SMOOTHQUANT_WGMMA_DEPENDENT_MAX_M, 128))
+    clear_plan_cache()
+    plan = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16", False, static))
+    outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in acts]
+    args = bn.SmoothQuantLinearArgs(act, w, ws, 0.0173, outs[0])
+    launcher = plan._variants["wgmma"][0]
+    assert plan.kernel_variant(args) == "wgmma" and launcher.dependent
+    assert launcher._compile.__self__.py_func.__name__.endswith("_dep" if static else "_depw")
+    torch.cuda.synchronize()
+    for i, (a, out) in enumerate(zip(acts, outs, strict=True)):
+        act.copy_(a)
+        if not static:
+            w.copy_(weights[i % 3])
+        plan.run(bn.SmoothQuantLinearArgs(act, w, ws, 0.0173, out))
+    torch.cuda.synchronize()
+    clear_plan_cache()
+    for i, (a, out) in enumerate(zip(acts, outs, strict=True)):
+        acc = (a.double() @ weights[0 if static else i % 3].double().t()).to(torch.int32)
+        y = (acc.float() * torch.tensor(0.0173, device="cuda")) * ws[None, :]
+        assert torch.equal(out.view(torch.int16), y.to(torch.bfloat16).view(torch.int16)), i
+
+
 def _chain(torch, x0, layer, sync: bool, layers: int = 12) -> list:
     """``layers`` calls ``layer(x, i)`` queued on one stream, each ``x`` the previous call's output (every
     other one through a torch kernel first); ``sync``: synchronized after every call."""
@@ -994,7 +1039,7 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, static)
 @requires_gpu
 @pytest.mark.parametrize("one_call", [False, True])
 @pytest.mark.parametrize("static", [False, True])
-@pytest.mark.parametrize(("m", "k"), [(1, 4096), (2, 4096), (16, 4096), (1, 8192), (4, 8192)])
+@pytest.mark.parametrize(("m", "k"), [(1, 4096), (2, 4096), (16, 4096), (1, 8192), (4, 8192), (32, 4096)])
 def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static, one_call):
     """W8A8Linear's static-activation step chained on one stream with no sync: ``quantize_per_tensor``
     of the previous output, then ``smoothquant_linear``, whose GEMM (a programmatic dependent) waits for
@@ -1004,6 +1049,7 @@ def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static, 
     layer also equals torch's ops bit for bit."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
     from baracuda_numba.vocabulary import ElementKind
 
     clear_plan_cache()
@@ -1025,7 +1071,10 @@ def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static, 
                                                                             static))
     args = bn.SmoothQuantLinearArgs(torch.zeros(m, k, device="cuda", dtype=torch.int8), weights[0], scales[0],
                                     act_scale, torch.empty(m, k, device="cuda", dtype=torch.bfloat16))
-    assert plan.kernel_variant(args) == "skinny_vector" and plan._variants["skinny_vector"][0].dependent
+    variant = "wgmma" if plan._warpgroup_batch() else "skinny_vector"  # (past 16 tokens on an H100)
+    assert plan.kernel_variant(args) == variant
+    assert plan._variants[variant][0].dependent == (variant == "skinny_vector"
+                                                    or m <= plans.SMOOTHQUANT_WGMMA_DEPENDENT_MAX_M)
     fused = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, k, k, ElementKind.BF16, ElementKind.BF16,
                                                                        False, static, True))
     assert fused._fused == (m == 1 or (k == 4096 and (m <= 2 or (static and m <= 4))))
@@ -1868,6 +1917,8 @@ try:
             open(path, "w").write(hopper.wgmma_kernel(out, bias, False, shape).ptx())
         path = os.path.join(sys.argv[1], f"{shape.name}_dep.ptx")
         open(path, "w").write(hopper.wgmma_kernel(ElementKind.BF16, False, False, shape, True).ptx())
+        path = os.path.join(sys.argv[1], f"{shape.name}_depw.ptx")
+        open(path, "w").write(hopper.wgmma_kernel(ElementKind.BF16, False, True, shape, True, True).ptx())
 except Exception as error:  # no NVVM on this machine
     if "nvvm" in repr(error).lower() or "NotFound" in type(error).__name__:
         sys.exit(77)
@@ -1881,7 +1932,7 @@ def test_warpgroup_kernel_compiles_to_sm_90a_ptx(tmp_path):
     four ``m64n{tile_n}k32`` wgmma per 128-byte k step,
     the accumulators in registers (no local memory), the async-proxy fence, and for 16-bit outputs the
     vector epilogue's 16-byte shared loads and global stores; the dependent form copies its first steps of weight
-    before its wait and nothing else."""
+    before its wait and nothing else, and the waiting-first form reads nothing before it."""
     import os
     import subprocess
     import sys
@@ -1909,3 +1960,7 @@ def test_warpgroup_kernel_compiles_to_sm_90a_ptx(tmp_path):
         assert "griddepcontrol.launch_dependents;" in after and "griddepcontrol.wait" not in after
         weight_copies = (shape.stages - 2) * shape.tile_n // (shape.threads // 8)
         assert before.count("cp.async.cg.shared.global") == weight_copies, (shape.name, weight_copies)
+        # waiting first (SmoothQuant's GEMM after any kernel): nothing read before the wait
+        before, after = (tmp_path / f"{shape.name}_depw.ptx").read_text().split("griddepcontrol.wait;")
+        assert "griddepcontrol.launch_dependents;" in after and "griddepcontrol.wait" not in after
+        assert "ld.global" not in before and "cp.async" not in before and "ld.param" in before

@@ -302,7 +302,8 @@ def _copier(copies: int, rows_per_pass: int):
     return start_copies
 
 
-def _wgmma_gemm(epilogue, out: ElementKind, shape: WgmmaShape, dependent: bool):
+def _wgmma_gemm(epilogue, out: ElementKind, shape: WgmmaShape, dependent: bool, wait_first: bool):
+    early_weight = dependent and not wait_first  # the weight's first steps copied before the grid's wait
     tile_m, tile_n, threads, stages = shape.tile_m, shape.tile_n, shape.threads, shape.stages
     slot_bytes, count = shape.slot_bytes, tile_n // 2
     pieces = ROW_BYTES // 16  # 16-byte copies per staged row
@@ -355,15 +356,18 @@ def _wgmma_gemm(epilogue, out: ElementKind, shape: WgmmaShape, dependent: bool):
         steps = (K + ROW_BYTES - 1) // ROW_BYTES
         for i in range(count):
             acc[i] = 0
-        if dependent:
-            # A programmatic dependent of the quantizer, which triggers only after its own wait: the kernel before
-            # the quantizer is complete, so the weight's first steps are copied while the quantizer runs. Its
-            # activations and row scales are read after this grid's wait. The weight's copies join the first
-            # commit group, so the groups stay in step.
+        if early_weight:
+            # A programmatic dependent of the quantizer, which triggers only after its own wait (or of any kernel,
+            # under SmoothQuant's static-weight promise): the kernel that could write the weight is complete, so
+            # the weight's first steps are copied while the kernel before runs. The activations and row scales
+            # are read after this grid's wait. The weight's copies join the first commit group, so the groups
+            # stay in step.
             for step in range(stages - 2):
                 slot = base + step * slot_bytes + into_slot
                 k_ok = pieces * step + piece < k_pairs
                 start_w(stage, slot + w_offset, w_pairs, w_origin, w_first, row_stride, w_live, step, k_ok)
+        if dependent:
+            # (waiting first: only the launch overlaps the kernel before, which may write anything read here)
             device.grid_dependency_wait()
             device.launch_dependents()
         # steps 0 .. stages - 3 in flight before the first multiply; one commit group per step, empty
@@ -372,7 +376,7 @@ def _wgmma_gemm(epilogue, out: ElementKind, shape: WgmmaShape, dependent: bool):
             slot = base + step * slot_bytes + into_slot
             k_ok = pieces * step + piece < k_pairs
             start_a(stage, slot, a_pairs, a_origin, a_first, row_stride, a_live, step, k_ok)
-            if not dependent:
+            if not early_weight:
                 start_w(stage, slot + w_offset, w_pairs, w_origin, w_first, row_stride, w_live, step, k_ok)
             device.cp_async_commit()
         for step in range(steps):
@@ -483,18 +487,19 @@ class HopperKernel:
 
 @functools.cache
 def wgmma_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, shape: WgmmaShape = WGMMA,
-                 dependent: bool = False) -> HopperKernel:
+                 dependent: bool = False, wait_first: bool = False) -> HopperKernel:
     """The ``wgmma`` GEMM + epilogue writing ``out``; the arguments and grid of
     :func:`.linear.linear_kernel`'s ``pipelined`` kernel (16-byte aligned operands, ``K % 16 == 0``),
     ``shape.threads`` threads and ``shape.shared_bytes`` of dynamic shared memory per block. ``dependent``: launched
     as a programmatic dependent of a kernel that triggers only after its own wait (the quantizer); it copies its
-    first steps of weight, then waits for that kernel before it reads the activations or their scales."""
+    first steps of weight, then waits for that kernel before it reads the activations or their scales;
+    ``wait_first`` (with ``dependent``): it waits before it reads anything, so that any kernel may come before it."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
-    kernel = _wgmma_gemm(epilogue, out, shape, dependent)
+    kernel = _wgmma_gemm(epilogue, out, shape, dependent, dependent and wait_first)
     row = "float64" if out is ElementKind.F64 and not per_tensor_rows else "float32"
     signature = (f"void(uint8[::1], uint64[::1], uint8[::1], uint64[::1], {row}[::1], float32[::1], float32[::1], "
                  f"{uint_name(out.itemsize)}[::1], int64, int64, int64, int64, boolean, float32)")
-    rows, dep = "_tensor" if per_tensor_rows else "_token", "_dep" if dependent else ""
+    rows, dep = "_tensor" if per_tensor_rows else "_token", ("_depw" if wait_first else "_dep") if dependent else ""
     kernel.__name__ = kernel.__qualname__ = (f"w8a8_gemm_wgmma_{shape.name}_{out.short}{'_bias' if has_bias else ''}"
                                              f"{rows}{dep}")
     return HopperKernel(kernel, signature, (("launch_bounds", (shape.threads, shape.min_blocks)),))

@@ -343,6 +343,10 @@ HOPPER_MIN_M = 16
 # 45.6 / 44.9 / 44.3 / 40.2 -> 46.4 / 46.0 / 45.2 / 41.6; 11008 x 4096 58.3 / 57.2 / 55.2 / 51.8 -> 63.7 / 62.9 /
 # 60.6 / 56.4. Not measured past 128 tokens.
 WGMMA_DEPENDENT_MAX_M = 128
+# SmoothQuant's warpgroup GEMM up to this many tokens is a programmatic dependent of whatever kernel comes before it:
+# under the static-weight promise it copies its first steps of weight before its wait, as quantized_linear's does;
+# without it it waits first thing (kernels.hopper.wgmma_kernel's `wait_first`), so only its launch overlaps.
+SMOOTHQUANT_WGMMA_DEPENDENT_MAX_M = 0
 # A selected plan compiles its aligned kernel at once on a GPU, so that the first (timed, captured) call does not.
 # Tests of the selection alone turn it off: they name kernels, and each compile takes seconds.
 COMPILE_AT_SELECT = True
@@ -475,8 +479,10 @@ class _LinearPlan(Plan):
             if desc.k % 16 == 0 and HOPPER_GEMM and hopper.hopper_available():
                 wide = hopper.wgmma_shape(desc.m, desc.n, _multiprocessors())
                 dependent = self._wgmma_dependent()
-                variant("wgmma", hopper.wgmma_kernel(out, desc.has_bias, per_tensor_rows, wide, dependent),
-                        wide.tile_m, wide.tile_n, wide.threads, wide.shared_bytes, dependent=dependent)
+                kernel = hopper.wgmma_kernel(out, desc.has_bias, per_tensor_rows, wide, dependent,
+                                             self._dependent_waits_first())
+                variant("wgmma", kernel, wide.tile_m, wide.tile_n, wide.threads, wide.shared_bytes,
+                        dependent=dependent)
                 self._aligned_variant = "wgmma"
             self._other_variant = "tiled"
             if self._warpgroup_batch():
@@ -495,8 +501,9 @@ class _LinearPlan(Plan):
             self._install_fast_template()
 
     def _wgmma_dependent(self) -> bool:
-        """Whether the warpgroup GEMM launches as a programmatic dependent of the kernel before it (only where that
-        kernel is the plan's own quantizer)."""
+        """Whether the warpgroup GEMM launches as a programmatic dependent of the kernel before it: the plan's own
+        quantizer, or for SmoothQuant whatever kernel comes before (waiting for it first thing unless the weight
+        is static)."""
         return False
 
     def _warpgroup_batch(self) -> bool:
@@ -1304,6 +1311,9 @@ class SmoothQuantLinearPlan(_LinearPlan):
         # The kernel before may be anyone's: only under the static-weight promise are the weight and
         # column parameters read before the wait.
         return not self.desc.static_weight
+
+    def _wgmma_dependent(self) -> bool:
+        return DEPENDENT_GEMM and self.desc.m <= SMOOTHQUANT_WGMMA_DEPENDENT_MAX_M
 
     def run_trusted(self, args: Any, device: int) -> bool:
         pointers = trusted_pointers(self._fast_specs, args)
