@@ -124,8 +124,12 @@ class DynamicTuning:
 # / 84.2 / 82.9 / 82.2 -> 86.6 / 86.2 / 85.0 / 83.6, 8192^2 and 4096 x 11008 +0.1 to +2.5; M = 16 at
 # 4096^2 61.5 -> 56.6 (1-2 points faster at the other shapes). Session 33 (the decode kernels of session 32,
 # % of the eager copy, tune-linear-2026-11-26-s33-call5-qdep.log): M = 12 / 16 at 4096^2 49.7 / 51.5 -> 52.7 /
-# 52.1, so up to 16 rows. 0: plain launches everywhere.
-DEPENDENT_SEGMENTS_MAX = 16
+# 52.1, so up to 16 rows. Session 37 (probe-decode-knobs-2026-11-26-s37-call1-batches.log, quantized_linear with its
+# warpgroup GEMM as the quantizer's dependent, 4096^2, % of the eager copy, 16 -> 512 rows): M = 17 / 32 / 64 / 128
+# 46.0 / 46.2 / 45.2 / 41.5 -> 52.0 / 48.8 / 47.5 / 37.3, so up to 64 rows (past 16 MiB of weight the linear's
+# quantizer is a dependent at every M already: plans.linear.QUANTIZER_DEPENDENT_MIN_WEIGHT). 0: plain launches
+# everywhere.
+DEPENDENT_SEGMENTS_MAX = 64
 REGISTERS_PER_SM = 65536  # every architecture since sm_50
 MAX_THREADS = 1024  # per block
 TUNING = (DynamicTuning(resident_blocks_per_sm=2, tensor_partial_blocks_per_sm=2, tensor_quantize_blocks_per_sm=2,

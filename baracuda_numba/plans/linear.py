@@ -341,12 +341,22 @@ HOPPER_MIN_M = 16
 # Session 36 (probe-decode-knobs-2026-11-26-s36-call8-wgmma-dependent.log, H100, graph replay, weights rotating past
 # L2, % of the eager copy on the weight's bytes, plain -> dependent, bit-equal), M = 17 / 32 / 64 / 128: 4096^2
 # 45.6 / 44.9 / 44.3 / 40.2 -> 46.4 / 46.0 / 45.2 / 41.6; 11008 x 4096 58.3 / 57.2 / 55.2 / 51.8 -> 63.7 / 62.9 /
-# 60.6 / 56.4. Not measured past 128 tokens.
+# 60.6 / 56.4. Session 37 (probe-decode-knobs-2026-11-26-s37-call1-batches.log, same measure, 128 -> 512): M = 256
+# 4096^2 30.1 -> 31.7, 11008 x 4096 37.8 -> 38.9, 4096 x 11008 30.9 -> 29.2; M = 512 23.3 -> 23.5, 24.3 -> 24.3,
+# 25.0 -> 21.6 (the same run's repeat of unchanged settings moved up to 4 points), so 128 stays.
 WGMMA_DEPENDENT_MAX_M = 128
 # SmoothQuant's warpgroup GEMM up to this many tokens is a programmatic dependent of whatever kernel comes before it:
 # under the static-weight promise it copies its first steps of weight before its wait, as quantized_linear's does;
 # without it it waits first thing (kernels.hopper.wgmma_kernel's `wait_first`), so only its launch overlaps.
-SMOOTHQUANT_WGMMA_DEPENDENT_MAX_M = 0
+# Session 37 (call 1, the same log; plain -> dependent, static promise / waiting first, outputs bit-equal):
+# - 4096^2, M = 17 / 32 / 64 / 128 / 256: 55.0 / 55.4 / 54.0 / 51.6 / 40.5 -> 61.0 / 61.3 / 60.5 / 56.8 / 44.2 and
+#   55.1 / 55.6 / 54.3 / 51.7 / 40.4 -> 59.5 / 59.7 / 59.5 / 55.3 / 42.7;
+# - 11008 x 4096: 65.8 / 65.9 / 64.6 / 61.8 / 46.3 -> 69.7 / 69.2 / 68.2 / 64.7 / 48.1 and 66.0 / 65.9 / 64.6 / 61.8
+#   / 46.4 -> 68.8 / 68.5 / 67.3 / 64.0 / 47.4;
+# - 4096 x 11008: 72.0 / 71.3 / 69.9 / 63.6 / 48.8 -> 74.0 / 73.5 / 72.2 / 66.0 / 50.6 and 71.9 / 71.7 / 70.4 / 63.5 /
+#   48.7 -> 74.4 / 74.0 / 72.7 / 65.0 / 49.9;
+# - M = 512: 32.0 -> 33.9 and 31.9 -> 32.7; 28.6 -> 29.2 and 28.6 -> 28.9; 38.3 -> 38.2 and 37.3 -> 35.4. So 256.
+SMOOTHQUANT_WGMMA_DEPENDENT_MAX_M = 256
 # A selected plan compiles its aligned kernel at once on a GPU, so that the first (timed, captured) call does not.
 # Tests of the selection alone turn it off: they name kernels, and each compile takes seconds.
 COMPILE_AT_SELECT = True
