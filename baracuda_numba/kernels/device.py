@@ -157,7 +157,6 @@ __all__ = [
     "cp_async_commit",
     "cp_async_wait_group",
     "prefetch_l2",
-    "bulk_prefetch_l2",
     "streaming_store",
     "grid_dependency_wait",
     "launch_dependents",
@@ -803,9 +802,6 @@ if SIMULATOR:
     def prefetch_l2(words, c):
         pass  # a cache hint: nothing to simulate
 
-    def bulk_prefetch_l2(data, offset, size):
-        pass  # a cache hint: nothing to simulate
-
     def grid_dependency_wait():
         pass  # the simulator runs launches one after another
 
@@ -891,28 +887,6 @@ else:
             return context.get_dummy_value()
 
         return types.void(words, c), codegen
-
-    @intrinsic
-    def bulk_prefetch_l2(typingctx, data, offset, size):
-        """Ask L2 for ``size`` bytes of the byte array ``data`` from ``offset`` (both multiples of 16, from a
-        16-byte aligned array) in one bulk request that the copy engine serves (``cp.async.bulk.prefetch.L2``,
-        sm_90): no register, no load slot held, nothing to wait for."""
-        if not (isinstance(data, types.Array) and data.dtype == types.uint8 and isinstance(offset, types.Integer)
-                and isinstance(size, types.Integer)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            array, start, count = args
-            pointer = builder.ptrtoint(context.make_array(data)(context, builder, array).data, _I64)
-            address = builder.add(pointer, _to_i64(builder, start, offset))
-            length = builder.trunc(_to_i64(builder, count, size), ir.IntType(32))
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I64, ir.IntType(32)]),
-                               "{ .reg .u64 g; cvta.to.global.u64 g, $0; cp.async.bulk.prefetch.L2.global [g], $1; }",
-                               "l,r", side_effect=True)
-            builder.call(asm, [address, length])
-            return context.get_dummy_value()
-
-        return types.void(data, offset, size), codegen
 
     @functools.cache
     def streaming_store(chunk_bytes: int):

@@ -136,10 +136,6 @@ DEPENDENT_MAX_REGISTERS = 0
 # registers held) before it waits for the quantizer, where dependent_prefetch() asks for them (None:
 # its rule, else this many at every shape)
 DEPENDENT_PREFETCH_L2: int | None = None
-# bytes of each weight row (from its start) the dependent GEMM that loads weight before its wait asks L2 for in
-# one bulk request per row (``cp.async.bulk.prefetch.L2``, served by the copy engine: no load slot or register
-# held while the quantizer runs) before that wait; -1: whole rows; 0: none
-DEPENDENT_BULK_L2 = 0
 # main-loop iterations of weight the dependent GEMM copies into shared memory (``cp.async``, no register
 # held, one commit group each) before it waits for the quantizer, where dependent_staged() stages them
 # (None: its rule, else this many at every shape, as far as DEPENDENT_STAGE_BYTES allow)
@@ -718,7 +714,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
             dependent: int = 0, staged: int = 0, trace: bool = False, early_l2: int = 0,
             early_registers: bool = False, x_loads: int = ABSMAX_LOADS, fixed: tuple[int, int] | None = None,
-            wait_first: bool = False, static_scale: bool = False, weight_hint: str = "", bulk_l2: int = 0):
+            wait_first: bool = False, static_scale: bool = False, weight_hint: str = ""):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -1265,9 +1261,6 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                                  aligned)
             for ahead in range(staged + dependent, staged + dependent + prefetch_l2):
                 prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
-            if bulk_l2 and tid < SKINNY_N * n_tiles and n_block + tid < N:
-                # one bulk request per weight row of the block: HBM streams it into L2 while the quantizer runs
-                device.bulk_prefetch_l2(w_bytes, (n_block + tid) * K, K if bulk_l2 < 0 else min(bulk_l2, K))
             device.grid_dependency_wait()  # the quantizer's rows and scales are complete past this
             stamp(bias, 1, tid)
             load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
@@ -1402,7 +1395,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   staged: int = 0, max_registers: int = 0, trace: bool = False, early_l2: int = 0,
                   early_registers: bool = False, x_loads: int = ABSMAX_LOADS,
                   fixed: tuple[int, int] | None = None, wait_first: bool = False,
-                  static_scale: bool = False, weight_hint: str = "", bulk_l2: int = 0) -> ElementwiseKernel:
+                  static_scale: bool = False, weight_hint: str = "") -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -1433,9 +1426,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     :func:`_skinny`); ``x_loads`` (the fused kernel): pieces of ``x`` per thread in flight in its prologue
     (:func:`fused_x_loads`); ``fixed`` (the fused kernel): its prologue compiled for one shape
     (:func:`fixed_prologue`; the plan's ``M`` and ``K`` only); ``weight_hint`` (the skinny kernels on aligned
-    operands): the cache operators of the weight's loads (:func:`~baracuda_numba.kernels.device.hinted_load_u64x2`);
-    ``bulk_l2`` (the dependent kernel loading weight before its wait, aligned operands): bytes of each of its weight
-    rows (-1: whole rows) asked of L2 in one bulk request per row before that wait (``DEPENDENT_BULK_L2``)."""
+    operands): the cache operators of the weight's loads (:func:`~baracuda_numba.kernels.device.hinted_load_u64x2`)."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
     hint_suffix = f"_h{weight_hint}" if weight_hint else ""
     options: tuple = ()
@@ -1483,19 +1474,14 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                              f"iterations), not {staged}")
         if staged and not fused_min_blocks:
             fused_min_blocks = STAGED_MIN_BLOCKS  # the registers of the blocks DEPENDENT_STAGE_BYTES is sized for
-        if bulk_l2 and not (dependent and vector_only and not wait_first and (bulk_l2 == -1 or bulk_l2 % 16 == 0)):
-            raise ValueError(f"only the dependent skinny kernel loading weight before its wait, on aligned operands, "
-                             f"asks L2 for whole rows (-1) or multiples of 16 bytes, not {bulk_l2}")
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, prefetch_l2=fused_prefetch, double_buffer=double_buffer,
                          vector_only=vector_only, dependent=dependent, staged=staged, trace=trace,
-                         wait_first=wait_first, early_l2=early_l2, weight_hint=weight_hint if vector_only else "",
-                         bulk_l2=bulk_l2)
+                         wait_first=wait_first, early_l2=early_l2, weight_hint=weight_hint if vector_only else "")
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
                  f"{f'_dep{dependent}' if dependent else ''}{'_w' if wait_first else ''}"
                  f"{f'_e{early_l2}' if early_l2 else ''}"
                  f"{f'_st{staged}' if staged else ''}"
                  f"{f'_l2p{fused_prefetch}' if fused_prefetch else ''}"
-                 f"{(f'_bl{bulk_l2}' if bulk_l2 > 0 else '_blrow') if bulk_l2 else ''}"
                  f"{f'_b{fused_min_blocks}' if fused_min_blocks else ''}{f'_r{max_registers}' if max_registers else ''}"
                  f"{'_trace' if trace else ''}{hint_suffix if vector_only else ''}")
         if fused_min_blocks:

@@ -446,9 +446,7 @@ class _LinearPlan(Plan):
                                    wait_first=dependent and self._dependent_waits_first(),
                                    early_l2=WAIT_FIRST_EARLY_L2 if dependent and self._dependent_waits_first()
                                    and blocks <= 2 * _multiprocessors() else 0,
-                                   weight_hint=self._weight_hint(),
-                                   bulk_l2=gemm.DEPENDENT_BULK_L2 if dependent and not self._dependent_waits_first()
-                                   else 0)
+                                   weight_hint=self._weight_hint())
             variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * wide, SKINNY_THREADS,
                     staged * gemm.staged_iteration_bytes(chunks, wide), dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
