@@ -1565,8 +1565,11 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
     assert fast == checked_calls and fast_again == checked_again and fast[-1] != fast_again[-1]
     assert all(config[8] == 0x77 for config, _ in calls)
     # the skinny GEMM after the quantizer, SmoothQuant's and the fused kernel after whatever kernel, start
-    # as programmatic dependents, fast path or not
-    expected = {"two_launch_skinny": [False, True] * 4, "smoothquant_skinny": [True] * 4, "fused_bf16_bias": [True] * 4,
+    # as programmatic dependents, fast path or not; so does the quantizer of up to DEPENDENT_SEGMENTS_MAX rows
+    from baracuda_numba.plans import dynamic as plans_dynamic
+
+    assert plans_dynamic.DEPENDENT_SEGMENTS_MAX >= 32
+    expected = {"two_launch_skinny": [True, True] * 4, "smoothquant_skinny": [True] * 4, "fused_bf16_bias": [True] * 4,
                 "fused_f64": [True] * 4}.get(case, [False] * len(calls))
     assert driver.dependent == expected
 
