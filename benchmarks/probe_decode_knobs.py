@@ -19,6 +19,7 @@ import argparse
 import ast
 import itertools
 import json
+import re
 
 import torch
 
@@ -31,7 +32,7 @@ from .tune_linear import LOG, bit_equal, decode_problem, gemm_runner, graph_ms, 
 def parse_variant(text: str) -> tuple[str, dict]:
     label, _, body = text.partition(":")
     knobs = {}
-    for item in filter(None, body.split(",")):
+    for item in filter(None, re.split(r",(?![^()]*\))", body)):  # commas inside a tuple stay
         name, _, value = item.partition("=")
         knobs[name] = ast.literal_eval(value)
     return label, knobs
