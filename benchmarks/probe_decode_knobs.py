@@ -1,7 +1,8 @@
 """The W8A8 decode under knob variants of ``kernels.linear`` / ``plans.linear`` / ``plans.dynamic``, GPU time.
 
 For each decode shape and variant: the GEMM alone on pre-quantized rows (the dependent kernel back to back),
-``quantized_linear`` (per-token activations), SmoothQuant's GEMM under the static promise (`static_sq`) and without it
+``quantized_linear`` (per-token activations; under the static-weight promise, as ``W8A8Linear`` calls it:
+`static_linear`), SmoothQuant's GEMM under the static promise (`static_sq`) and without it
 (`sq`) and the static-activation
 ``quantized_linear``, each back to back in graph replay with the weights rotating past L2, as % of the eager
 device-to-device copy on the weight's bytes. Every output is bit-compared with the first variant's.
@@ -47,6 +48,7 @@ def runners_of(x, xq, sx, ws, act, gemm_out) -> dict:
                                                                 static_weight=True)),
         "sq": lambda wi: (lambda: bn.smoothquant_linear(act, wi, ws, 0.02, dtype="bfloat16")),
         "static_act": lambda wi: (lambda: bn.quantized_linear(x, wi, ws, static_weight=True, act_scale=0.02)),
+        "static_linear": lambda wi: (lambda: bn.quantized_linear(x, wi, ws, static_weight=True)),
     }
 
 

@@ -674,39 +674,6 @@ def test_wide_decode_gemm_matches_reference(monkeypatch, m, n, name):
     clear_plan_cache()
 
 
-@pytest.mark.parametrize(("m", "block"), [(16, (16, 4, 1)), (5, (16, 4, 1)), (9, (4, 1, 2))])
-def test_decode_gemm_block_of_more_warps_matches_reference(monkeypatch, m, block):
-    """The dependent decode GEMM in blocks of ``(warps, column tiles, chunks)`` (plans.linear.DEPENDENT_BLOCK): 16
-    warps of 4 tiles (one block per SM, 512 threads) and 4 warps of 1 tile, quantized_linear's and SmoothQuant's
-    (waiting first and under the static promise) against the reference, bit for bit; the last block partial, K past
-    one iteration of the warps' 64-byte chunks and not a multiple of it."""
-    from baracuda_numba.ops.common import clear_plan_cache
-    from baracuda_numba.plans import linear as plans
-
-    _force_decode_variant(monkeypatch, "two_launch")
-    monkeypatch.setattr(plans, "DEPENDENT_BLOCK", block)
-    clear_plan_cache()
-    warps, tiles, chunks = block
-    rng = np.random.default_rng(m + warps)
-    n, k = 40, 1040 + 64 * warps
-    x = _special_rows(rng.standard_normal((m, k)).astype(np.float32) * 3)
-    act = rng.integers(-127, 128, (m, k)).astype(np.int8)
-    w, ws = weights(rng, n, k)
-    bias = rng.standard_normal(n).astype(np.float32)
-    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32", True))
-    name = _skinny_vector_name(plan)
-    assert name.startswith(f"w8a8_gemm_skinny{chunks}x{tiles}_db_v_dep1") and f"_{warps}warps" in name
-    _, _, blocks, threads = plan._variants["skinny_vector"]
-    assert (blocks, threads) == (-(-n // (8 * tiles)), 32 * warps)
-    np.testing.assert_array_equal(bn.quantized_linear(x, w, ws, bias=bias), ref.linear.quantized_linear(x, w, ws, bias))
-    for static in (False, True):
-        sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "f32", True, static))
-        assert f"_{warps}warps" in _skinny_vector_name(sq)
-        np.testing.assert_array_equal(bn.smoothquant_linear(act, w, ws, 0.021, bias=bias, static_weight=static),
-                                      ref.linear.smoothquant_linear(act, w, ws, 0.021, bias, np.float32))
-    clear_plan_cache()
-
-
 def test_capture_query_is_skipped_on_the_legacy_default_stream(monkeypatch):
     """Eager calls on the legacy default stream (which no graph can capture) never ask whether a capture
     is under way (a runtime call per launch); other streams ask PyTorch."""

@@ -714,8 +714,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             prefetch_l2: int = 0, cooperative: bool = False, double_buffer: bool = False, vector_only: bool = False,
             dependent: int = 0, staged: int = 0, trace: bool = False, early_l2: int = 0,
             early_registers: bool = False, x_loads: int = ABSMAX_LOADS, fixed: tuple[int, int] | None = None,
-            wait_first: bool = False, static_scale: bool = False, weight_hint: str = "",
-            warps: int = SKINNY_WARPS):
+            wait_first: bool = False, static_scale: bool = False, weight_hint: str = ""):
     """The decode kernel. With ``x_element`` it takes ``x`` itself (elements and 16-byte pairs in
     place of ``a``'s bytes and pairs) and quantizes its rows per token (the same bits as the quantizer
     followed by the unfused kernel, in one launch):
@@ -764,7 +763,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     weight stream starts under the tail of that kernel; otherwise it waits first thing.
 
     ``fixed`` (the fused kernel: ``(rows, per_row)`` of :func:`fixed_prologue`, the launch's ``M`` and
-    ``ceil(K / (per_pair * block_threads))``): the prologue compiled for that shape. Every loop is then
+    ``ceil(K / (per_pair * SKINNY_THREADS))``): the prologue compiled for that shape. Every loop is then
     unrolled: the rows' loads, their warp reductions and their quantizes interleave instead of following
     one another row by row, with no row / slot bookkeeping. The same maxima, scales and bytes.
 
@@ -774,16 +773,11 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     after its stores.
 
     ``weight_hint`` (aligned operands, ``vector_only``): the cache operators of the weight's loads (see
-    :func:`~baracuda_numba.kernels.device.hinted_load_u64x2`); the activations' keep the default.
-
-    ``warps`` (the unfused kernels): warps per block, each taking the block's chunks of ``K`` round robin and
-    summed through shared memory at the end. More warps with more column tiles keep the warps per SM while
-    each block re-reads the activation rows for more columns."""
+    :func:`~baracuda_numba.kernels.device.hinted_load_u64x2`); the activations' keep the default."""
     w_words, slots = 2 * chunks_in_flight * n_tiles, 4 * n_tiles  # local array lengths: constants
-    block_warps, block_threads = warps, 32 * warps
     # staged, activations in global memory: both rows' pieces of every staged chunk
     x_words = max(4 * chunks_in_flight * staged, 1) if x_element is None or cooperative else 1
-    outputs = -(-32 * slots // block_threads)  # outputs per thread (1 tile: half the threads store none)
+    outputs = -(-32 * slots // SKINNY_THREADS)  # outputs per thread (1 tile: half the threads store none)
     _, row_param, column_params, store_with, _ = epilogue
     vector_only = vector_only or x_element is not None  # the one-launch kernels take aligned operands only
 
@@ -812,7 +806,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     # the quantized bytes of one 16-byte piece of x (one per element) as one store
     word_type = {2: np.uint16, 4: np.uint32, 8: np.uint64}.get(per_pair, np.uint64)
     word_dtype = np.dtype(word_type) if SIMULATOR else word_type
-    step = chunks_in_flight * block_warps  # chunks of K the block takes per main-loop iteration
+    step = chunks_in_flight * SKINNY_WARPS  # chunks of K the block takes per main-loop iteration
     fused_early = x_element is not None and not cooperative and not staged
     if (early_registers and not fused_early) or (early_l2 and not (fused_early or (dependent and wait_first))):
         raise ValueError("only the fused kernel without staging loads weight before its wait, and only it and the "
@@ -829,7 +823,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             for j in range(n_tiles):
                 w = 2 * (c * n_tiles + j)
                 w_frag[w], w_frag[w + 1] = load_weight_chunk(w_bytes, w_pairs, n_block + SKINNY_N * j + group, N,
-                                                             k + c * CHUNK_K * block_warps, K, aligned)
+                                                             k + c * CHUNK_K * SKINNY_WARPS, K, aligned)
 
     @device_function
     def prefetch_weights(w_pairs, n_block, group, N, k, K):
@@ -837,7 +831,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         load from ``k`` on."""
         for c in range(chunks_in_flight):
             for j in range(n_tiles):
-                row, kc = n_block + SKINNY_N * j + group, k + c * CHUNK_K * block_warps
+                row, kc = n_block + SKINNY_N * j + group, k + c * CHUNK_K * SKINNY_WARPS
                 if row < N and kc < K:
                     device.prefetch_l2(w_pairs, (row * K + kc) // 16)
 
@@ -868,7 +862,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     def staged_slot(base, it, c, j, tid):
         """The stage's pair holding piece ``(c, j)`` of iteration ``it`` for thread ``tid`` (the stage
         starts at pair ``base`` of the dynamic shared memory)."""
-        return base + ((it * chunks_in_flight + c) * n_tiles + j) * block_threads + tid
+        return base + ((it * chunks_in_flight + c) * n_tiles + j) * SKINNY_THREADS + tid
 
     @device_function
     def stage_weights(stage, base, w_pairs, n_block, group, N, K, first_k, chunks, tid):
@@ -878,7 +872,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             if it * step < chunks:
                 for c in range(chunks_in_flight):
                     for j in range(n_tiles):
-                        row, kc = n_block + SKINNY_N * j + group, first_k + CHUNK_K * (it * step + c * block_warps)
+                        row, kc = n_block + SKINNY_N * j + group, first_k + CHUNK_K * (it * step + c * SKINNY_WARPS)
                         valid = row < N and kc < K
                         device.cp_async_16(stage, staged_slot(base, it, c, j, tid), w_pairs,
                                            (row * K + kc) >> 4 if valid else 0, valid)
@@ -896,14 +890,14 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         if not fused:
             for it in range(staged):
                 for c in range(chunks_in_flight):
-                    kc, x = first_k + CHUNK_K * (it * step + c * block_warps), 4 * (it * chunks_in_flight + c)
+                    kc, x = first_k + CHUNK_K * (it * step + c * SKINNY_WARPS), 4 * (it * chunks_in_flight + c)
                     x_frag[x], x_frag[x + 1], x_frag[x + 2], x_frag[x + 3] = load_activations(
                         a_bytes, a_pairs, M, K, m_block, kc, aligned, tid)
         for it in range(staged):
             if it * step < chunks:  # the same for every warp
                 wait_staged(staged - 1 - it)
                 for c in range(chunks_in_flight):
-                    kc, x = first_k + CHUNK_K * (it * step + c * block_warps), 4 * (it * chunks_in_flight + c)
+                    kc, x = first_k + CHUNK_K * (it * step + c * SKINNY_WARPS), 4 * (it * chunks_in_flight + c)
                     if fused:
                         x0, x1, y0, y1 = load_activations(a_bytes, a_pairs, M, K, m_block, kc, aligned, tid)
                     else:
@@ -929,10 +923,10 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     @device_function
     def load_pieces(x_pairs, piece_lo, piece_hi, r, s, row0, row_step, live, per_row, pieces, tid):
         """This thread's ``x_loads`` pieces from slot ``s`` of local row ``r`` on (local row ``r`` is
-        row ``row0 + r * row_step`` of ``x``; slot ``s`` of a row is its piece ``tid + s * block_threads``),
+        row ``row0 + r * row_step`` of ``x``; slot ``s`` of a row is its piece ``tid + s * SKINNY_THREADS``),
         all loads issued together."""
         for u in range(x_loads):
-            p = tid + block_threads * s
+            p = tid + SKINNY_THREADS * s
             if r < live and p < pieces:
                 piece_lo[u], piece_hi[u] = device.load_u64x2(x_pairs, (row0 + r * row_step) * pieces + p)
             r, s = next_piece(r, s, per_row)
@@ -953,7 +947,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         its scale to ``scales_out[out_row0 + r * row_step]``. Ends before the stores are fenced."""
         warp, lane = tid // 32, tid % 32
         pieces = K // per_pair
-        per_row = (pieces + block_threads - 1) // block_threads
+        per_row = (pieces + SKINNY_THREADS - 1) // SKINNY_THREADS
         batch = live * per_row  # pieces per thread, taken x_loads at a time
         # the absmax pass: a row's last slot is the same step of the same batch for every thread,
         # so the warp reduction there is uniform
@@ -963,7 +957,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             load_pieces(x_pairs, piece_lo, piece_hi, r0, s0, row0, row_step, live, per_row, pieces, tid)
             for u in range(x_loads):
                 if r0 < live:
-                    if tid + block_threads * s0 < pieces:
+                    if tid + SKINNY_THREADS * s0 < pieces:
                         hi = piece_absmax(piece_lo[u], piece_hi[u], hi)
                     if s0 == per_row - 1:
                         hi = warp_reduce_max(hi, shuffle_scratch, tid)
@@ -981,12 +975,12 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             if batch > x_loads:
                 load_pieces(x_pairs, piece_lo, piece_hi, r0, s0, row0, row_step, live, per_row, pieces, tid)
             for u in range(x_loads):
-                p = tid + block_threads * s0
+                p = tid + SKINNY_THREADS * s0
                 if r0 < live:
                     out_row = out_row0 + r0 * row_step
                     if r0 != current:
                         top = S(0)
-                        for other_warp in range(block_warps):
+                        for other_warp in range(SKINNY_WARPS):
                             top = max(top, warp_max[other_warp, r0])
                         scale, inv = row_params(top)
                         current = r0
@@ -1009,7 +1003,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         pieces = K // per_pair
         for r in range(fixed_rows):
             for s in range(fixed_slots):
-                p = tid + block_threads * s
+                p = tid + SKINNY_THREADS * s
                 if p < pieces:
                     piece_lo[r * fixed_slots + s], piece_hi[r * fixed_slots + s] = device.load_u64x2(
                         x_pairs, r * pieces + p)
@@ -1020,7 +1014,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
                 scales_out[tid] = scale
             for r in range(fixed_rows):
                 for s in range(fixed_slots):
-                    p = tid + block_threads * s
+                    p = tid + SKINNY_THREADS * s
                     if p < pieces:
                         xq_words[r * row_words + p] = word_type(
                             quantized_piece(piece_lo[r * fixed_slots + s], piece_hi[r * fixed_slots + s], inv))
@@ -1029,7 +1023,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         for r in range(fixed_rows):
             hi = S(0)
             for s in range(fixed_slots):
-                if tid + block_threads * s < pieces:
+                if tid + SKINNY_THREADS * s < pieces:
                     hi = piece_absmax(piece_lo[r * fixed_slots + s], piece_hi[r * fixed_slots + s], hi)
             row_max[r] = hi
         for i in range(5):  # the rows' shuffles side by side: one chain's latency
@@ -1042,13 +1036,13 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         cuda.syncthreads()
         for r in range(fixed_rows):
             top = S(0)
-            for other_warp in range(block_warps):
+            for other_warp in range(SKINNY_WARPS):
                 top = max(top, warp_max[other_warp, r])
             scale, inv = row_params(top)
             if tid == 0:
                 scales_out[r] = scale
             for s in range(fixed_slots):
-                p = tid + block_threads * s
+                p = tid + SKINNY_THREADS * s
                 if p < pieces:
                     xq_words[r * row_words + p] = word_type(
                         quantized_piece(piece_lo[r * fixed_slots + s], piece_hi[r * fixed_slots + s], inv))
@@ -1077,7 +1071,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         """``acc +=`` one main-loop iteration: the activation chunks matching ``w_frag``'s weight pieces
         (from ``k`` on, see :func:`load_weights`) against them, every column tile."""
         for c in range(chunks_in_flight):
-            kc = k + c * CHUNK_K * block_warps
+            kc = k + c * CHUNK_K * SKINNY_WARPS
             x0, x1, y0, y1 = load_activations(a_bytes, a_pairs, M, K, m_block, kc, aligned, tid)
             for j in range(n_tiles):
                 w = 2 * (c * n_tiles + j)
@@ -1138,7 +1132,7 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
         """This thread's outputs' column scales and biases (``columns``) and row scales (``rows``), loaded
         before the weight stream so that their latency hides under it."""
         for o in range(outputs):
-            index = tid + o * block_threads
+            index = tid + o * SKINNY_THREADS
             if index < 32 * slots:
                 _, _, local, n = output_of(index, n_block)
                 if columns:
@@ -1157,11 +1151,11 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             partial[warp, i, lane] = acc[i]
         cuda.syncthreads()
         for o in range(outputs):
-            index = tid + o * block_threads
+            index = tid + o * SKINNY_THREADS
             if index < 32 * slots:
                 slot, source, local, n = output_of(index, n_block)
                 total = 0
-                for other in range(block_warps):
+                for other in range(SKINNY_WARPS):
                     total += partial[other, slot, source]
                 m = m_block + local
                 if m < M and n < N:
@@ -1192,11 +1186,11 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
             # before (which writes x) before anything, then let the next kernel start
             device.grid_dependency_wait()
             device.launch_dependents()
-        scratch = cuda.shared.array((block_threads, 6), np.int32)  # used only by the simulator's mma
-        partial = cuda.shared.array((block_warps, slots, 32), np.int32)
+        scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
+        partial = cuda.shared.array((SKINNY_WARPS, slots, 32), np.int32)
         scales = cuda.shared.array(SKINNY_M, S)  # fused: the block's per-token scales (epilogue)
-        warp_max = cuda.shared.array((block_warps, SKINNY_M), S)  # fused: each warp's row maxima
-        shuffle_scratch = cuda.shared.array(block_threads, S)  # used only by the simulator's shuffles
+        warp_max = cuda.shared.array((SKINNY_WARPS, SKINNY_M), S)  # fused: each warp's row maxima
+        shuffle_scratch = cuda.shared.array(SKINNY_THREADS, S)  # used only by the simulator's shuffles
         # fused: the block's quantized rows, `K + 16` bytes apart (the pad skews rows across banks);
         # sized by the launch (fused_shared_bytes), both views of the same dynamic shared memory
         xq_words = cuda.shared.array(0, word_dtype, alignment=STAGE_ALIGNMENT)
@@ -1289,10 +1283,10 @@ def _skinny(epilogue: Epilogue, chunks_in_flight: int, n_tiles: int, x_element: 
     def cooperative_kernel(x_elems, x_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                            xq_words, xq_pairs, counters, M, N, K, tiles_m, aligned, tensor_scale):
         tid = cuda.threadIdx.x
-        scratch = cuda.shared.array((block_threads, 6), np.int32)  # used only by the simulator's mma
-        partial = cuda.shared.array((block_warps, slots, 32), np.int32)
-        warp_max = cuda.shared.array((block_warps, SKINNY_M), S)
-        shuffle_scratch = cuda.shared.array(block_threads, S)  # used only by the simulator's shuffles
+        scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
+        partial = cuda.shared.array((SKINNY_WARPS, slots, 32), np.int32)
+        warp_max = cuda.shared.array((SKINNY_WARPS, SKINNY_M), S)
+        shuffle_scratch = cuda.shared.array(SKINNY_THREADS, S)  # used only by the simulator's shuffles
         ticket = cuda.shared.array(1, np.uint32)
         stage = cuda.shared.array(0, _DYNAMIC_STAGE_DTYPE, alignment=STAGE_ALIGNMENT)  # staged weight (launch-sized)
         x_stage = cuda.local.array(x_words, np.uint64)
@@ -1401,7 +1395,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
                   staged: int = 0, max_registers: int = 0, trace: bool = False, early_l2: int = 0,
                   early_registers: bool = False, x_loads: int = ABSMAX_LOADS,
                   fixed: tuple[int, int] | None = None, wait_first: bool = False,
-                  static_scale: bool = False, weight_hint: str = "", warps: int = SKINNY_WARPS) -> ElementwiseKernel:
+                  static_scale: bool = False, weight_hint: str = "") -> ElementwiseKernel:
     """The GEMM + epilogue kernel writing ``out`` (f32 / f64 / f16 / bf16): ``skinny``, else
     ``pipelined`` with ``pipeline``'s shape (16-byte aligned operands, ``K % 16 == 0``), else ``tiled``.
     With ``per_tensor_rows`` the row scale is the scalar ``tensor_scale`` (SmoothQuant's static
@@ -1432,8 +1426,7 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
     :func:`_skinny`); ``x_loads`` (the fused kernel): pieces of ``x`` per thread in flight in its prologue
     (:func:`fused_x_loads`); ``fixed`` (the fused kernel): its prologue compiled for one shape
     (:func:`fixed_prologue`; the plan's ``M`` and ``K`` only); ``weight_hint`` (the skinny kernels on aligned
-    operands): the cache operators of the weight's loads (:func:`~baracuda_numba.kernels.device.hinted_load_u64x2`);
-    ``warps`` (the unfused skinny kernels): warps per block (``32 * warps`` threads, also in the launch bounds)."""
+    operands): the cache operators of the weight's loads (:func:`~baracuda_numba.kernels.device.hinted_load_u64x2`)."""
     epilogue = _epilogue(out, has_bias, per_tensor_rows)
     hint_suffix = f"_h{weight_hint}" if weight_hint else ""
     options: tuple = ()
@@ -1483,18 +1476,16 @@ def linear_kernel(out: ElementKind, has_bias: bool, per_tensor_rows: bool, skinn
             fused_min_blocks = STAGED_MIN_BLOCKS  # the registers of the blocks DEPENDENT_STAGE_BYTES is sized for
         kernel = _skinny(epilogue, skinny_chunks, skinny_tiles, prefetch_l2=fused_prefetch, double_buffer=double_buffer,
                          vector_only=vector_only, dependent=dependent, staged=staged, trace=trace,
-                         wait_first=wait_first, early_l2=early_l2, weight_hint=weight_hint if vector_only else "",
-                         warps=warps)
+                         wait_first=wait_first, early_l2=early_l2, weight_hint=weight_hint if vector_only else "")
         shape = (f"skinny{skinny_chunks}x{skinny_tiles}{'_db' if double_buffer else ''}{'_v' if vector_only else ''}"
                  f"{f'_dep{dependent}' if dependent else ''}{'_w' if wait_first else ''}"
                  f"{f'_e{early_l2}' if early_l2 else ''}"
                  f"{f'_st{staged}' if staged else ''}"
                  f"{f'_l2p{fused_prefetch}' if fused_prefetch else ''}"
                  f"{f'_b{fused_min_blocks}' if fused_min_blocks else ''}{f'_r{max_registers}' if max_registers else ''}"
-                 f"{'_trace' if trace else ''}{hint_suffix if vector_only else ''}"
-                 f"{f'_{warps}warps' if warps != SKINNY_WARPS else ''}")
+                 f"{'_trace' if trace else ''}{hint_suffix if vector_only else ''}")
         if fused_min_blocks:
-            options = (("launch_bounds", (32 * warps, fused_min_blocks)),)
+            options = (("launch_bounds", (SKINNY_THREADS, fused_min_blocks)),)
         if max_registers:
             options += (("max_registers", max_registers),)
     elif pipeline is not None:

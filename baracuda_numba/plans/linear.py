@@ -30,7 +30,6 @@ from ..kernels.linear import (
     SKINNY_MAX_M,
     SKINNY_N,
     SKINNY_THREADS,
-    SKINNY_WARPS,
     TILE_M,
     TILE_N,
     TILE_THREADS,
@@ -189,10 +188,6 @@ WIDE_TILES = True
 WIDE_TILES_MAX = 7
 WIDE_TILES_MIN_M = 16
 WIDE_TILES_PREFETCH_L2 = 1  # quantized_linear's GEMM in wide blocks from WIDE_TILES_MIN_M tokens
-# The dependent decode GEMM's block as (warps, column tiles, chunks) in place of the rules above (None: the rules).
-# More warps per block with more column tiles keep the warps per SM while the activation rows, which every block
-# reads whole from L2, are read once for more columns (launch bounds of one block per SM past 8 warps).
-DEPENDENT_BLOCK: tuple[int, int, int] | None = None
 # SmoothQuant's GEMM under the static promise (its weight loaded before its wait, as quantized_linear's GEMM) takes
 # the wide blocks at every M; below WIDE_TILES_MIN_M tokens at most WIDE_TILES_MAX_FEW_TOKENS tiles (7 spill 24
 # bytes); past three 2-tile blocks per SM, from WIDE_TILES_MIN_M tokens, it asks L2 for WIDE_TILES_PREFETCH_L2
@@ -430,10 +425,6 @@ class _LinearPlan(Plan):
             if (dependent and wide == 2 and gemm.DEPENDENT_CHUNKS is None
                     and 2 * _multiprocessors() < blocks <= 3 * _multiprocessors()):
                 chunks = THREE_PER_SM_CHUNKS
-            warps, min_blocks = SKINNY_WARPS, (2 if wide != tiles else gemm.dependent_min_blocks(tiles))
-            if dependent and DEPENDENT_BLOCK is not None:
-                warps, wide, chunks = DEPENDENT_BLOCK
-                blocks, min_blocks = -(-desc.m // SKINNY_M) * -(-desc.n // (SKINNY_N * wide)), max(1, 16 // warps)
             staged = gemm.dependent_staged(desc.m, desc.n, desc.k, chunks, wide) if dependent else 0
             # the one-wave prefetch at K >= 8192: quantized_linear's GEMM, and SmoothQuant's under the static promise
             # (STATIC_SMOOTHQUANT_ONE_WAVE_PREFETCH); SmoothQuant's waiting first asks L2 by WAIT_FIRST_EARLY_L2
@@ -448,14 +439,15 @@ class _LinearPlan(Plan):
                 prefetch = WIDE_TILES_PREFETCH_L2
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, wide,
                                    double_buffer=True, vector_only=True, fused_prefetch=prefetch,
-                                   fused_min_blocks=min_blocks if dependent else 0,
+                                   fused_min_blocks=(2 if wide != tiles else gemm.dependent_min_blocks(tiles))
+                                   if dependent else 0,
                                    dependent=gemm.DEPENDENT_PRELOAD if dependent else 0, staged=staged,
                                    max_registers=gemm.DEPENDENT_MAX_REGISTERS if dependent else 0,
                                    wait_first=dependent and self._dependent_waits_first(),
                                    early_l2=WAIT_FIRST_EARLY_L2 if dependent and self._dependent_waits_first()
                                    and blocks <= 2 * _multiprocessors() else 0,
-                                   weight_hint=self._weight_hint(), warps=warps)
-            variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * wide, 32 * warps,
+                                   weight_hint=self._weight_hint())
+            variant("skinny_vector", kernel, SKINNY_M, SKINNY_N * wide, SKINNY_THREADS,
                     staged * gemm.staged_iteration_bytes(chunks, wide), dependent=dependent)
             self._aligned_variant, self._other_variant = "skinny_vector", "skinny"
             chunks = gemm.skinny_chunks(one_launch=True)
