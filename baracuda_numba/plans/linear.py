@@ -277,6 +277,9 @@ WEIGHT_NO_L1_MIN_M = 16
 # chunk, 3 blocks).
 STATIC_ONE_WAVE_CHUNKS = 2
 STATIC_ONE_WAVE_MIN_BLOCKS = 2
+# Whether the static fused kernel loads its first iteration into registers before its wait outside the one-wave
+# shape too (False: there it asks L2 for kernels.linear.FUSED_EARLY_L2 iterations, as without the promise).
+STATIC_EARLY_REGISTERS_EVERYWHERE = True
 # The fused kernel without the static promise takes that one-wave shape too (False: only with it). It reads
 # nothing before its wait; only the chunks in flight and the launch bounds change. Session 26 (H100, graph
 # replay, % of the eager copy, 4096^2 M = 1 / 2, launched as a dependent): 59.0 / 54.3 (1 chunk, bounds of 3)
@@ -458,6 +461,7 @@ class _LinearPlan(Plan):
                 staged = gemm.one_launch_staged(desc.m, desc.n, desc.k, chunks, tiles, False)
                 fused_dependent = desc.k >= FUSED_DEPENDENT_MIN_K or static
                 early = fused_dependent and not staged  # weight read before the wait (staged: after it)
+                static = static and (STATIC_EARLY_REGISTERS_EVERYWHERE or self._one_wave(tiles))
                 kernel = linear_kernel(out, desc.has_bias, False, True, None, chunks, tiles,
                                        fused_input=self.entry.input_element, fused_prefetch=prefetch,
                                        fused_min_blocks=min_blocks, double_buffer=True, staged=staged,
