@@ -337,21 +337,24 @@ def test_capture_launches_two_kernels_where_fusing_only_saves_host_time(monkeypa
     clear_plan_cache()
 
 
-# A static weight (the caller's promise that the kernel before the call does not write it): the fused
-# kernel, a programmatic dependent at every K, loads its first weight before its wait; where its blocks
-# fit one wave at two per SM it keeps two chunks in flight under launch bounds of two blocks, and it fuses
-# up to STATIC_FUSED_MAX_M tokens (under capture too). Without the promise it only asks L2 for weight
-# before its wait, and only where it is a dependent (K >= FUSED_DEPENDENT_MIN_K, raised here); it takes the
-# one-wave shape too where ONE_WAVE_SHAPE says so, and then fuses up to ONE_WAVE_FUSED_MAX_M tokens.
-@pytest.mark.parametrize(("m", "n", "k", "dtype", "static", "one_wave"), [
-    (1, 24, 1040, "f32", True, True), (2, 40, 528, "f16", True, False), (1, 9, 144, "f64", True, True),
-    (2, 24, 1040, "f32", False, True), (2, 40, 528, "f16", False, False), (1, 24, 144, "f32", False, False),
+# A static weight (the caller's promise that the kernel before the call does not write it): the fused kernel is a
+# programmatic dependent at every K; where its blocks fit one wave at two per SM it loads its first weight before its
+# wait, keeps two chunks in flight under launch bounds of two blocks, and fuses up to STATIC_FUSED_MAX_M tokens (under
+# capture too); elsewhere it asks L2 for weight before its wait (plans.linear.STATIC_EARLY_REGISTERS_EVERYWHERE; 40
+# columns on one SM: 3 blocks, not one wave). Without the promise it only asks L2 for weight before its wait, and only
+# where it is a dependent (K >= FUSED_DEPENDENT_MIN_K, raised here); it takes the one-wave shape too where
+# ONE_WAVE_SHAPE says so, and then fuses up to ONE_WAVE_FUSED_MAX_M tokens.
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "static", "one_wave", "sms"), [
+    (1, 24, 1040, "f32", True, True, 132), (2, 40, 528, "f16", True, False, 132), (1, 9, 144, "f64", True, True, 132),
+    (1, 40, 1040, "f32", True, True, 1), (2, 24, 1040, "f32", False, True, 132), (2, 40, 528, "f16", False, False, 132),
+    (1, 24, 144, "f32", False, False, 132),
 ])
-def test_static_weight_loads_the_weight_before_the_wait(monkeypatch, m, n, k, dtype, static, one_wave):
+def test_static_weight_loads_the_weight_before_the_wait(monkeypatch, m, n, k, dtype, static, one_wave, sms):
     from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
+    monkeypatch.setattr(plans, "_multiprocessors", lambda: sms)
     monkeypatch.setattr(plans, "FUSED_DEPENDENT_MIN_K", 512)
     monkeypatch.setattr(plans, "ONE_WAVE_SHAPE", one_wave)
     monkeypatch.setattr(plans, "FUSED_MIN_K", 1 << 20)  # only the any-shape rule fuses: 1 token, or 2 if static
@@ -364,16 +367,19 @@ def test_static_weight_loads_the_weight_before_the_wait(monkeypatch, m, n, k, dt
     args = bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, n), x.dtype), bias)
     fuses = static or m <= (plans.ONE_WAVE_FUSED_MAX_M if one_wave else plans.FUSED_ANY_SHAPE_MAX_M)
     assert plan.kernel_variant(args) == ("fused" if fuses else "skinny_vector")
-    wave = static or one_wave
+    fits = -(-n // 16) <= 2 * sms  # the blocks fit one wave at two per SM
+    wave = fits and (static or one_wave)
     if fuses:
         launcher = plan._variants["fused"][0]
         name = launcher._compile.__self__.py_func.__name__
         dependent = static or k >= plans.FUSED_DEPENDENT_MIN_K
+        registers = static and fits
         assert launcher.dependent == dependent
-        assert ("_er_" in name) == static and (f"_e{gemm.FUSED_EARLY_L2}_" in name) == (dependent and not static)
+        assert ("_er_" in name) == registers
+        assert (f"_e{gemm.FUSED_EARLY_L2}_" in name) == (dependent and not registers)
         assert name.startswith("w8a8_gemm_skinny2x2_fused_" if wave else "w8a8_gemm_skinny1x2_fused_"), name
         assert ("_b2_" in name) == wave
-        prefetch = plans.STATIC_ONE_WAVE_PREFETCH_L2 if static else plans.ONE_WAVE_PREFETCH_L2 if one_wave else 0
+        prefetch = (plans.STATIC_ONE_WAVE_PREFETCH_L2 if static else plans.ONE_WAVE_PREFETCH_L2) if wave else 0
         assert (f"_l2p{prefetch}_" in name) == (prefetch > 0)
         assert not plan._capture_choice or not static
     plan.run(args)
@@ -1678,6 +1684,7 @@ def test_gpu_fused_decode_equals_two_launches_and_torch(m, n, k, dtype, variant)
     """One launch (x quantized inside the GEMM) gives the two-launch path's bits and torch's; ``static``:
     the fused kernel of a static weight (its first weight loaded before its wait)."""
     torch = pytest.importorskip("torch")
+    from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
@@ -1699,7 +1706,9 @@ def test_gpu_fused_decode_equals_two_launches_and_torch(m, n, k, dtype, variant)
     kernel = "fused" if variant == "static" else variant
     assert plan.kernel_variant(args) == kernel and plan._fast_pointers(args) is not None
     name = plan._variants[kernel][0]._compile.__self__.py_func.__name__
-    assert ("_er_" in name) == (variant == "static"), name
+    # the static weight's first iteration in registers before the wait where the blocks fit one wave at two per
+    # SM (plans.linear.STATIC_EARLY_REGISTERS_EVERYWHERE), else asked of L2 as without the promise
+    assert ("_er_" in name) == (variant == "static" and plan._one_wave(gemm.skinny_tiles(k))), name
     plan.run(args)  # the fast path
     checked = torch.empty_like(fused)
     plan.run(bn.QuantizedLinearArgs(x, w, ws, checked, bias), stream=torch.cuda.current_stream())

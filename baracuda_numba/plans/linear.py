@@ -264,22 +264,27 @@ CAPTURE_UNFUSED = True
 # kernel lost 5 points with it.
 WEIGHT_NO_L1_MIN_K = 8192
 WEIGHT_NO_L1_MIN_M = 16
-# With a static weight (QuantizedLinearDescriptor.static_weight) the fused kernel is a programmatic dependent
-# at every K and loads its first iteration of weight (and its column scales and bias) before its wait, not
-# only L2 prefetches (kernels.linear.FUSED_EARLY_L2). Where its blocks fit one wave at two per SM (2 column
-# tiles), it keeps STATIC_ONE_WAVE_CHUNKS chunks in flight under launch bounds of
-# STATIC_ONE_WAVE_MIN_BLOCKS; it then fuses up to STATIC_FUSED_MAX_M tokens, under capture too (elsewhere it
-# fuses as the fused kernel without the promise does: at 6144 x 4096, M = 4, session 27, call 11, it gave 52.2%
-# against 63.4 for the two launches; at 8192 x 4096, M = 1, 64.6 against 67.3, call 4). Session 22 (H100,
-# back-to-back calls in graph replay, % of copy, M = 1 / 2): 4096^2 fused 63.6 / 57.0, static 80.0 / 73.7, two
-# launches 70.9 / 67.1 (1 chunk under 3 blocks, static: 66.5 / 59.9); 8192^2 fused (2 iterations asked of L2)
-# 100.0 / 88.6, static 101.5 / 92.0; 11008 x 4096 static 85.4, two launches 85.3 (M = 1, more than one wave: 1
-# chunk, 3 blocks).
+# With a static weight (QuantizedLinearDescriptor.static_weight) the fused kernel is a programmatic dependent at every
+# K. Where its blocks fit one wave at two per SM (2 column tiles), it loads its first iteration of weight (and its
+# column scales and bias) before its wait, not only L2 prefetches (kernels.linear.FUSED_EARLY_L2; elsewhere see
+# STATIC_EARLY_REGISTERS_EVERYWHERE), and keeps STATIC_ONE_WAVE_CHUNKS chunks in flight under launch bounds of
+# STATIC_ONE_WAVE_MIN_BLOCKS; it then fuses up to STATIC_FUSED_MAX_M tokens, under capture too (elsewhere it fuses as
+# the fused kernel without the promise does: at 6144 x 4096, M = 4, session 27, call 11, it gave 52.2% against 63.4
+# for the two launches; at 8192 x 4096, M = 1, 64.6 against 67.3, call 4). Session 22 (H100, back-to-back calls in
+# graph replay, % of copy, M = 1 / 2): 4096^2 fused 63.6 / 57.0, static 80.0 / 73.7, two launches 70.9 / 67.1 (1 chunk
+# under 3 blocks, static: 66.5 / 59.9); 8192^2 fused (2 iterations asked of L2) 100.0 / 88.6, static 101.5 / 92.0;
+# 11008 x 4096 static 85.4, two launches 85.3 (M = 1, more than one wave: 1 chunk, 3 blocks).
 STATIC_ONE_WAVE_CHUNKS = 2
 STATIC_ONE_WAVE_MIN_BLOCKS = 2
-# Whether the static fused kernel loads its first iteration into registers before its wait outside the one-wave
-# shape too (False: there it asks L2 for kernels.linear.FUSED_EARLY_L2 iterations, as without the promise).
-STATIC_EARLY_REGISTERS_EVERYWHERE = True
+# Whether the static fused kernel loads its first iteration into registers before its wait outside the one-wave shape
+# too (False: there it asks L2 for kernels.linear.FUSED_EARLY_L2 iterations before its wait, as without the promise;
+# it stays a dependent at every K). Session 22 had the two alike at 8192^2 (M = 1 / 2 101.5 / 92.0 against 100.0 /
+# 88.6 under the old ceiling); the L2 form has since become the faster there (not profiled why: later sessions changed
+# the default kernel's loads at K >= 8192). Session 38 (H100, graph replay, weights rotating past L2, % of the eager
+# copy, quantized_linear under the static promise, registers -> L2; probe-decode-knobs-2026-11-27-s38-call3-*.log):
+# 8192^2 M = 1 / 2 84.7 / 76.9 -> 90.2 / 78.2 (call 2: 84.8 against 90.2 without the promise); 11008 x 4096 M = 1 / 2
+# 74.5 / 69.8 -> 74.1 / 69.8.
+STATIC_EARLY_REGISTERS_EVERYWHERE = False
 # The fused kernel without the static promise takes that one-wave shape too (False: only with it). It reads
 # nothing before its wait; only the chunks in flight and the launch bounds change. Session 26 (H100, graph
 # replay, % of the eager copy, 4096^2 M = 1 / 2, launched as a dependent): 59.0 / 54.3 (1 chunk, bounds of 3)
