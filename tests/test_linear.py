@@ -72,7 +72,10 @@ def linear_problems(draw):
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # f16 outputs saturate to inf
-@settings(max_examples=6 if SIMULATOR else 150)
+# On a GPU most examples select plans of their own shape and compile their kernels (several seconds each): 150
+# examples ran past every device call's limit (sessions 33-38: the test_linear.py runs and shards cut with this
+# test and the one queued behind it on its worker unfinished), so 24.
+@settings(max_examples=6 if SIMULATOR else 24)
 @given(linear_problems())
 def test_linear_ops_match_reference_on_random_problems(problem):
     x, w, ws, bias, act_scale = problem
