@@ -279,8 +279,8 @@ STATIC_ONE_WAVE_MIN_BLOCKS = 2
 # Whether the static fused kernel loads its first iteration into registers before its wait outside the one-wave shape
 # too (False: there it asks L2 for kernels.linear.FUSED_EARLY_L2 iterations before its wait, as without the promise;
 # it stays a dependent at every K). Session 22 had the two alike at 8192^2 (M = 1 / 2 101.5 / 92.0 against 100.0 /
-# 88.6 under the old ceiling); the L2 form has since become the faster there (not profiled why: later sessions changed
-# the default kernel's loads at K >= 8192). Session 38 (H100, graph replay, weights rotating past L2, % of the eager
+# 88.6 under the old ceiling); the L2 form has since become the faster there (which later change did it was not
+# traced). Session 38 (H100, graph replay, weights rotating past L2, % of the eager
 # copy, quantized_linear under the static promise, registers -> L2; probe-decode-knobs-2026-11-27-s38-call3-*.log):
 # 8192^2 M = 1 / 2 84.7 / 76.9 -> 90.2 / 78.2 (call 2: 84.8 against 90.2 without the promise); 11008 x 4096 M = 1 / 2
 # 74.5 / 69.8 -> 74.1 / 69.8.
@@ -466,12 +466,13 @@ class _LinearPlan(Plan):
                 staged = gemm.one_launch_staged(desc.m, desc.n, desc.k, chunks, tiles, False)
                 fused_dependent = desc.k >= FUSED_DEPENDENT_MIN_K or static
                 early = fused_dependent and not staged  # weight read before the wait (staged: after it)
-                static = static and (STATIC_EARLY_REGISTERS_EVERYWHERE or self._one_wave(tiles))
+                # the static weight's first iteration into registers before the wait, else asked of L2
+                registers = static and (STATIC_EARLY_REGISTERS_EVERYWHERE or self._one_wave(tiles))
                 kernel = linear_kernel(out, desc.has_bias, False, True, None, chunks, tiles,
                                        fused_input=self.entry.input_element, fused_prefetch=prefetch,
                                        fused_min_blocks=min_blocks, double_buffer=True, staged=staged,
-                                       early_l2=gemm.FUSED_EARLY_L2 if early and not static else 0,
-                                       early_registers=early and static, x_loads=x_loads, fixed=fixed,
+                                       early_l2=gemm.FUSED_EARLY_L2 if early and not registers else 0,
+                                       early_registers=early and registers, x_loads=x_loads, fixed=fixed,
                                        static_scale=self._static_activation(), weight_hint=self._weight_hint())
                 variant("fused", kernel, SKINNY_M, SKINNY_N * tiles, SKINNY_THREADS,
                         gemm.fused_shared_bytes(desc.m, desc.k) + staged * gemm.staged_iteration_bytes(chunks, tiles),
