@@ -36,7 +36,8 @@ def two_launch(x, weights, ws, dependent: bool):
 
 
 def main() -> None:
-    saved = plans.FUSED_MAX_M, plans.FUSED_ANY_SHAPE_MAX_M, plans.FUSED_MIN_K, plans.FUSED_MIN_N
+    saved = (plans.FUSED_MAX_M, plans.FUSED_ANY_SHAPE_MAX_M, plans.FUSED_MIN_K, plans.FUSED_MIN_N,
+             plans.LONG_ROWS_FUSED_MAX_M)
     copy = copy_gbs()
     print(f"copy {copy:.0f} GB/s")
     for m, n, k in SHAPES:
@@ -56,13 +57,14 @@ def main() -> None:
                 row[f"two_launch{'' if dependent else '_plain'}_k{keep}_us"] = 1e3 * graph_ms(
                     two_launch(x, weights, ws, dependent), calls=10 * len(weights))
         plans_dynamic.TUNING = shipped
-        plans.FUSED_MAX_M = plans.FUSED_ANY_SHAPE_MAX_M = 16
+        plans.FUSED_MAX_M = plans.FUSED_ANY_SHAPE_MAX_M = plans.LONG_ROWS_FUSED_MAX_M = 16
         plans.FUSED_MIN_K = plans.FUSED_MIN_N = 0
         clear_plan_cache()
         calls = itertools.cycle(weights)
         row["fused_us"] = 1e3 * graph_ms(lambda c=calls, x=x, ws=ws: bn.quantized_linear(x, next(c), ws),
                                          calls=10 * len(weights))
-        plans.FUSED_MAX_M, plans.FUSED_ANY_SHAPE_MAX_M, plans.FUSED_MIN_K, plans.FUSED_MIN_N = saved
+        (plans.FUSED_MAX_M, plans.FUSED_ANY_SHAPE_MAX_M, plans.FUSED_MIN_K, plans.FUSED_MIN_N,
+         plans.LONG_ROWS_FUSED_MAX_M) = saved
         row["stream_us"] = n * k / copy / 1e3
         pct = {key[:-3]: round(100 * row["stream_us"] / v, 1) for key, v in row.items()
                if key.startswith(("two_launch", "fused", "gemm"))}

@@ -223,6 +223,17 @@ STATIC_SMOOTHQUANT_ONE_WAVE_PREFETCH = True
 # their host time, so an eager decode waits on the GPU, where they are faster (session 16, call 8,
 # fused / two launches: 11008 x 4096 79.9 / 84.1, 4096 x 11008 71.2 / 76.0; 4096^2 64.0 / 65.8).
 FUSED_MAX_M = 2
+# Of those, the rule of long rows (K >= FUSED_MIN_K, FUSED_MIN_N .. FUSED_MAX_N rows) fuses up to
+# LONG_ROWS_FUSED_MAX_M tokens. Two tokens there take the two launches since session 39: the dependent chain
+# (quantizer and GEMM as programmatic dependents, the fixed quantizer, the one-wave prefetch) has overtaken the
+# fused kernel there.
+# Graph replay, weights rotating past L2, % of the eager copy (3008-3010 GB/s), M = 2, fused -> two launches,
+# `quantized_linear` / under the static promise (probe-decode-knobs-2026-11-27-s39-call{1,2}-*.log): 8192^2
+# 78.3 / 78.4 -> 82.3 / 81.7, 8192 x 11008 76.9 / 76.9 -> 82.4 / 82.1, 11008 x 8192 65.9 / 65.9 -> 71.9 / 72.0.
+# Those weights (64 MiB and more) stream for over 20 us a call, longer than either path's host time, so an eager
+# decode waits on the GPU too. (The same run at K = 4096, where ONE_WAVE_FUSED_MAX_M and WIDE_ONE_WAVE_FUSED_MAX_M
+# keep two tokens fused: 4096^2 63.0 / 67.7 -> 63.7 / 63.6, 6144 x 4096 69.1 / 69.0 -> 68.7 / 68.3.)
+LONG_ROWS_FUSED_MAX_M = 1
 # With K of at least FUSED_DEPENDENT_MIN_K the fused kernel launches as a programmatic dependent of the
 # kernel before it (it waits for that kernel first thing, then lets its own dependents start): its launch
 # overlaps that kernel's run. Session 17 (back to back, plain -> dependent, % of copy): M = 1 / 2 at
@@ -924,13 +935,14 @@ class QuantizedLinearPlan(_LinearPlan):
 
     def _fused_on_gpu_time(self) -> bool:
         """Whether the fused kernel is the faster one on the GPU at this shape (not only on the host): up to
-        FUSED_MAX_M tokens with long rows against wide weights, up to ONE_WAVE_FUSED_MAX_M (with a static weight
-        STATIC_FUSED_MAX_M) where its blocks fit one wave at two per SM, and by the WIDE_FUSED_* rules."""
+        LONG_ROWS_FUSED_MAX_M tokens with long rows against wide weights, up to ONE_WAVE_FUSED_MAX_M (with a
+        static weight STATIC_FUSED_MAX_M) where its blocks fit one wave at two per SM, and by the WIDE_FUSED_*
+        rules."""
         d = self.desc
         tiles = gemm.skinny_tiles(d.k)
         one_wave = (d.static_weight or ONE_WAVE_SHAPE) and self._one_wave(tiles)
         one_wave_tokens = STATIC_FUSED_MAX_M if d.static_weight else ONE_WAVE_FUSED_MAX_M
-        return ((d.k >= FUSED_MIN_K and d.n >= FUSED_MIN_N and d.m <= FUSED_MAX_M)
+        return ((d.k >= FUSED_MIN_K and d.n >= FUSED_MIN_N and d.m <= min(FUSED_MAX_M, LONG_ROWS_FUSED_MAX_M))
                 or (one_wave and d.m <= one_wave_tokens) or self._wide_fused())
 
     def _wide_fused(self) -> bool:
@@ -1245,7 +1257,7 @@ class QuantizedLinearPlan(_LinearPlan):
         ``workspace``: at least ``workspace_size()`` bytes, or None to let the plan allocate it
         (the fused kernel needs none; the fast path below keeps one per stream).
 
-        At ``m <= FUSED_MAX_M``, ``FUSED_MIN_K <= k``, ``FUSED_MIN_N <= n <= FUSED_MAX_N`` (and at
+        At ``m <= LONG_ROWS_FUSED_MAX_M``, ``FUSED_MIN_K <= k``, ``FUSED_MIN_N <= n <= FUSED_MAX_N`` (and at
         ``m <= FUSED_ANY_SHAPE_MAX_M`` for any ``n <= FUSED_MAX_N`` with ``n * k <= FUSED_ANY_SHAPE_MAX_WEIGHT``,
         and at ``m <= WIDE_FUSED_MAX_M`` with ``k < FUSED_MIN_K`` up to ``WIDE_FUSED_MAX_N`` rows outside a
         window of waves, ``WIDE_FUSED_SKIP_WAVES``, or ``m <= WIDE_ONE_WAVE_FUSED_MAX_M`` where the blocks make
