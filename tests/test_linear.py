@@ -987,7 +987,8 @@ def _chain(torch, x0, layer, sync: bool, layers: int = 12) -> list:
 @pytest.mark.parametrize(("m", "k", "variant", "static"), [
     (1, 4096, "fused", False), (2, 4096, "fused", False), (2, 8192, "fused", False), (1, 4096, "two_launch", False),
     (4, 4096, "two_launch", False), (8, 4096, "two_launch", False), (16, 4096, "two_launch", False),
-    (16, 8192, "two_launch", False), (1, 4096, "fused", True), (2, 4096, "fused", True), (1, 8192, "fused", True)])
+    (16, 8192, "two_launch", False), (1, 4096, "fused", True), (2, 4096, "fused", True), (1, 8192, "fused", True),
+    (2, 8192, "shipped", False)])
 def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, static):
     """Layers chained on one stream with no sync: each call's ``x`` is the previous call's output (or a
     torch kernel's result from it), so a quantizer or fused kernel launched as a programmatic dependent
@@ -1015,16 +1016,19 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, static)
         return _chain(torch, x0, lambda x, i: bn.quantized_linear(x, weights[i % 3], scales[i % 3],
                                                                   static_weight=static), sync)
 
+    # "shipped": the selection as shipped (two tokens on long rows: the two launches, LONG_ROWS_FUSED_MAX_M)
+    two_launch = variant in ("two_launch", "shipped")
     with pytest.MonkeyPatch.context() as monkeypatch:
-        _force_decode_variant(monkeypatch, variant)
+        if variant != "shipped":
+            _force_decode_variant(monkeypatch, variant)
         clear_plan_cache()
         # the plan quantized_linear() itself selects (its cache), whose quantizer the chain launches
         plan = select_plan(bn.QuantizedLinearPlan, bn.QuantizedLinearDescriptor(m, k, k, ElementKind.BF16,
                                                                                   ElementKind.BF16, False, static))
-        expected = "fused" if variant == "fused" else "skinny_vector"
+        expected = "skinny_vector" if two_launch else "fused"
         out = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
         assert plan.kernel_variant(bn.QuantizedLinearArgs(x0, weights[0], scales[0], out)) == expected
-        quantizer = plan._quantizer if variant == "two_launch" else None
+        quantizer = plan._quantizer if two_launch else None
         forced = []
         if quantizer is not None:  # count the quantizer's launches forced to be programmatic dependents, alone
             launcher = quantizer._launchers["segment_dependent"]  # or the first of the fast path's pair
@@ -1034,7 +1038,7 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, static)
             monkeypatch.setattr(LaunchPair, "launch", lambda pair, *a, **kw: (
                 pair.first is launcher and forced.append(1), launch_pair(pair, *a, **kw)))
         queued, stepped = chain(False), chain(True)
-        assert bool(forced) == (variant == "two_launch" and k * k >= plans.QUANTIZER_DEPENDENT_MIN_WEIGHT)
+        assert bool(forced) == (two_launch and k * k >= plans.QUANTIZER_DEPENDENT_MIN_WEIGHT)
         for _ in range(3):
             queued_again = chain(False)
             assert all(torch.equal(a, b) for a, b in zip(queued_again, stepped, strict=True))
