@@ -25,7 +25,9 @@ from .tune_linear import LOG, bit_equal, decode_problem, graph_ms, say, start_pr
 SHIPPED = plans_dynamic.TUNING
 VARIANTS = {"general": dict(fixed_segments=False), "fixed": dict(fixed_segments=True),
             "fixed_k2": dict(fixed_segments=True, fixed_keep=2), "fixed_k1": dict(fixed_segments=True, fixed_keep=1),
-            "fixed_split2": dict(fixed_segments=True, segment_split=2)}
+            "fixed_split2": dict(fixed_segments=True, segment_split=2),
+            # fewer, longer lanes: 16 chunks a lane is one warp a row at K = 4096 (no barrier), two at 8192
+            "fixed_k8": dict(fixed_segments=True, fixed_keep=8), "fixed_k16": dict(fixed_segments=True, fixed_keep=16)}
 
 
 def main() -> None:

@@ -62,7 +62,9 @@ unsigned integers (Numba types that mix as float64).
 - ``hinted_load_u64x2(hint)``: ``load(words, c)``, :func:`load_u64x2` with the cache operators ``hint``
   names (a key of ``LOAD_HINTS``; ``""``: none): ``"na"`` ``ld.global.L1::no_allocate`` (the line is not
   kept in L1, so it evicts nothing there), ``"ef"`` ``.L1::evict_first``, ``"nc_na"`` the read-only path
-  and no L1 allocation (for data no kernel writes while the reading kernel runs). The load is ordered
+  and no L1 allocation (for data no kernel writes while the reading kernel runs); ``"l2_256"``,
+  ``"na_l2_128"``, ``"na_l2_256"``: L2's prefetch size (``.L2::128B`` / ``.L2::256B``: a miss fills that
+  much of the line's neighbourhood from DRAM), alone or with no L1 allocation. The load is ordered
   with the kernel's other side-effecting instructions (``griddepcontrol.wait`` among them). The simulator
   loads plainly.
 - ``vector_copy(count)``: the device function ``copy(dst, at, src, i)`` that reads ``src[i .. i + count)``
@@ -169,7 +171,8 @@ __all__ = [
 ]
 
 # hinted_load_u64x2's cache operators, by name
-LOAD_HINTS = {"": "", "na": ".L1::no_allocate", "ef": ".L1::evict_first", "nc_na": ".nc.L1::no_allocate"}
+LOAD_HINTS = {"": "", "na": ".L1::no_allocate", "ef": ".L1::evict_first", "nc_na": ".nc.L1::no_allocate",
+              "l2_256": ".L2::256B", "na_l2_128": ".L1::no_allocate.L2::128B", "na_l2_256": ".L1::no_allocate.L2::256B"}
 
 if SIMULATOR:
     _M32 = 0xFFFFFFFF
