@@ -275,6 +275,16 @@ CAPTURE_UNFUSED = True
 # kernel lost 5 points with it.
 WEIGHT_NO_L1_MIN_K = 8192
 WEIGHT_NO_L1_MIN_M = 16
+# ... and against weights of at least WEIGHT_NO_L1_MIN_BYTES (under measurement; past any weight: off).
+WEIGHT_NO_L1_MIN_BYTES = 1 << 62
+# Where they skip L1, a miss also asks L2 for the line's 256-byte neighbourhood (ld.global.L1::no_allocate.L2::256B,
+# "na_l2_256"): each warp's load takes 64 bytes of 8 rows and the block's other warps take the rest of those rows'
+# 512-byte spans within the iteration, so the whole fill is read. Session 40 (H100, call 2,
+# probe-decode-knobs-2026-11-27-s40-call2-*.log, graph replay, % of the eager copy, quantized_linear, na -> na_l2_256):
+# 8192^2 M = 1 / 8 / 16 89.9 / 82.1 / 77.0 -> 93.3 / 82.5 / 81.4; 11008 x 4096 M = 16 73.4 -> 76.3; 4096^2 M = 16
+# 56.3 -> 56.7. Without the L1 part (L2::256B alone) 8192^2 M = 16 fell (GEMM alone 89.6 -> 82.5, call 1); at
+# 4096^2 with fewer than 16 tokens (plain loads today) na_l2_256 was 0.6-1.2 points slower. 0: "na" alone.
+WEIGHT_L2_PREFETCH_BYTES = 256
 # With a static weight (QuantizedLinearDescriptor.static_weight) the fused kernel is a programmatic dependent at every
 # K. Where its blocks fit one wave at two per SM (2 column tiles), it loads its first iteration of weight (and its
 # column scales and bias) before its wait, not only L2 prefetches (kernels.linear.FUSED_EARLY_L2; elsewhere see
@@ -561,7 +571,9 @@ class _LinearPlan(Plan):
         if gemm.WEIGHT_LOAD_HINT is not None:
             return gemm.WEIGHT_LOAD_HINT
         d = self.desc
-        return "na" if d.k >= WEIGHT_NO_L1_MIN_K or d.m >= WEIGHT_NO_L1_MIN_M else ""
+        if d.k >= WEIGHT_NO_L1_MIN_K or d.m >= WEIGHT_NO_L1_MIN_M or d.n * d.k >= WEIGHT_NO_L1_MIN_BYTES:
+            return f"na_l2_{WEIGHT_L2_PREFETCH_BYTES}" if WEIGHT_L2_PREFETCH_BYTES else "na"
+        return ""
 
     def _wide_tiles(self, tiles: int) -> int:
         """Column tiles per block of the dependent decode GEMM: ``tiles``, or the fewest up to ``WIDE_TILES_MAX``
