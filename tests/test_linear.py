@@ -515,20 +515,22 @@ def selection_only(monkeypatch):
 # quantized_linear and every M in SmoothQuant's waiting GEMM up to three per SM; with the static promise at every M
 # (below 16 tokens at most 6 tiles: 14336 rows keep 2), asking L2 for an iteration from 16 tokens past three per SM,
 # and at K >= 8192 in one wave for quantized_linear's one or two iterations.
-# Weight loads skip L1 (`_hna`) at K >= 8192 or 16 tokens (plans.linear.WEIGHT_NO_L1_*). Names: quantized_linear's,
+# Weight loads skip L1 and ask L2 for 256-byte fills (`_hna_l2_256`) at K >= 8192, 16 tokens or 32 MiB of weight
+# (plans.linear.WEIGHT_NO_L1_*). Names: quantized_linear's,
 # SmoothQuant's waiting first (None: the same with `_w_e2_` / `_w_` spliced in), SmoothQuant's static.
 @pytest.mark.usefixtures("selection_only")
 @pytest.mark.parametrize(("m", "n", "k", "name", "waiting", "static"), [
-    (1, 8192, 8192, "skinny1x4_db_v_dep1_l2p1_hna_", "skinny1x4_db_v_dep1_w_e2_hna_", None),
-    (16, 8192, 8192, "skinny1x4_db_v_dep1_l2p2_hna_", "skinny1x4_db_v_dep1_w_e2_hna_", None),
-    (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_hna_", None, None),
+    (1, 8192, 8192, "skinny1x4_db_v_dep1_l2p1_hna_l2_256_", "skinny1x4_db_v_dep1_w_e2_hna_l2_256_", None),
+    (16, 8192, 8192, "skinny1x4_db_v_dep1_l2p2_hna_l2_256_", "skinny1x4_db_v_dep1_w_e2_hna_l2_256_", None),
+    (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_hna_l2_256_", None, None),
     (1, 4096, 4096, "skinny2x2_db_v_dep1_l2p1_b2_", None, None),
-    (8, 11008, 4096, "skinny2x2_db_v_dep1_b2_", "skinny2x2_db_v_dep1_w_b2_", "skinny1x6_db_v_dep1_b2_"),
-    (16, 11008, 4096, "skinny1x6_db_v_dep1_l2p1_b2_hna_", "skinny1x6_db_v_dep1_w_e2_b2_hna_", None),
-    (8, 14336, 4096, "skinny2x2_db_v_dep1_b2_", "skinny2x2_db_v_dep1_w_b2_", None),
-    (16, 14336, 4096, "skinny1x7_db_v_dep1_l2p1_b2_hna_", "skinny1x7_db_v_dep1_w_e2_b2_hna_", None),
-    (16, 28672, 4096, "skinny2x2_db_v_dep1_b2_hna_", "skinny2x2_db_v_dep1_w_b2_hna_", None),  # no 7 tiles fit
-    (16, 6144, 4096, "skinny1x2_db_v_dep1_b2_hna_", "skinny2x3_db_v_dep1_w_e2_b2_hna_", "skinny2x3_db_v_dep1_b2_hna_"),
+    (8, 11008, 4096, "skinny2x2_db_v_dep1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_",
+     "skinny1x6_db_v_dep1_b2_hna_l2_256_"),
+    (16, 11008, 4096, "skinny1x6_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny1x6_db_v_dep1_w_e2_b2_hna_l2_256_", None),
+    (8, 14336, 4096, "skinny2x2_db_v_dep1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_", None),
+    (16, 14336, 4096, "skinny1x7_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny1x7_db_v_dep1_w_e2_b2_hna_l2_256_", None),
+    (16, 28672, 4096, "skinny2x2_db_v_dep1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_", None),  # no 7 tiles fit
+    (16, 6144, 4096, "skinny1x2_db_v_dep1_b2_hna_l2_256_", "skinny2x3_db_v_dep1_w_e2_b2_hna_l2_256_", "skinny2x3_db_v_dep1_b2_hna_l2_256_"),
     (2, 4240, 4096, "skinny2x3_db_v_dep1_b2_", "skinny2x3_db_v_dep1_w_e2_b2_", None)])
 def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name, waiting, static):
     from baracuda_numba.ops.common import clear_plan_cache
@@ -561,14 +563,16 @@ def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name, wait
 
 @pytest.mark.usefixtures("selection_only")
 @pytest.mark.parametrize(("m", "n", "k", "skips_l1"), [
-    (1, 8192, 8192, True), (2, 8192, 8192, True), (1, 4096, 4096, False), (1, 11008, 4096, False),
-    (16, 4096, 4096, True), (8, 4096, 4096, False)])
+    (1, 8192, 8192, True), (2, 8192, 8192, True), (1, 4096, 4096, False), (1, 11008, 4096, True),
+    (1, 8192, 4096, True), (4, 6144, 4096, False), (16, 4096, 4096, True), (8, 4096, 4096, False)])
 def test_decode_weight_loads_skip_l1_by_shape(monkeypatch, m, n, k, skips_l1):
     """The fused kernel and both dependent GEMMs (quantized_linear's, SmoothQuant's, with and without the static
-    promise) load the weight with ld.global.L1::no_allocate (`_hna` in the kernel's name) at K >= 8192 or 16
-    tokens, plainly elsewhere; kernels.linear.WEIGHT_LOAD_HINT, when set, overrides the rule for every plan."""
+    promise) load the weight with ld.global.L1::no_allocate.L2::256B (`_hna_l2_256` in the kernel's name) at
+    K >= 8192, 16 tokens or 32 MiB of weight, plainly elsewhere; plans.linear.WEIGHT_L2_PREFETCH_BYTES = 0 keeps L2's
+    default fill (`_hna`); kernels.linear.WEIGHT_LOAD_HINT, when set, overrides the rule for every plan."""
     from baracuda_numba.kernels import linear as gemm
     from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
 
     def names():
         clear_plan_cache()
@@ -586,7 +590,9 @@ def test_decode_weight_loads_skip_l1_by_shape(monkeypatch, m, n, k, skips_l1):
         clear_plan_cache()
         return found
 
-    assert all(("_hna_" in name) == skips_l1 for name in names()), names()
+    assert all(("_hna_l2_256_" in name) == skips_l1 for name in names()), names()
+    monkeypatch.setattr(plans, "WEIGHT_L2_PREFETCH_BYTES", 0)
+    assert all(("_hna_bf16" in name) == skips_l1 for name in names()), names()
     monkeypatch.setattr(gemm, "WEIGHT_LOAD_HINT", "")
     assert not any("_h" in name.split("skinny")[1] for name in names())
     monkeypatch.setattr(gemm, "WEIGHT_LOAD_HINT", "ef")
@@ -646,7 +652,7 @@ def test_decode_gemm_with_one_chunk_matches_reference(monkeypatch, static, tiles
 
 
 @pytest.mark.parametrize(("m", "n", "name"), [(3, 40, "skinny2x3_db_v_dep1_l2p1_b2_"),
-                                              (16, 72, "skinny1x5_db_v_dep1_l2p1_b2_hna_")])
+                                              (16, 72, "skinny1x5_db_v_dep1_l2p1_b2_hna_l2_256_")])
 def test_wide_decode_gemm_matches_reference(monkeypatch, m, n, name):
     """Wider column tiles where blocks of 2 make more than one wave at two per SM (plans.linear.WIDE_TILES), at a
     small shape with one SM: 3 blocks of 2 tiles (one wave at three per SM) become 2 of 3 tiles, 2 chunks, for 3

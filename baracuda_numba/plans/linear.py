@@ -275,15 +275,21 @@ CAPTURE_UNFUSED = True
 # kernel lost 5 points with it.
 WEIGHT_NO_L1_MIN_K = 8192
 WEIGHT_NO_L1_MIN_M = 16
-# ... and against weights of at least WEIGHT_NO_L1_MIN_BYTES (under measurement; past any weight: off).
-WEIGHT_NO_L1_MIN_BYTES = 1 << 62
+# ... and against weights of at least WEIGHT_NO_L1_MIN_BYTES (with the 256-byte fills below; session 40, call 3,
+# probe-decode-knobs-2026-11-27-s40-call3-c.log, M = 1, quantized_linear / static promise, plain -> na_l2_256:
+# 8192 x 4096 68.5 / 68.9 -> 70.6 / 70.4, 11008 x 4096 74.2 / 74.1 -> 76.3 / 76.1, 14336 x 4096 73.8 / 73.7 ->
+# 75.3 / 75.0; 4096^2 stays plain, 0.6 points slower with it in call 2).
+WEIGHT_NO_L1_MIN_BYTES = 32 << 20
 # Where they skip L1, a miss also asks L2 for the line's 256-byte neighbourhood (ld.global.L1::no_allocate.L2::256B,
 # "na_l2_256"): each warp's load takes 64 bytes of 8 rows and the block's other warps take the rest of those rows'
 # 512-byte spans within the iteration, so the whole fill is read. Session 40 (H100, call 2,
 # probe-decode-knobs-2026-11-27-s40-call2-*.log, graph replay, % of the eager copy, quantized_linear, na -> na_l2_256):
 # 8192^2 M = 1 / 8 / 16 89.9 / 82.1 / 77.0 -> 93.3 / 82.5 / 81.4; 11008 x 4096 M = 16 73.4 -> 76.3; 4096^2 M = 16
-# 56.3 -> 56.7. Without the L1 part (L2::256B alone) 8192^2 M = 16 fell (GEMM alone 89.6 -> 82.5, call 1); at
-# 4096^2 with fewer than 16 tokens (plain loads today) na_l2_256 was 0.6-1.2 points slower. 0: "na" alone.
+# 56.3 -> 56.7; call 3 (-call3-{a,b}.log): 8192^2 M = 16 quantized_linear / static promise 76.1 / 76.2 -> 83.4 /
+# 80.2 (128 bytes: 81.2 / 81.6), SmoothQuant / static 87.6 / 90.9 -> 91.7 / 94.6, M = 1 91.0 / 93.8 -> 96.0 / 97.8;
+# 11008 x 4096 M = 16 73.4 / 73.4 -> 76.1 / 76.5. Without the L1 part (L2::256B alone) 8192^2 M = 16 fell (GEMM
+# alone 89.6 -> 82.5, call 1); at 4096^2 with fewer than 16 tokens (plain loads) na_l2_256 was 0.6-1.2 points
+# slower. 0: "na" alone.
 WEIGHT_L2_PREFETCH_BYTES = 256
 # With a static weight (QuantizedLinearDescriptor.static_weight) the fused kernel is a programmatic dependent at every
 # K. Where its blocks fit one wave at two per SM (2 column tiles), it loads its first iteration of weight (and its
