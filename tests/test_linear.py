@@ -529,8 +529,10 @@ def selection_only(monkeypatch):
     (16, 11008, 4096, "skinny1x6_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny1x6_db_v_dep1_w_e2_b2_hna_l2_256_", None),
     (8, 14336, 4096, "skinny2x2_db_v_dep1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_", None),
     (16, 14336, 4096, "skinny1x7_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny1x7_db_v_dep1_w_e2_b2_hna_l2_256_", None),
-    (16, 28672, 4096, "skinny2x2_db_v_dep1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_", None),  # no 7 tiles fit
-    (16, 6144, 4096, "skinny1x2_db_v_dep1_b2_hna_l2_256_", "skinny2x3_db_v_dep1_w_e2_b2_hna_l2_256_", "skinny2x3_db_v_dep1_b2_hna_l2_256_"),
+    # no 7 tiles fit
+    (16, 28672, 4096, "skinny2x2_db_v_dep1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_", None),
+    (16, 6144, 4096, "skinny1x2_db_v_dep1_b2_hna_l2_256_", "skinny2x3_db_v_dep1_w_e2_b2_hna_l2_256_",
+     "skinny2x3_db_v_dep1_b2_hna_l2_256_"),
     (2, 4240, 4096, "skinny2x3_db_v_dep1_b2_", "skinny2x3_db_v_dep1_w_e2_b2_", None)])
 def test_decode_gemm_chunks_and_bounds_by_shape(monkeypatch, m, n, k, name, waiting, static):
     from baracuda_numba.ops.common import clear_plan_cache
