@@ -302,22 +302,24 @@ def test_staging_weight_in_shared_memory_matches_reference(monkeypatch, variant,
 
 
 @pytest.mark.parametrize(("m", "n", "k", "sms", "two_launches"), [
-    (1, 64, 64, 1, True), (1, 24, 64, 132, False), (2, 24, 64, 132, False), (1, 88, 64, 1, False),
-    (1, 32, 128, 1, False), (2, 40, 128, 1, False)])
+    (1, 64, 64, 1, True), (1, 24, 64, 132, False), (2, 24, 64, 132, False), (1, 88, 64, 1, True),
+    (1, 104, 64, 1, False), (1, 32, 128, 1, False), (2, 40, 128, 1, False)])
 def test_capture_launches_two_kernels_where_fusing_only_saves_host_time(monkeypatch, m, n, k, sms, two_launches):
     """A call being captured into a CUDA graph (where host time is not spent again at replay) launches the
     quantizer and the GEMM where the fused kernel is chosen for host time alone (weights under
     FUSED_MIN_K x FUSED_MIN_N whose blocks do not fit one wave at two per SM and make (1, 1.5] waves at
-    three), and keeps the fused kernel where it is the faster on the GPU too (one wave, up to
-    ONE_WAVE_FUSED_MAX_M tokens; one token past 1.5 waves); eager calls fuse at every shape here. Bit for bit
-    against the reference either way."""
+    three, or past three blocks per SM where the two launches' GEMM takes blocks of up to 6 column tiles that fit
+    one wave at two: 88 rows), and keeps the fused kernel where it is the faster on the GPU too (one wave, up to
+    ONE_WAVE_FUSED_MAX_M tokens; one token past 1.5 waves without such blocks: 104 rows); eager calls fuse at every
+    shape here. Bit for bit against the reference either way."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
     monkeypatch.setattr(plans, "FUSED_MIN_K", 128)  # in place of 8192 x 8192, small enough to simulate
     monkeypatch.setattr(plans, "FUSED_MIN_N", 32)
-    # one multiprocessor (in place of 132): 64 rows are 4 blocks of 16, 1.33 waves of 3; 88 rows 2 waves
+    # one multiprocessor (in place of 132): 64 rows are 4 blocks of 16, 1.33 waves of 3; 88 rows 2 waves (2 blocks
+    # of 6 tiles in the two launches); 104 rows 2.33 waves (3 blocks of 6 tiles)
     monkeypatch.setattr(plans, "_multiprocessors", lambda: sms)
     clear_plan_cache()
     rng = np.random.default_rng(m + n + k)
@@ -524,10 +526,14 @@ def selection_only(monkeypatch):
     (16, 8192, 8192, "skinny1x4_db_v_dep1_l2p2_hna_l2_256_", "skinny1x4_db_v_dep1_w_e2_hna_l2_256_", None),
     (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_hna_l2_256_", None, None),
     (1, 4096, 4096, "skinny2x2_db_v_dep1_l2p1_b2_", None, None),
-    (8, 11008, 4096, "skinny2x2_db_v_dep1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_",
+    (1, 11008, 4096, "skinny1x6_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_",
      "skinny1x6_db_v_dep1_b2_hna_l2_256_"),
+    (8, 11008, 4096, "skinny1x6_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_",
+     "skinny1x6_db_v_dep1_b2_hna_l2_256_"),
+    (8, 8192, 4096, "skinny1x4_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_",
+     "skinny1x4_db_v_dep1_b2_hna_l2_256_"),
     (16, 11008, 4096, "skinny1x6_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny1x6_db_v_dep1_w_e2_b2_hna_l2_256_", None),
-    (8, 14336, 4096, "skinny2x2_db_v_dep1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_", None),
+    (8, 14336, 4096, "skinny2x2_db_v_dep1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_", None),  # 7 > 6
     (16, 14336, 4096, "skinny1x7_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny1x7_db_v_dep1_w_e2_b2_hna_l2_256_", None),
     # no 7 tiles fit
     (16, 28672, 4096, "skinny2x2_db_v_dep1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_", None),
@@ -1402,10 +1408,14 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
               (3, 4096, 4096, "skinny_vector"), (2, 4096, 8192, "skinny_vector")]
     cases += [(1, 4096, 4096, "fused"), (1, 8192, 4096, "fused"), (1, 8192, 8192, "fused")]
     # one token past 32 MiB at K < FUSED_MIN_K, up to WIDE_FUSED_MAX_N rows, where the fused kernel's blocks
-    # (16 rows each, 3 per SM on 132 SMs) do not make (1, 1.5] waves: 8208 rows 1.30, 9504 1.50, 9520 1.50+
+    # (16 rows each, 3 per SM on 132 SMs) do not make (1, 1.5] waves (8208 rows 1.30, 9504 1.50) and the two
+    # launches' GEMM does not take wide blocks (FEW_TOKENS_WIDE_MIN_M: at most 6 tiles of 8 rows, 264 blocks, so
+    # up to 12672 rows)
     assert (plans.WIDE_FUSED_MAX_M, plans.WIDE_FUSED_MAX_N, plans.WIDE_FUSED_SKIP_WAVES) == (1, 14336, 1.5)
-    cases += [(1, 8208, 4096, "skinny_vector"), (1, 9504, 4096, "skinny_vector"), (1, 9520, 4096, "fused"),
-              (1, 11008, 4096, "fused"), (1, 14336, 4096, "fused"), (1, 14352, 4096, "skinny_vector"),
+    assert plans.FEW_TOKENS_WIDE_MIN_M == 1 and plans.WIDE_TILES_MAX_FEW_TOKENS == 6
+    cases += [(1, 8208, 4096, "skinny_vector"), (1, 9504, 4096, "skinny_vector"), (1, 9520, 4096, "skinny_vector"),
+              (1, 11008, 4096, "skinny_vector"), (1, 12672, 4096, "skinny_vector"), (1, 12688, 4096, "fused"),
+              (1, 14336, 4096, "fused"), (1, 14352, 4096, "skinny_vector"),
               (2, 11008, 4096, "skinny_vector"), (1, 4096, 11008, "skinny_vector")]
     # two tokens where those blocks make at most one wave (WIDE_ONE_WAVE_FUSED_MAX_M): up to 6336 rows
     assert plans.WIDE_ONE_WAVE_FUSED_MAX_M == 2
@@ -1414,7 +1424,7 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
     for m, n, kk, variant in cases:
         x, w, ws = np.zeros((m, kk), np.float32), np.zeros((n, kk), np.int8), np.ones(n, np.float32)
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, kk, "f32", "f32"))
-        assert plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, n), np.float32))) == variant
+        assert plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, n), np.float32))) == variant, (m, n)
         assert not plan._cooperative
         assert variant == "wgmma" or plan._variants["skinny_vector"][0].dependent
     # a static weight: up to STATIC_FUSED_MAX_M tokens in the one-wave shape, elsewhere the rules above; under
@@ -1423,7 +1433,8 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
     for m, n, kk, variant, captured_two in [(4, 4096, 4096, "fused", False), (5, 4096, 4096, "skinny_vector", False),
                                             (2, 6144, 4096, "fused", False), (4, 6144, 4096, "skinny_vector", False),
                                             (1, 8192, 4096, "fused", True), (2, 8192, 4096, "skinny_vector", False),
-                                            (1, 11008, 4096, "fused", False)]:
+                                            (1, 11008, 4096, "skinny_vector", False),
+                                            (1, 14336, 4096, "fused", False)]:
         x, w, ws = np.zeros((m, kk), np.float32), np.zeros((n, kk), np.int8), np.ones(n, np.float32)
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, kk, "f32", "f32", False, True))
         assert plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, n), np.float32))) == variant, (m, n)

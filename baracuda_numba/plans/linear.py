@@ -188,6 +188,15 @@ WIDE_TILES = True
 WIDE_TILES_MAX = 7
 WIDE_TILES_MIN_M = 16
 WIDE_TILES_PREFETCH_L2 = 1  # quantized_linear's GEMM in wide blocks from WIDE_TILES_MIN_M tokens
+# quantized_linear's GEMM past three 2-tile blocks per SM takes the wide blocks from FEW_TOKENS_WIDE_MIN_M tokens (at
+# most WIDE_TILES_MAX_FEW_TOKENS tiles below WIDE_TILES_MIN_M), asking L2 for WIDE_TILES_PREFETCH_L2 iterations before
+# its wait, and one token there takes these two launches rather than the fused kernel (_wide_fused). With the weight
+# loads' 256-byte L2 fills (WEIGHT_L2_PREFETCH_BYTES) the wide blocks won below 16 tokens too. Session 40 (call 6,
+# probe-decode-knobs-2026-11-27-s40-call6-11008-wide.log, H100, graph replay, weights rotating past L2, % of the
+# eager copy, 11008 x 4096, quantized_linear / static weight, 688 blocks of 2 tiles -> 230 of 6): M = 8 70.8 / 70.3
+# -> 77.5 / 77.4; M = 2 72.6 / 72.4 -> 79.1 / 79.2; M = 1 fused 76.2 / 76.5 -> two launches 79.7 / 79.7. Session 32
+# had 12 tokens slower with the old loads (65.9 -> 64.7). WIDE_TILES_MIN_M: the old rule.
+FEW_TOKENS_WIDE_MIN_M = 1
 # SmoothQuant's GEMM under the static promise (its weight loaded before its wait, as quantized_linear's GEMM) takes
 # the wide blocks at every M; below WIDE_TILES_MIN_M tokens at most WIDE_TILES_MAX_FEW_TOKENS tiles (7 spill 24
 # bytes); past three 2-tile blocks per SM, from WIDE_TILES_MIN_M tokens, it asks L2 for WIDE_TILES_PREFETCH_L2
@@ -468,8 +477,9 @@ class _LinearPlan(Plan):
                         and blocks <= 2 * _multiprocessors())
             prefetch = gemm.dependent_prefetch(desc.m, desc.n, desc.k, one_wave) if dependent else 0
             # (quantized_linear's GEMM is wide from WIDE_TILES_MIN_M tokens only past three blocks per SM)
+            wide_min_m = WIDE_TILES_MIN_M if per_tensor_rows else min(WIDE_TILES_MIN_M, FEW_TOKENS_WIDE_MIN_M)
             if (wide != tiles and (not per_tensor_rows or static_smoothquant)
-                    and desc.m >= WIDE_TILES_MIN_M and -(-desc.n // (SKINNY_N * tiles)) > 3 * _multiprocessors()
+                    and desc.m >= wide_min_m and -(-desc.n // (SKINNY_N * tiles)) > 3 * _multiprocessors()
                     and gemm.DEPENDENT_PREFETCH_L2 is None):
                 prefetch = WIDE_TILES_PREFETCH_L2
             kernel = linear_kernel(out, desc.has_bias, per_tensor_rows, True, None, chunks, wide,
@@ -600,8 +610,12 @@ class _LinearPlan(Plan):
                 most = WIDE_TILES_MAX_FEW_TOKENS
         elif blocks <= 3 * sms:  # one wave at three per SM (THREE_PER_SM_CHUNKS)
             wanted = smoothquant or d.m < WIDE_TILES_MIN_M
-        else:
+        elif smoothquant:
             wanted = d.m >= WIDE_TILES_MIN_M
+        else:  # quantized_linear's
+            wanted = d.m >= min(WIDE_TILES_MIN_M, FEW_TOKENS_WIDE_MIN_M)
+            if d.m < WIDE_TILES_MIN_M:
+                most = WIDE_TILES_MAX_FEW_TOKENS
         if wanted:
             for wide in range(tiles + 1, most + 1):
                 if -(-d.n // (SKINNY_N * wide)) <= 2 * sms:
@@ -974,6 +988,8 @@ class QuantizedLinearPlan(_LinearPlan):
         if (d.m > max(WIDE_FUSED_MAX_M, WIDE_ONE_WAVE_FUSED_MAX_M) or tiles != 2 or d.n > WIDE_FUSED_MAX_N
                 or not min_blocks):
             return False
+        if -(-d.n // (SKINNY_N * tiles)) > 3 * _multiprocessors() and self._wide_tiles(tiles) != tiles:
+            return False  # the two launches in wide blocks are the faster there (FEW_TOKENS_WIDE_MIN_M)
         slots = min_blocks * _multiprocessors()
         waves = -(-d.n // (SKINNY_N * tiles)) / slots if slots else math.inf
         if d.m > WIDE_FUSED_MAX_M:  # (fewer blocks: the one-wave shape's, ONE_WAVE_FUSED_MAX_M)
