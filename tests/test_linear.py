@@ -659,6 +659,41 @@ def test_decode_gemm_with_one_chunk_matches_reference(monkeypatch, static, tiles
     clear_plan_cache()
 
 
+@pytest.mark.parametrize("m", [1, 2, 15])
+def test_few_token_wide_decode_gemm_matches_reference(monkeypatch, m):
+    """Below 16 tokens past three 2-tile blocks per SM, quantized_linear's GEMM takes blocks of up to
+    WIDE_TILES_MAX_FEW_TOKENS tiles that fit one wave at two per SM (plans.linear.FEW_TOKENS_WIDE_MIN_M), asking L2
+    for an iteration before its wait, and one token there is not fused for the GPU's sake (the two launches are the
+    faster): 72 rows on one SM (5 blocks of 2 tiles) in 2 blocks of 5; SmoothQuant's waiting GEMM keeps 2 tiles;
+    bit for bit against the reference (the last block partial, rows past M zero)."""
+    from baracuda_numba.ops.common import clear_plan_cache
+    from baracuda_numba.plans import linear as plans
+
+    monkeypatch.setattr(plans, "_multiprocessors", lambda: 1)
+    clear_plan_cache()
+    n, k = 72, 1040
+    shipped = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32", True))
+    assert not shipped._wide_fused()
+    _force_decode_variant(monkeypatch, "two_launch")
+    clear_plan_cache()
+    rng = np.random.default_rng(m + n)
+    x = _special_rows(rng.standard_normal((m, k)).astype(np.float32) * 3)
+    w, ws = weights(rng, n, k)
+    bias = rng.standard_normal(n).astype(np.float32)
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32", True))
+    assert _skinny_vector_name(plan) == "w8a8_gemm_skinny1x5_db_v_dep1_l2p1_b2_f32_bias_token"
+    assert plan._variants["skinny_vector"][2] == 2
+    np.testing.assert_array_equal(bn.quantized_linear(x, w, ws, bias=bias), ref.linear.quantized_linear(x, w, ws, bias))
+    sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "f32", True))
+    assert _skinny_vector_name(sq).startswith("w8a8_gemm_skinny2x2_db_v_dep1_w_")
+    monkeypatch.setattr(plans, "FEW_TOKENS_WIDE_MIN_M", 16)  # the rule before session 40: 2 tiles below 16 tokens
+    clear_plan_cache()
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32", True))
+    assert "_skinny2x2_" in _skinny_vector_name(plan)
+    np.testing.assert_array_equal(bn.quantized_linear(x, w, ws, bias=bias), ref.linear.quantized_linear(x, w, ws, bias))
+    clear_plan_cache()
+
+
 @pytest.mark.parametrize(("m", "n", "name"), [(3, 40, "skinny2x3_db_v_dep1_l2p1_b2_"),
                                               (16, 72, "skinny1x5_db_v_dep1_l2p1_b2_hna_l2_256_")])
 def test_wide_decode_gemm_matches_reference(monkeypatch, m, n, name):
@@ -1118,8 +1153,8 @@ def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static, 
 
 @requires_gpu
 @pytest.mark.parametrize(("m", "n", "tiles", "sq_tiles", "static_tiles"), [
-    (16, 11008, 6, 6, 6), (16, 14336, 7, 7, 7), (2, 6144, 3, 3, 3), (16, 6144, 2, 3, 3), (8, 11008, 2, 2, 6),
-    (8, 14336, 2, 2, 2)])
+    (16, 11008, 6, 6, 6), (16, 14336, 7, 7, 7), (2, 6144, 3, 3, 3), (16, 6144, 2, 3, 3), (8, 11008, 6, 2, 6),
+    (1, 11008, 6, 2, 6), (8, 14336, 2, 2, 2)])
 def test_gpu_wide_decode_gemm_reads_each_calls_own_activations(m, n, tiles, sq_tiles, static_tiles):
     """The dependent decode GEMM in wider blocks (plans.linear.WIDE_TILES: ``tiles`` column tiles for
     quantized_linear's GEMM, ``sq_tiles`` for SmoothQuant's waiting first, ``static_tiles`` for SmoothQuant's
