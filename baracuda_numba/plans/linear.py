@@ -476,7 +476,8 @@ class _LinearPlan(Plan):
             one_wave = ((not per_tensor_rows or (STATIC_SMOOTHQUANT_ONE_WAVE_PREFETCH and static_smoothquant))
                         and blocks <= 2 * _multiprocessors())
             prefetch = gemm.dependent_prefetch(desc.m, desc.n, desc.k, one_wave) if dependent else 0
-            # (quantized_linear's GEMM is wide from WIDE_TILES_MIN_M tokens only past three blocks per SM)
+            # (past three blocks per SM: quantized_linear's GEMM is wide from FEW_TOKENS_WIDE_MIN_M tokens,
+            # SmoothQuant's static one asks L2 from WIDE_TILES_MIN_M)
             wide_min_m = WIDE_TILES_MIN_M if per_tensor_rows else min(WIDE_TILES_MIN_M, FEW_TOKENS_WIDE_MIN_M)
             if (wide != tiles and (not per_tensor_rows or static_smoothquant)
                     and desc.m >= wide_min_m and -(-desc.n // (SKINNY_N * tiles)) > 3 * _multiprocessors()
@@ -988,10 +989,11 @@ class QuantizedLinearPlan(_LinearPlan):
         if (d.m > max(WIDE_FUSED_MAX_M, WIDE_ONE_WAVE_FUSED_MAX_M) or tiles != 2 or d.n > WIDE_FUSED_MAX_N
                 or not min_blocks):
             return False
-        if -(-d.n // (SKINNY_N * tiles)) > 3 * _multiprocessors() and self._wide_tiles(tiles) != tiles:
+        blocks = -(-d.n // (SKINNY_N * tiles))
+        if blocks > 3 * _multiprocessors() and self._wide_tiles(tiles) != tiles:
             return False  # the two launches in wide blocks are the faster there (FEW_TOKENS_WIDE_MIN_M)
         slots = min_blocks * _multiprocessors()
-        waves = -(-d.n // (SKINNY_N * tiles)) / slots if slots else math.inf
+        waves = blocks / slots if slots else math.inf
         if d.m > WIDE_FUSED_MAX_M:  # (fewer blocks: the one-wave shape's, ONE_WAVE_FUSED_MAX_M)
             return waves <= 1 and not self._one_wave(tiles)
         return not 1 < waves <= WIDE_FUSED_SKIP_WAVES
