@@ -514,9 +514,11 @@ def selection_only(monkeypatch):
 # make one wave at three per SM but not at two (THREE_PER_SM_CHUNKS: 265-396 blocks of 16 rows). Where blocks of
 # 2 tiles make more than one wave at two per SM, wider blocks that make one (plans.linear.WIDE_TILES): from 16
 # tokens past three per SM (quantized_linear's asking L2 for an iteration before its wait), for fewer tokens in
-# quantized_linear and every M in SmoothQuant's waiting GEMM up to three per SM; with the static promise at every M
-# (below 16 tokens at most 6 tiles: 14336 rows keep 2), asking L2 for an iteration from 16 tokens past three per SM,
-# and at K >= 8192 in one wave for quantized_linear's one or two iterations.
+# quantized_linear and every M in SmoothQuant's waiting GEMM up to three per SM, and past three per SM below 16 tokens
+# in both at most 6 tiles (14336 rows keep 2; SmoothQuant's waiting then asks L2 for two iterations before its wait,
+# its blocks in one wave); with the static promise at every M (below 16 tokens at most 6 tiles), asking L2 for an
+# iteration from 16 tokens past three per SM, and at K >= 8192 in one wave for quantized_linear's one or two
+# iterations.
 # Weight loads skip L1 and ask L2 for 256-byte fills (`_hna_l2_256`) at K >= 8192, 16 tokens or 32 MiB of weight
 # (plans.linear.WEIGHT_NO_L1_*). Names: quantized_linear's,
 # SmoothQuant's waiting first (None: the same with `_w_e2_` / `_w_` spliced in), SmoothQuant's static.
@@ -526,11 +528,11 @@ def selection_only(monkeypatch):
     (16, 8192, 8192, "skinny1x4_db_v_dep1_l2p2_hna_l2_256_", "skinny1x4_db_v_dep1_w_e2_hna_l2_256_", None),
     (1, 4096, 11008, "skinny2x4_db_v_dep1_l2p1_hna_l2_256_", None, None),
     (1, 4096, 4096, "skinny2x2_db_v_dep1_l2p1_b2_", None, None),
-    (1, 11008, 4096, "skinny1x6_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_",
+    (1, 11008, 4096, "skinny1x6_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny1x6_db_v_dep1_w_e2_b2_hna_l2_256_",
      "skinny1x6_db_v_dep1_b2_hna_l2_256_"),
-    (8, 11008, 4096, "skinny1x6_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_",
+    (8, 11008, 4096, "skinny1x6_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny1x6_db_v_dep1_w_e2_b2_hna_l2_256_",
      "skinny1x6_db_v_dep1_b2_hna_l2_256_"),
-    (8, 8192, 4096, "skinny1x4_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_",
+    (8, 8192, 4096, "skinny1x4_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny1x4_db_v_dep1_w_e2_b2_hna_l2_256_",
      "skinny1x4_db_v_dep1_b2_hna_l2_256_"),
     (16, 11008, 4096, "skinny1x6_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny1x6_db_v_dep1_w_e2_b2_hna_l2_256_", None),
     (8, 14336, 4096, "skinny2x2_db_v_dep1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_", None),  # 7 > 6
@@ -664,8 +666,9 @@ def test_few_token_wide_decode_gemm_matches_reference(monkeypatch, m):
     """Below 16 tokens past three 2-tile blocks per SM, quantized_linear's GEMM takes blocks of up to
     WIDE_TILES_MAX_FEW_TOKENS tiles that fit one wave at two per SM (plans.linear.FEW_TOKENS_WIDE_MIN_M), asking L2
     for an iteration before its wait, and one token there is not fused for the GPU's sake (the two launches are the
-    faster): 72 rows on one SM (5 blocks of 2 tiles) in 2 blocks of 5; SmoothQuant's waiting GEMM keeps 2 tiles;
-    bit for bit against the reference (the last block partial, rows past M zero)."""
+    faster); SmoothQuant's waiting GEMM takes the same blocks (SMOOTHQUANT_FEW_TOKENS_WIDE_MIN_M), asking L2 for
+    WAIT_FIRST_EARLY_L2 iterations before its wait: 72 rows on one SM (5 blocks of 2 tiles) in 2 blocks of 5; bit
+    for bit against the reference (the last block partial, rows past M zero), and under the rules before."""
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans
 
@@ -684,13 +687,21 @@ def test_few_token_wide_decode_gemm_matches_reference(monkeypatch, m):
     assert _skinny_vector_name(plan) == "w8a8_gemm_skinny1x5_db_v_dep1_l2p1_b2_f32_bias_token"
     assert plan._variants["skinny_vector"][2] == 2
     np.testing.assert_array_equal(bn.quantized_linear(x, w, ws, bias=bias), ref.linear.quantized_linear(x, w, ws, bias))
+    act = rng.integers(-127, 128, (m, k)).astype(np.int8)
+    expected_sq = ref.linear.smoothquant_linear(act, w, ws, 0.021, bias, np.float32)
     sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "f32", True))
-    assert _skinny_vector_name(sq).startswith("w8a8_gemm_skinny2x2_db_v_dep1_w_")
-    monkeypatch.setattr(plans, "FEW_TOKENS_WIDE_MIN_M", 16)  # the rule before session 40: 2 tiles below 16 tokens
+    assert _skinny_vector_name(sq).startswith("w8a8_gemm_skinny1x5_db_v_dep1_w_e2_")
+    np.testing.assert_array_equal(bn.smoothquant_linear(act, w, ws, 0.021, bias=bias), expected_sq)
+    # the rules before sessions 40 / 41: 2 tiles below 16 tokens
+    monkeypatch.setattr(plans, "FEW_TOKENS_WIDE_MIN_M", 16)
+    monkeypatch.setattr(plans, "SMOOTHQUANT_FEW_TOKENS_WIDE_MIN_M", 16)
     clear_plan_cache()
     plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "f32", "f32", True))
     assert "_skinny2x2_" in _skinny_vector_name(plan)
     np.testing.assert_array_equal(bn.quantized_linear(x, w, ws, bias=bias), ref.linear.quantized_linear(x, w, ws, bias))
+    sq = bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "f32", True))
+    assert _skinny_vector_name(sq).startswith("w8a8_gemm_skinny2x2_db_v_dep1_w_")
+    np.testing.assert_array_equal(bn.smoothquant_linear(act, w, ws, 0.021, bias=bias), expected_sq)
     clear_plan_cache()
 
 
@@ -1153,8 +1164,8 @@ def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static, 
 
 @requires_gpu
 @pytest.mark.parametrize(("m", "n", "tiles", "sq_tiles", "static_tiles"), [
-    (16, 11008, 6, 6, 6), (16, 14336, 7, 7, 7), (2, 6144, 3, 3, 3), (16, 6144, 2, 3, 3), (8, 11008, 6, 2, 6),
-    (1, 11008, 6, 2, 6), (8, 14336, 2, 2, 2)])
+    (16, 11008, 6, 6, 6), (16, 14336, 7, 7, 7), (2, 6144, 3, 3, 3), (16, 6144, 2, 3, 3), (8, 11008, 6, 6, 6),
+    (1, 11008, 6, 6, 6), (2, 8192, 4, 4, 4), (8, 14336, 2, 2, 2)])
 def test_gpu_wide_decode_gemm_reads_each_calls_own_activations(m, n, tiles, sq_tiles, static_tiles):
     """The dependent decode GEMM in wider blocks (plans.linear.WIDE_TILES: ``tiles`` column tiles for
     quantized_linear's GEMM, ``sq_tiles`` for SmoothQuant's waiting first, ``static_tiles`` for SmoothQuant's

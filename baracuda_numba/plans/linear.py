@@ -197,6 +197,13 @@ WIDE_TILES_PREFETCH_L2 = 1  # quantized_linear's GEMM in wide blocks from WIDE_T
 # -> 77.5 / 77.4; M = 2 72.6 / 72.4 -> 79.1 / 79.2; M = 1 fused 76.2 / 76.5 -> two launches 79.7 / 79.7. Session 32
 # had 12 tokens slower with the old loads (65.9 -> 64.7). WIDE_TILES_MIN_M: the old rule.
 FEW_TOKENS_WIDE_MIN_M = 1
+# SmoothQuant's GEMM waiting first (no static promise) takes the same wide blocks past three 2-tile blocks per SM from
+# SMOOTHQUANT_FEW_TOKENS_WIDE_MIN_M tokens (at most WIDE_TILES_MAX_FEW_TOKENS tiles below WIDE_TILES_MIN_M); its
+# blocks then fit one wave, so it also asks L2 for WAIT_FIRST_EARLY_L2 iterations before its wait. Session 41 (call 1,
+# probe-decode-knobs-2026-11-27-s41-call1-sq-wide.log, H100, graph replay, weights rotating past L2, % of the eager
+# copy, 11008 x 4096, 688 blocks of 2 tiles -> 230 of 6): M = 2 78.3 -> 80.8; M = 8 76.6 -> 81.4.
+# WIDE_TILES_MIN_M: the rule before.
+SMOOTHQUANT_FEW_TOKENS_WIDE_MIN_M = 1
 # SmoothQuant's GEMM under the static promise (its weight loaded before its wait, as quantized_linear's GEMM) takes
 # the wide blocks at every M; below WIDE_TILES_MIN_M tokens at most WIDE_TILES_MAX_FEW_TOKENS tiles (7 spill 24
 # bytes); past three 2-tile blocks per SM, from WIDE_TILES_MIN_M tokens, it asks L2 for WIDE_TILES_PREFETCH_L2
@@ -611,10 +618,9 @@ class _LinearPlan(Plan):
                 most = WIDE_TILES_MAX_FEW_TOKENS
         elif blocks <= 3 * sms:  # one wave at three per SM (THREE_PER_SM_CHUNKS)
             wanted = smoothquant or d.m < WIDE_TILES_MIN_M
-        elif smoothquant:
-            wanted = d.m >= WIDE_TILES_MIN_M
-        else:  # quantized_linear's
-            wanted = d.m >= min(WIDE_TILES_MIN_M, FEW_TOKENS_WIDE_MIN_M)
+        else:  # quantized_linear's, and SmoothQuant's waiting first (SMOOTHQUANT_FEW_TOKENS_WIDE_MIN_M)
+            wanted = d.m >= min(WIDE_TILES_MIN_M,
+                                SMOOTHQUANT_FEW_TOKENS_WIDE_MIN_M if smoothquant else FEW_TOKENS_WIDE_MIN_M)
             if d.m < WIDE_TILES_MIN_M:
                 most = WIDE_TILES_MAX_FEW_TOKENS
         if wanted:
