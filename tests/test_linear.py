@@ -303,14 +303,14 @@ def test_staging_weight_in_shared_memory_matches_reference(monkeypatch, variant,
 
 @pytest.mark.parametrize(("m", "n", "k", "sms", "two_launches"), [
     (1, 64, 64, 1, True), (1, 24, 64, 132, False), (2, 24, 64, 132, False), (1, 88, 64, 1, True),
-    (1, 104, 64, 1, False), (1, 32, 128, 1, False), (2, 40, 128, 1, False)])
+    (1, 104, 64, 1, True), (1, 120, 64, 1, False), (1, 32, 128, 1, False), (2, 40, 128, 1, False)])
 def test_capture_launches_two_kernels_where_fusing_only_saves_host_time(monkeypatch, m, n, k, sms, two_launches):
     """A call being captured into a CUDA graph (where host time is not spent again at replay) launches the
     quantizer and the GEMM where the fused kernel is chosen for host time alone (weights under
     FUSED_MIN_K x FUSED_MIN_N whose blocks do not fit one wave at two per SM and make (1, 1.5] waves at
-    three, or past three blocks per SM where the two launches' GEMM takes blocks of up to 6 column tiles that fit
-    one wave at two: 88 rows), and keeps the fused kernel where it is the faster on the GPU too (one wave, up to
-    ONE_WAVE_FUSED_MAX_M tokens; one token past 1.5 waves without such blocks: 104 rows); eager calls fuse at every
+    three, or past three blocks per SM where the two launches' GEMM takes blocks of up to 7 column tiles that fit
+    one wave at two: 88 and 104 rows), and keeps the fused kernel where it is the faster on the GPU too (one wave,
+    up to ONE_WAVE_FUSED_MAX_M tokens; one token past 1.5 waves without such blocks: 120 rows); eager calls fuse at every
     shape here. Bit for bit against the reference either way."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import clear_plan_cache
@@ -319,7 +319,7 @@ def test_capture_launches_two_kernels_where_fusing_only_saves_host_time(monkeypa
     monkeypatch.setattr(plans, "FUSED_MIN_K", 128)  # in place of 8192 x 8192, small enough to simulate
     monkeypatch.setattr(plans, "FUSED_MIN_N", 32)
     # one multiprocessor (in place of 132): 64 rows are 4 blocks of 16, 1.33 waves of 3; 88 rows 2 waves (2 blocks
-    # of 6 tiles in the two launches); 104 rows 2.33 waves (3 blocks of 6 tiles)
+    # of 6 tiles in the two launches); 104 rows 2.33 waves (2 blocks of 7 tiles); 120 rows 2.67 (3 blocks of 7)
     monkeypatch.setattr(plans, "_multiprocessors", lambda: sms)
     clear_plan_cache()
     rng = np.random.default_rng(m + n + k)
@@ -515,10 +515,9 @@ def selection_only(monkeypatch):
 # 2 tiles make more than one wave at two per SM, wider blocks that make one (plans.linear.WIDE_TILES): from 16
 # tokens past three per SM (quantized_linear's asking L2 for an iteration before its wait), for fewer tokens in
 # quantized_linear and every M in SmoothQuant's waiting GEMM up to three per SM, and past three per SM below 16 tokens
-# in both at most 6 tiles (14336 rows keep 2; SmoothQuant's waiting then asks L2 for two iterations before its wait,
-# its blocks in one wave); with the static promise at every M (below 16 tokens at most 6 tiles), asking L2 for an
-# iteration from 16 tokens past three per SM, and at K >= 8192 in one wave for quantized_linear's one or two
-# iterations.
+# in both (SmoothQuant's waiting then asks L2 for two iterations before its wait, its blocks in one wave); with the
+# static promise at every M, asking L2 for an iteration from 16 tokens past three per SM, and at K >= 8192 in one
+# wave for quantized_linear's one or two iterations.
 # Weight loads skip L1 and ask L2 for 256-byte fills (`_hna_l2_256`) at K >= 8192, 16 tokens or 32 MiB of weight
 # (plans.linear.WEIGHT_NO_L1_*). Names: quantized_linear's,
 # SmoothQuant's waiting first (None: the same with `_w_e2_` / `_w_` spliced in), SmoothQuant's static.
@@ -535,7 +534,8 @@ def selection_only(monkeypatch):
     (8, 8192, 4096, "skinny1x4_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny1x4_db_v_dep1_w_e2_b2_hna_l2_256_",
      "skinny1x4_db_v_dep1_b2_hna_l2_256_"),
     (16, 11008, 4096, "skinny1x6_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny1x6_db_v_dep1_w_e2_b2_hna_l2_256_", None),
-    (8, 14336, 4096, "skinny2x2_db_v_dep1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_", None),  # 7 > 6
+    (8, 14336, 4096, "skinny1x7_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny1x7_db_v_dep1_w_e2_b2_hna_l2_256_",
+     "skinny1x7_db_v_dep1_b2_hna_l2_256_"),
     (16, 14336, 4096, "skinny1x7_db_v_dep1_l2p1_b2_hna_l2_256_", "skinny1x7_db_v_dep1_w_e2_b2_hna_l2_256_", None),
     # no 7 tiles fit
     (16, 28672, 4096, "skinny2x2_db_v_dep1_b2_hna_l2_256_", "skinny2x2_db_v_dep1_w_b2_hna_l2_256_", None),
@@ -1165,7 +1165,7 @@ def test_gpu_smoothquant_chain_reads_each_quantize_after_the_wait(m, k, static, 
 @requires_gpu
 @pytest.mark.parametrize(("m", "n", "tiles", "sq_tiles", "static_tiles"), [
     (16, 11008, 6, 6, 6), (16, 14336, 7, 7, 7), (2, 6144, 3, 3, 3), (16, 6144, 2, 3, 3), (8, 11008, 6, 6, 6),
-    (1, 11008, 6, 6, 6), (2, 8192, 4, 4, 4), (8, 14336, 2, 2, 2)])
+    (1, 11008, 6, 6, 6), (2, 8192, 4, 4, 4), (8, 14336, 7, 7, 7)])
 def test_gpu_wide_decode_gemm_reads_each_calls_own_activations(m, n, tiles, sq_tiles, static_tiles):
     """The dependent decode GEMM in wider blocks (plans.linear.WIDE_TILES: ``tiles`` column tiles for
     quantized_linear's GEMM, ``sq_tiles`` for SmoothQuant's waiting first, ``static_tiles`` for SmoothQuant's
@@ -1455,13 +1455,13 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
     cases += [(1, 4096, 4096, "fused"), (1, 8192, 4096, "fused"), (1, 8192, 8192, "fused")]
     # one token past 32 MiB at K < FUSED_MIN_K, up to WIDE_FUSED_MAX_N rows, where the fused kernel's blocks
     # (16 rows each, 3 per SM on 132 SMs) do not make (1, 1.5] waves (8208 rows 1.30, 9504 1.50) and the two
-    # launches' GEMM does not take wide blocks (FEW_TOKENS_WIDE_MIN_M: at most 6 tiles of 8 rows, 264 blocks, so
-    # up to 12672 rows)
+    # launches' GEMM does not take wide blocks (FEW_TOKENS_WIDE_MIN_M: at most 7 tiles of 8 rows, 264 blocks, so
+    # up to 14784 rows)
     assert (plans.WIDE_FUSED_MAX_M, plans.WIDE_FUSED_MAX_N, plans.WIDE_FUSED_SKIP_WAVES) == (1, 14336, 1.5)
-    assert plans.FEW_TOKENS_WIDE_MIN_M == 1 and plans.WIDE_TILES_MAX_FEW_TOKENS == 6
+    assert plans.FEW_TOKENS_WIDE_MIN_M == 1 and plans.WIDE_TILES_MAX_FEW_TOKENS == 7
     cases += [(1, 8208, 4096, "skinny_vector"), (1, 9504, 4096, "skinny_vector"), (1, 9520, 4096, "skinny_vector"),
-              (1, 11008, 4096, "skinny_vector"), (1, 12672, 4096, "skinny_vector"), (1, 12688, 4096, "fused"),
-              (1, 14336, 4096, "fused"), (1, 14352, 4096, "skinny_vector"),
+              (1, 11008, 4096, "skinny_vector"), (1, 12672, 4096, "skinny_vector"), (1, 12688, 4096, "skinny_vector"),
+              (1, 14336, 4096, "skinny_vector"), (1, 14352, 4096, "skinny_vector"),
               (2, 11008, 4096, "skinny_vector"), (1, 4096, 11008, "skinny_vector")]
     # two tokens where those blocks make at most one wave (WIDE_ONE_WAVE_FUSED_MAX_M): up to 6336 rows
     assert plans.WIDE_ONE_WAVE_FUSED_MAX_M == 2
@@ -1480,7 +1480,7 @@ def test_decode_selection_fuses_few_tokens_on_long_rows_and_launches_the_rest_de
                                             (2, 6144, 4096, "fused", False), (4, 6144, 4096, "skinny_vector", False),
                                             (1, 8192, 4096, "fused", True), (2, 8192, 4096, "skinny_vector", False),
                                             (1, 11008, 4096, "skinny_vector", False),
-                                            (1, 14336, 4096, "fused", False)]:
+                                            (1, 14336, 4096, "skinny_vector", False)]:
         x, w, ws = np.zeros((m, kk), np.float32), np.zeros((n, kk), np.int8), np.ones(n, np.float32)
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, kk, "f32", "f32", False, True))
         assert plan.kernel_variant(bn.QuantizedLinearArgs(x, w, ws, np.zeros((m, n), np.float32))) == variant, (m, n)
