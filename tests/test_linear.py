@@ -310,8 +310,8 @@ def test_capture_launches_two_kernels_where_fusing_only_saves_host_time(monkeypa
     FUSED_MIN_K x FUSED_MIN_N whose blocks do not fit one wave at two per SM and make (1, 1.5] waves at
     three, or past three blocks per SM where the two launches' GEMM takes blocks of up to 7 column tiles that fit
     one wave at two: 88 and 104 rows), and keeps the fused kernel where it is the faster on the GPU too (one wave,
-    up to ONE_WAVE_FUSED_MAX_M tokens; one token past 1.5 waves without such blocks: 120 rows); eager calls fuse at every
-    shape here. Bit for bit against the reference either way."""
+    up to ONE_WAVE_FUSED_MAX_M tokens; one token past 1.5 waves without such blocks: 120 rows); eager calls fuse at
+    every shape here. Bit for bit against the reference either way."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.ops.common import clear_plan_cache
     from baracuda_numba.plans import linear as plans

@@ -205,8 +205,9 @@ FEW_TOKENS_WIDE_MIN_M = 1
 # WIDE_TILES_MIN_M: the rule before.
 SMOOTHQUANT_FEW_TOKENS_WIDE_MIN_M = 1
 # SmoothQuant's GEMM under the static promise (its weight loaded before its wait, as quantized_linear's GEMM) takes
-# the wide blocks at every M; below WIDE_TILES_MIN_M tokens at most WIDE_TILES_MAX_FEW_TOKENS tiles; past three 2-tile blocks per SM, from WIDE_TILES_MIN_M tokens, it asks L2 for WIDE_TILES_PREFETCH_L2
-# iterations before its wait. Session 32 (call 2, tune-linear-2026-11-26-s32-call2-static-sq-wide.log, H100, graph
+# the wide blocks at every M; below WIDE_TILES_MIN_M tokens at most WIDE_TILES_MAX_FEW_TOKENS tiles; past three
+# 2-tile blocks per SM, from WIDE_TILES_MIN_M tokens, it asks L2 for WIDE_TILES_PREFETCH_L2 iterations before its wait.
+# Session 32 (call 2, tune-linear-2026-11-26-s32-call2-static-sq-wide.log, H100, graph
 # replay, weights rotating past L2, % of the eager copy, M = 1 / 8 / 16, 2 tiles -> wide, with the prefetch at 16):
 # 11008 x 4096 (6 tiles) 80.1 / 76.5 / 73.0 -> 82.3 / 80.1 / 87.8 (79.2 at 16 without the prefetch); 14336 x 4096
 # (7) 81.6 / 77.5 / 74.0 -> 77.6 / 76.8 / 87.2; 6144 x 4096 (3) 82.7 / 79.3 / 73.8 -> 86.2 / 85.3 / 81.3.
@@ -214,7 +215,10 @@ STATIC_SMOOTHQUANT_WIDE = True
 # At most this many tiles below WIDE_TILES_MIN_M tokens (those rules). Session 41 (call 2,
 # probe-decode-knobs-2026-11-27-s41-call2-14336-seven.log, same measure) lifted it from 6 to 7 (24 bytes spilled):
 # 14336 x 4096 (896 blocks of 2 tiles -> 256 of 7), quantized_linear / SmoothQuant waiting first, M = 2 74.8 / 80.7
-# -> 79.6 / 81.7, M = 8 73.4 / 78.6 -> 78.9 / 81.8. Session 32 had found 7 tiles slower with the old loads.
+# -> 79.6 / 81.7, M = 8 73.4 / 78.6 -> 78.9 / 81.8. Call 3 (-call3-14336-seven.log; 6 -> 7): one token there takes
+# the two launches, not the fused kernel (_wide_fused), quantized_linear 75.3 -> 80.7, with the static promise 74.7 ->
+# 79.9; SmoothQuant under the static promise, M = 1 / 2 / 8, 83.1 / 82.3 / 79.5 -> 83.3 / 83.3 / 83.2. Session 32
+# had found 7 tiles slower there with the old loads (81.6 / 77.5 -> 77.6 / 76.8 at M = 1 / 8).
 WIDE_TILES_MAX_FEW_TOKENS = 7
 # SmoothQuant's GEMM under the static promise asks L2 for weight before its wait as quantized_linear's does where
 # K >= 8192 and its blocks fit one wave (kernels.linear.dependent_prefetch's one_wave rule: 1 iteration, 2 from 4
