@@ -15,6 +15,7 @@ and ``bench.png`` (percent of copy per op) into ``--out``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -55,6 +56,35 @@ def device_ms(fn: Callable[[], object], repeats: int) -> float:
         end.record()
         end.synchronize()
         samples.append(begin.elapsed_time(end))
+    return statistics.median(samples)
+
+
+def graph_ms(fn: Callable[[], object], calls: int = 10, replays: int = 15) -> float:
+    """Median GPU milliseconds per call of ``fn``: ``calls`` calls captured in one CUDA graph (after two on a
+    side stream, which compile and warm up), the graph replayed ``replays`` times between device events. The
+    replay launches nothing from the host, so back-to-back calls show GPU time alone: kernel boundaries, waits
+    between programmatic dependents and launch gaps included, argument handling excluded."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(replays):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(begin.elapsed_time(end) / calls)
     return statistics.median(samples)
 
 
@@ -313,11 +343,29 @@ def lowbit(bench: Bench, n: int) -> None:
     torch.cuda.empty_cache()
 
 
+# W8A8 linear shapes: prefill (M x N x K; 4096^3, the Llama-7B projections at 2048 tokens, smaller batches) and
+# decode (N x K of the weight, times every token count)
+PREFILL_SHAPES = ((4096, 4096, 4096), (2048, 4096, 4096), (2048, 11008, 4096), (2048, 4096, 11008),
+                  (256, 4096, 4096), (128, 4096, 4096), (32, 4096, 4096))
+DECODE_WEIGHTS = ((4096, 4096), (8192, 8192), (11008, 4096))
+DECODE_TOKENS = (1, 2, 4, 8, 16)
+# each decode shape's weight copies together exceed this (four times the H100's 50 MB L2), and the timed calls
+# rotate through them, so every call streams its weight from HBM as a model's layers do
+ROTATION_BYTES = 200_000_000
+
+
 def linear(bench: Bench, host: dict[str, float]) -> None:
-    """W8A8 linear: TOPS at 4096^3 and at batches of 32, 128 and 256 tokens (N = K = 4096) next to torch._int_mm
-    (weight column-major) plus its dequant epilogue; decode shapes as GB/s on the weight bytes (torch._int_mm
-    refuses M <= 16)."""
-    for m, n, k in ((4096, 4096, 4096), (256, 4096, 4096), (128, 4096, 4096), (32, 4096, 4096)):
+    """W8A8 linear, per-token activations quantized in the call, bf16 out.
+
+    Prefill: TOPS of ``quantized_linear`` (eager, device events) next to ``torch._int_mm`` (weight column-major)
+    followed by its dequant epilogue ``(acc.float() * sx[:, None] * ws[None, :]).to(bf16)``, and next to
+    ``torch._int_mm`` alone on the already quantized rows.
+
+    Decode: GPU time per call of back-to-back ``quantized_linear`` calls replayed from a CUDA graph, each call on
+    the next of several weight copies (:data:`ROTATION_BYTES`, past L2), as GB/s on the int8 weight's bytes and %
+    of the copy; next to ``F.linear`` on bf16 weights timed the same way (``torch._int_mm`` refuses 16 rows or
+    fewer). Host time per call is timed apart (:func:`host_us`)."""
+    for m, n, k in PREFILL_SHAPES:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randint(-128, 128, (n, k), device="cuda", dtype=torch.int8)
         ws = torch.rand(n, device="cuda") * 0.01
@@ -325,24 +373,42 @@ def linear(bench: Bench, host: dict[str, float]) -> None:
         ms = device_ms(lambda x=x, w=w, ws=ws: bn.quantized_linear(x, w, ws), bench.repeats)
         torch_ms = device_ms(lambda r=r, w=w, ws=ws: (torch._int_mm(r.q, w.t()).float() * r.scale[:, None]
                                                       * ws[None, :]).to(torch.bfloat16), bench.repeats)
-        tops, torch_tops = 2 * m * n * k / ms / 1e9, 2 * m * n * k / torch_ms / 1e9
-        bench.rows.append({"family": "linear", "op": f"quantized_linear {m}x{n}x{k}", "dtype": "bf16",
-                           "ms": ms, "TOPS": tops, "torch_op": "torch._int_mm + dequant", "torch_TOPS": torch_tops,
-                           "ratio": tops / torch_tops, "GB/s": 0.0, "pct_copy": 0.0})
+        raw_ms = device_ms(lambda r=r, w=w: torch._int_mm(r.q, w.t()), bench.repeats)
+        tops, torch_tops, raw_tops = (2 * m * n * k / t / 1e9 for t in (ms, torch_ms, raw_ms))
+        bench.rows.append({"family": "linear", "op": f"quantized_linear {m}x{n}x{k}", "dtype": "bf16", "ms": ms,
+                           "TOPS": tops, "torch_op": "torch._int_mm + dequant", "torch_TOPS": torch_tops,
+                           "ratio": tops / torch_tops, "raw_op": "torch._int_mm", "raw_TOPS": raw_tops,
+                           "raw_ratio": tops / raw_tops})
         print(f"{bench.progress()} linear {m}x{n}x{k}: {tops:.0f} TOPS, torch._int_mm + dequant {torch_tops:.0f} "
-              f"TOPS, x{tops / torch_tops:.2f}", flush=True)
-    for m in (1, 16):
-        for nk in (4096, 8192):
-            x = torch.randn(m, nk, device="cuda", dtype=torch.bfloat16)
-            w = torch.randint(-128, 128, (nk, nk), device="cuda", dtype=torch.int8)
-            ws = torch.rand(nk, device="cuda") * 0.01
-            bench.add("linear", f"decode M={m} N=K={nk}", "bf16", nk * nk,
-                      lambda x=x, w=w, ws=ws: bn.quantized_linear(x, w, ws))
+              f"TOPS (x{tops / torch_tops:.2f}), torch._int_mm alone {raw_tops:.0f} TOPS (x{tops / raw_tops:.2f})",
+              flush=True)
+    x = w = r = None
+    for n, k in DECODE_WEIGHTS:
+        weights = [torch.randint(-128, 128, (n, k), device="cuda", dtype=torch.int8)
+                   for _ in range(-(-ROTATION_BYTES // (n * k)))]
+        dense = [w.to(torch.bfloat16) for w in weights[:-(-ROTATION_BYTES // (2 * n * k))]]
+        ws = torch.rand(n, device="cuda") * 0.01
+        for m in DECODE_TOKENS:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            ours, theirs = itertools.cycle(weights), itertools.cycle(dense)
+            ms = graph_ms(lambda x=x, ws=ws, ours=ours: bn.quantized_linear(x, next(ours), ws), 10 * len(weights))
+            torch_ms = graph_ms(lambda x=x, theirs=theirs: torch.nn.functional.linear(x, next(theirs)),
+                                10 * len(dense))
+            row = {"family": "linear", "op": f"decode M={m} {n}x{k}", "dtype": "bf16", "decode": True, "m": m,
+                   "n": n, "k": k, "ms": ms, "GB/s": n * k / ms / 1e6, "torch_op": "F.linear, bf16 weight",
+                   "torch_ms": torch_ms, "torch_GB/s": 2 * n * k / torch_ms / 1e6, "speedup": torch_ms / ms}
+            row["pct_copy"] = 100 * row["GB/s"] / bench.copy_gbs
+            bench.rows.append(row)
+            print(f"{bench.progress()} linear decode M={m} {n}x{k}: {1e3 * ms:.1f} us, {row['GB/s']:.0f} GB/s "
+                  f"({row['pct_copy']:.1f}% of copy); F.linear bf16 {1e3 * torch_ms:.1f} us (x{row['speedup']:.2f})",
+                  flush=True)
+        weights = dense = None
+        torch.cuda.empty_cache()
     x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
     w = torch.randint(-128, 128, (4096, 4096), device="cuda", dtype=torch.int8)
     ws = torch.rand(4096, device="cuda") * 0.01
     host["quantized_linear() (16x4096 @ 4096x4096)"] = host_us(lambda: bn.quantized_linear(x, w, ws), 200)
-    for m in (16, 1):  # the cooperative kernel at M = 16, the fused one at M = 1: one launch each
+    for m in (16, 1):  # two launches at M = 16 (the per-token quantizer, its dependent GEMM), one fused at M = 1
         plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, 4096, 4096, "bf16", "bf16", False))
         args = bn.QuantizedLinearArgs(x[:m], w, ws, torch.empty(m, 4096, device="cuda", dtype=torch.bfloat16))
         workspace = torch.empty(plan.workspace_size(), device="cuda", dtype=torch.uint8)
@@ -410,16 +476,30 @@ def markdown(bench: Bench, pairs: list[dict], host: dict[str, float], device: st
     lines = [f"device: {device}; n = {n} elements; device-to-device copy: {bench.copy_gbs:.0f} GB/s", "",
              "| family | op | dtype | GB/s | % of copy | PyTorch op | PyTorch GB/s | ratio |",
              "|---|---|---|---:|---:|---|---:|---:|"]
+    prefill = [r for r in bench.rows if "TOPS" in r]
+    decode = [r for r in bench.rows if r.get("decode")]
     for r in bench.rows:
-        if "TOPS" in r:
-            lines.append(f"| {r['family']} | {r['op']} | {r['dtype']} | {r['TOPS']:.0f} TOPS | | {r['torch_op']} | "
-                         f"{r['torch_TOPS']:.0f} TOPS | {r['ratio']:.2f}x |")
+        if "TOPS" in r or r.get("decode"):
             continue
         torch_cols = (f"{r['torch_op']} | {r['torch_GB/s']:.0f} | {r['ratio']:.2f}x" if "torch_op" in r else " | | ")
         moved = (f" (on the {r['moved_bytes'] / n:g}n bytes it must move: {r['pct_copy_moved']:.1f}%)"
                  if "moved_bytes" in r else "")
         lines.append(f"| {r['family']} | {r['op']} | {r['dtype']} | {r['GB/s']:.0f} | {r['pct_copy']:.1f}%{moved} | "
                      f"{torch_cols} |")
+    if prefill:
+        lines += ["", "W8A8 linear, prefill (bf16 out; ours includes the per-token quantize of x; TOPS on 2MNK):", "",
+                  "| M x N x K | ours TOPS | torch._int_mm + dequant TOPS | ratio | torch._int_mm alone TOPS | ratio |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['op'].split()[-1]} | {r['TOPS']:.0f} | {r['torch_TOPS']:.0f} | {r['ratio']:.2f}x | "
+                  f"{r['raw_TOPS']:.0f} | {r['raw_ratio']:.2f}x |" for r in prefill]
+    if decode:
+        lines += ["", "W8A8 linear, decode (GPU time per call, CUDA graph replay of back-to-back calls, weights "
+                  "rotating past L2; GB/s and % of copy on the int8 weight's bytes; F.linear streams a bf16 weight, "
+                  "twice the bytes):", "",
+                  "| tokens | N x K | ours us | GB/s | % of copy | F.linear bf16 us | its GB/s | speedup |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['m']} | {r['n']}x{r['k']} | {1e3 * r['ms']:.1f} | {r['GB/s']:.0f} | {r['pct_copy']:.1f}% | "
+                  f"{1e3 * r['torch_ms']:.1f} | {r['torch_GB/s']:.0f} | {r['speedup']:.2f}x |" for r in decode]
     if pairs:
         lines += ["", "| family | host time per call | us | PyTorch op | us | PyTorch / ours |",
                   "|---|---|---:|---|---:|---:|"]
@@ -453,7 +533,8 @@ def chart(bench: Bench, path: Path) -> bool:
     return True
 
 
-EXPECTED_CASES = {"per_tensor": 6, "per_channel": 8, "per_token": 4, "per_group": 4, "dynamic": 6, "linear": 8,
+EXPECTED_CASES = {"per_tensor": 6, "per_channel": 8, "per_token": 4, "per_group": 4, "dynamic": 6,
+                  "linear": len(PREFILL_SHAPES) + len(DECODE_WEIGHTS) * len(DECODE_TOKENS),
                   "lowbit": 10}
 
 

@@ -32,7 +32,6 @@ import json
 import os
 import pstats
 import re
-import statistics
 import subprocess
 import sys
 import traceback
@@ -43,7 +42,7 @@ import torch
 
 import baracuda_numba as bn
 from baracuda_numba.arrays import adapt
-from baracuda_numba.bench import device_ms, host_us
+from baracuda_numba.bench import device_ms, graph_ms, host_us
 from baracuda_numba.kernels import linear as gemm
 from baracuda_numba.ops.common import clear_plan_cache
 from baracuda_numba.vocabulary import ElementKind
@@ -68,32 +67,6 @@ def bit_equal(a, b) -> bool:
 def say(text: str) -> None:
     print(text, flush=True)
     LOG.append(text)
-
-
-def graph_ms(fn, calls: int = 10, replays: int = 15) -> float:
-    """GPU milliseconds per call: ``calls`` calls captured in one CUDA graph, median of replays."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(replays):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(begin.elapsed_time(end) / calls)
-    return statistics.median(samples)
 
 
 def copy_gbs() -> float:

@@ -27,3 +27,27 @@ def test_a_row_that_must_move_more_bytes_shows_both_percentages():
                    "pct_copy": 58.0, "bytes": 3 * n, "moved_bytes": 5 * n, "pct_copy_moved": 96.7})
     text = bench.markdown(b, [], {}, "GPU", n)
     assert "| dynamic | tensor[symmetric] | bf16 | 1740 | 58.0% (on the 5n bytes it must move: 96.7%) |" in text
+
+
+def test_the_linear_rows_get_a_prefill_table_with_both_pytorch_anchors_and_a_decode_table_in_gpu_time():
+    b = bench.Bench(repeats=1)
+    b.copy_gbs = 3000.0
+    b.rows.append({"family": "linear", "op": "quantized_linear 2048x11008x4096", "dtype": "bf16", "ms": 0.1,
+                   "TOPS": 900.0, "torch_op": "torch._int_mm + dequant", "torch_TOPS": 360.0, "ratio": 2.5,
+                   "raw_op": "torch._int_mm", "raw_TOPS": 750.0, "raw_ratio": 1.2})
+    b.rows.append({"family": "linear", "op": "decode M=4 11008x4096", "dtype": "bf16", "decode": True, "m": 4,
+                   "n": 11008, "k": 4096, "ms": 0.0188, "GB/s": 2398.3, "pct_copy": 79.94, "torch_op": "F.linear",
+                   "torch_ms": 0.0321, "torch_GB/s": 2809.2, "speedup": 1.707})
+    text = bench.markdown(b, [], {}, "GPU", 1 << 28)
+    assert "| 2048x11008x4096 | 900 | 360 | 2.50x | 750 | 1.20x |" in text
+    assert "| 4 | 11008x4096 | 18.8 | 2398 | 79.9% | 32.1 | 2809 | 1.71x |" in text
+    # neither row lands in the memory-bound table, whose rows name their family first
+    assert "| linear |" not in text
+
+
+def test_bench_counts_every_linear_row_it_times():
+    assert bench.EXPECTED_CASES["linear"] == len(bench.PREFILL_SHAPES) + 15
+    assert {(4096, 4096), (8192, 8192), (11008, 4096)} <= set(bench.DECODE_WEIGHTS)
+    assert set(bench.DECODE_TOKENS) == {1, 2, 4, 8, 16}
+    assert {(2048, 4096, 4096), (2048, 11008, 4096), (2048, 4096, 11008), (4096, 4096, 4096)} <= set(
+        bench.PREFILL_SHAPES)
