@@ -51,3 +51,28 @@ def test_bench_counts_every_linear_row_it_times():
     assert set(bench.DECODE_TOKENS) == {1, 2, 4, 8, 16}
     assert {(2048, 4096, 4096), (2048, 11008, 4096), (2048, 4096, 11008), (4096, 4096, 4096)} <= set(
         bench.PREFILL_SHAPES)
+
+
+def test_host_time_is_timed_in_batches_queued_behind_a_gpu_wait(monkeypatch):
+    """Every timed call sits behind a busy wait queued since the last synchronize, at most HOST_BATCH of them."""
+    from types import SimpleNamespace
+
+    events: list[str] = []
+    fake_cuda = SimpleNamespace(_sleep=lambda cycles: events.append("wait"),
+                                synchronize=lambda: events.append("sync"))
+    monkeypatch.setattr(bench, "torch", SimpleNamespace(cuda=fake_cuda))
+    us = bench.host_us(lambda: events.append("call"), calls=45)
+    assert us >= 0.0
+    timed = events[events.index("sync") + 1:]  # past the warm-up's calls and its synchronize
+    assert timed.count("call") == 5 * 45
+    batch: int | None = None
+    for event in timed:
+        if event == "wait":
+            assert batch is None, "a second wait queued before the first batch was synchronized"
+            batch = 0
+        elif event == "call":
+            assert batch is not None, "a call timed with no wait queued ahead of it"
+            batch += 1
+            assert batch <= bench.HOST_BATCH
+        else:
+            batch = None
