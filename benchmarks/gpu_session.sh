@@ -32,5 +32,5 @@ if [ "${DEMO:-0}" = 1 ]; then  # the README's main job, on the GPU
   timeout 180 python3 -m baracuda_numba demo 2>&1 | tee "$OUT/demo.log" | tail -40
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  timeout 300 python3 -m benchmarks ${BENCH_ARGS:-} --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -80
+  timeout ${BENCH_TIMEOUT:-480} python3 -m benchmarks ${BENCH_ARGS:-} --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -80
 fi
