@@ -1,5 +1,6 @@
 """GPU benchmark of every memory-bound op: GB/s against the device-to-device copy measured in the
-same run and against the matching PyTorch op; host time per call of small problems.
+same run and against the matching PyTorch op; the W8A8 linear (prefill TOPS, decode GPU time, see
+:func:`linear`); host time per call of small problems.
 
     baracuda-numba bench [--log2n 28] [--only per_tensor per_channel ...] [--out DIR]
     python -m benchmarks ...   (the same, from a checkout)
@@ -8,7 +9,8 @@ Needs a CUDA GPU and PyTorch (the reference ops and the timers).
 
 Timing: CUDA events around each call after a warm-up, median of ``--repeats``; 2^28 elements
 (1 GiB of f32) dwarf the 50 MB L2, so no buffer rotation is needed. Bytes are the fewest the op
-must move (each input read once, each output written once). Writes ``bench.json``, ``bench.md``
+must move (each input read once, each output written once). The linear's decode rows are graph
+replays over rotating weights instead (:func:`graph_ms`). Writes ``bench.json``, ``bench.md``
 and ``bench.png`` (percent of copy per op) into ``--out``.
 """
 
