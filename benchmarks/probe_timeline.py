@@ -1,103 +1,126 @@
-"""A timeline of the decode GEMM's blocks inside a CUDA graph: the profiling build of the skinny kernel
-(``linear_kernel(..., trace=True)``) stamps ``%globaltimer`` per block when it starts, when its wait for
-the quantizer returns, when its weight stream ends and after its stores. Each call is a spin of 0 ns
-(its end is the origin), then either the GEMM alone (on pre-quantized rows), or the per-token quantizer
-and the GEMM as its programmatic dependent, or the two as plain launches; weights rotate past L2.
-Printed per mode: microseconds from the origin (medians over the graph's last calls) of the blocks'
-first / median / last start, their waits' median / last return, their streams' median / last end and
-the last block's end.
+"""A timeline of the shipped decode GEMM inside a CUDA graph of back-to-back calls, weights rotating past L2.
 
-    python3 -m benchmarks.probe_timeline"""
+Every plan selected here builds its aligned skinny GEMM as the profiling build (``linear_kernel(...,
+trace=True)``): thread 0 of each block stamps ``%globaltimer`` when the block starts, when its wait for the kernel
+before returns, when its weight stream ends and after its stores. The stamps land in the bias slot, which without a
+bias is the call's ``weight_scale``; every call has its own scale vector, so each call's stamps survive the replay
+(the outputs are garbage, the timing is the shipped kernel's, plus four stores a block).
+
+Parts, as ``benchmarks.probe_decode_knobs`` names them: ``linear`` (``quantized_linear``: the per-token quantizer,
+then the GEMM as its programmatic dependent), ``gemm`` (the same GEMM on pre-quantized rows, each waiting on the GEMM
+before it: the chain without a quantizer) and ``sq`` (SmoothQuant's GEMM waiting first on the kernel before it).
+
+Printed per shape and part, in microseconds from the end of the previous call's GEMM (its last block's last stamp),
+medians over the graph's calls after the first two: the blocks' first / median / last start, their waits' median /
+last return, their weight streams' median / last end, the last block's end (the call's period) and the period as %
+of the eager copy on the weight's bytes.
+
+    python3 -m benchmarks.probe_timeline --out DIR [--nk 4096x4096 11008x4096] [--m 4 8 16]
+"""
 
 from __future__ import annotations
 
-import itertools
+import argparse
+import json
 
 import numpy as np
 import torch
 
 import baracuda_numba as bn
-from baracuda_numba.arrays import adapt
-from baracuda_numba.kernels import linear as gemm
-from baracuda_numba.launch import ArrayArg, KernelLauncher
 from baracuda_numba.ops.common import clear_plan_cache
 from baracuda_numba.plans import linear as plans
-from benchmarks.probe_pdl import spin
-from benchmarks.tune_linear import decode_problem
 
-CALLS = 8  # per graph; the last half are reported
+from .tune_linear import LOG, decode_problem, gemm_runner, say, start_probe
+
+COLUMNS = ("start first", "start median", "start last", "wait median", "wait last", "stream median", "stream last",
+           "period")
 
 
-def traced_plan(m: int, n: int, k: int, dependent: bool):
-    """A selected two-launch plan whose aligned GEMM is the profiling build (launched as a programmatic
-    dependent or plainly)."""
-    plans.FUSED_MAX_M = plans.FUSED_ANY_SHAPE_MAX_M = plans.COOPERATIVE_MAX_M = 0
-    plans.DEPENDENT_GEMM = True
+def traced_builds() -> None:
+    """Make every aligned unfused skinny GEMM the plans build from now on the profiling build."""
+    shipped = plans.linear_kernel
+
+    def build(out, has_bias, per_tensor_rows, skinny=False, *args, **kwargs):
+        if skinny and kwargs.get("vector_only") and not has_bias:
+            kwargs["trace"] = True
+        return shipped(out, has_bias, per_tensor_rows, skinny, *args, **kwargs)
+
+    plans.linear_kernel = build
     clear_plan_cache()
-    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16"))
-    tiles = gemm.skinny_tiles(k)
-    kernel = gemm.linear_kernel(bn.ElementKind.BF16, False, False, True, None, gemm.skinny_chunks(False, True), tiles,
-                                fused_prefetch=gemm.dependent_prefetch(m, n, k), double_buffer=True,
-                                vector_only=True, dependent=gemm.DEPENDENT_PRELOAD, trace=True)
-    _, tiles_m, blocks, threads = plan._variants["skinny_vector"]
-    plan._variants["skinny_vector"] = (KernelLauncher(kernel.compiled, 8, plans._SCALARS, 0, dependent), tiles_m,
-                                       blocks, threads)
-    return plan, blocks
 
 
-def timeline(m: int, n: int, k: int, mode: str, problem, spinner: KernelLauncher) -> np.ndarray:
-    """The medians of :func:`main`'s columns for one shape and mode."""
-    x, _, ws, _, weights, xq, sx, out = problem
-    plan, blocks = traced_plan(m, n, k, mode == "two_launch_pdl")
-    marks = [torch.zeros(2, dtype=torch.int64, device="cuda") for _ in range(CALLS)]
-    traces = [torch.zeros(4 * blocks, dtype=torch.float32, device="cuda") for _ in range(CALLS)]
-    ops = [adapt(t, "probe", "t") for t in (xq, sx, ws, out)]
-    wops = itertools.cycle([adapt(w, "probe", "w") for w in weights])
-    tops = [adapt(t, "probe", "trace") for t in traces]
-    calls = [(i, next(wops)) for i in range(CALLS)]
-
-    def run():
-        for i, wop in calls:
-            stream = torch.cuda.current_stream().cuda_stream
-            spinner.launch(1, 32, stream, [ArrayArg(marks[i].data_ptr(), 2, 8)], [0])
-            if mode != "gemm_alone":
-                bn.dynamic_range_quantize(x)
-            plan._gemm(ops[0], wop, ops[1], ops[2], tops[i], ops[3], 0.0, stream, unfused=True)
-
-    run()  # compile and warm up
+def timeline(calls_of, scales: list[torch.Tensor], blocks: int) -> np.ndarray:
+    """Replay ``calls_of`` (one closure a call, the i-th stamping into ``scales[i]``) captured in one graph and
+    return the medians of :data:`COLUMNS` over calls 2 onwards, in us from the previous call's GEMM end."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for call in calls_of[:2]:
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        run()
-    torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        run()
+        for call in calls_of:
+            call()
+    rows = []
     for _ in range(5):
         graph.replay()
-    torch.cuda.synchronize()
-    rows = []
-    for i in range(CALLS // 2, CALLS):
-        origin = int(marks[i][1].item()) & 0xFFFFFFFF
-        stamps = traces[i].view(torch.int32).cpu().numpy().astype(np.int64) & 0xFFFFFFFF
-        rel = ((stamps - origin) % (1 << 32)).reshape(blocks, 4) / 1e3
-        rel[rel > 1e6] -= (1 << 32) / 1e3  # stamps before the origin
-        start, wait, stream_end, end = rel.T
-        rows.append([start.min(), np.median(start), start.max(), np.median(wait), wait.max(),
-                     np.median(stream_end), stream_end.max(), end.max()])
+        torch.cuda.synchronize()
+        stamps = np.stack([s[:4 * blocks].view(torch.int32).cpu().numpy().astype(np.int64) & 0xFFFFFFFF
+                           for s in scales]).reshape(len(scales), blocks, 4)
+        for i in range(2, len(scales)):
+            origin = stamps[i - 1, :, 3].max()
+            start, wait, stream_end, end = (((stamps[i] - origin + (1 << 31)) % (1 << 32) - (1 << 31)) / 1e3).T
+            rows.append([start.min(), np.median(start), start.max(), np.median(wait), wait.max(),
+                         np.median(stream_end), stream_end.max(), end.max()])
     return np.median(np.array(rows), axis=0)
 
 
 def main() -> None:
-    spinner = KernelLauncher(lambda: spin, 1, (np.int64,))
-    for m, n, k in ((1, 4096, 4096), (16, 4096, 4096), (1, 11008, 4096)):
-        problem = decode_problem(m, n, k)
-        for mode in ("gemm_alone", "two_launch_pdl", "two_launch_plain"):
-            r = timeline(m, n, k, mode, problem, spinner)
-            print(f"M={m:2d} {n}x{k} {mode:17s} start {r[0]:5.2f} / {r[1]:5.2f} / {r[2]:5.2f}  "
-                  f"wait {r[3]:5.2f} / {r[4]:5.2f}  stream end {r[5]:5.2f} / {r[6]:5.2f}  end {r[7]:5.2f} us",
-                  flush=True)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="/tmp/probe_timeline")
+    parser.add_argument("--nk", nargs="*", default=["4096x4096", "11008x4096"])
+    parser.add_argument("--m", nargs="*", type=int, default=[4, 8, 16])
+    parser.add_argument("--parts", nargs="*", default=["gemm", "linear", "sq"])
+    args = parser.parse_args()
+    out, copy = start_probe(args.out)
+    traced_builds()
+    say("us from the previous call's GEMM end: " + " | ".join(COLUMNS) + " | % of copy")
+    rows = []
+    for nk in args.nk:
+        n, k = map(int, nk.split("x"))
+        for m in args.m:
+            x, _, ws, _, weights, xq, sx, gemm_out = decode_problem(m, n, k, seed=m + n)
+            act = torch.clamp(torch.round(x.float() * 50), -127, 127).to(torch.int8)
+            selected = {
+                "gemm": bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, n, k, "bf16", "bf16")),
+                "sq": bn.SmoothQuantLinearPlan.select(bn.SmoothQuantLinearDescriptor(m, n, k, "bf16")),
+            }
+            selected["linear"] = selected["gemm"]
+            scales = [ws.clone() for _ in weights]
+            pairs = list(zip(weights, scales, strict=True))
+            parts = {
+                "gemm": [gemm_runner(xq, sx, w, s, None, gemm_out) for w, s in pairs],
+                "linear": [lambda w=w, s=s, x=x: bn.quantized_linear(x, w, s) for w, s in pairs],
+                "sq": [lambda w=w, s=s, act=act: bn.smoothquant_linear(act, w, s, 0.02, dtype="bfloat16")
+                       for w, s in pairs],
+            }
+            for part in args.parts:
+                variant = selected[part]._aligned_variant
+                blocks = selected[part]._variants[variant][2]
+                if variant != "skinny_vector" or 4 * blocks > n:
+                    say(f"M={m} {n}x{k} {part}: {variant}, {blocks} blocks (no profiling build, or its stamps "
+                        f"do not fit {n} scales); skipped")
+                    continue
+                r = timeline(parts[part], scales, blocks)
+                pct = 100 * n * k / (r[-1] * 1e3) / copy
+                row = {"shape": f"M={m} {n}x{k}", "part": part, "blocks": blocks,
+                       **{c: round(float(v), 2) for c, v in zip(COLUMNS, r, strict=True)}, "pct_copy": round(pct, 1)}
+                rows.append(row)
+                say(f"M={m:2d} {n}x{k} {part:6s} " + " | ".join(f"{v:6.2f}" for v in r) + f" | {pct:5.1f}")
+            (out / "probe_timeline.log").write_text("\n".join(LOG))
+    (out / "probe_timeline.json").write_text(json.dumps({"copy_GBs": copy, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
