@@ -1,6 +1,6 @@
-"""README.md is true as written: every ```python block runs as pasted (a fresh namespace each, on the
-simulator without a GPU), its ``assert`` lines hold, and every relative link of the README and of
-docs/ points to a file of the repository."""
+"""README.md and docs/ are true as written: every ```python block of the README runs as pasted (a fresh
+namespace each, on the simulator without a GPU) and its ``assert`` lines hold; every relative link points
+to a file of the repository; every test named as evidence (docs/semantics.md) exists."""
 
 from __future__ import annotations
 
@@ -48,3 +48,17 @@ def test_relative_links_point_to_files(path):
     targets = [t for t in _LINK.findall(path.read_text()) if "://" not in t]
     missing = [t for t in targets if not (path.parent / t).exists()]
     assert not missing, f"{path.name} links to {missing}"
+
+
+@pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
+def test_tests_named_as_evidence_exist(path):
+    # `tests/<file>.py::<test>`, and `::<test>` for another test of the file named last
+    current, missing = None, []
+    for match in re.finditer(r"`(tests/[\w/]+\.py)?(?:::(\w+))?`", path.read_text()):
+        current = match.group(1) or current
+        name = match.group(2)
+        if current is None or not (ROOT / current).exists():
+            missing += [current] if match.group(1) else []
+        elif name and not re.search(rf"^\s*def {name}\(", (ROOT / current).read_text(), re.M):
+            missing.append(f"{current}::{name}")
+    assert not missing, f"{path.name} names tests that do not exist: {missing}"
