@@ -89,7 +89,7 @@ def _forbid_simulator(*command: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env, timeout=300)
 
 
-needs_no_gpu = pytest.mark.skipif(platform._missing_gpu() is None,
+needs_no_gpu = pytest.mark.skipif(platform.probe() is None,
                                   reason="a GPU is present: NUMBA_ENABLE_CUDASIM=0 runs on it")
 
 
