@@ -101,7 +101,7 @@ def check_scales(values: Any, argument: str, where: str, reciprocal: bool = True
     if index is not None:
         value = values.reshape(-1)[index]
         raise InvalidProblem(problem_message(where, argument, _scale_expected(reciprocal, values.dtype),
-                                             f"{value} at index {_at(values.shape, index)}"))
+                                             f"{value!s} at index {_at(values.shape, index)}"))
 
 
 def check_zero_points(values: Any, argument: str, where: str, q_min: int, q_max: int) -> None:
@@ -137,7 +137,7 @@ def check_operands(scale: Any, zero_point: Any, where: str, validate: str, recip
     bad_scale, bad_zp = first_bad_on_device(scale_values, limit, zp_values, low, high, _stream(stream, scale))
     if bad_scale is not None:
         raise InvalidProblem(problem_message(where, names[0], _scale_expected(reciprocal, scale.element.numpy_dtype),
-                                             f"{bad_scale[1]} at index {_at(scale.shape, bad_scale[0])}"))
+                                             f"{bad_scale[1]!s} at index {_at(scale.shape, bad_scale[0])}"))
     if bad_zp is not None:
         raise InvalidProblem(problem_message(where, names[1], f"integers in [{low}, {high}]",
                                              f"{int(bad_zp[1])} at index {_at(zero_point.shape, bad_zp[0])}"))
