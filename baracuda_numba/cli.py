@@ -57,7 +57,7 @@ def _device_ms(fn: Callable[[], object], rounds: int) -> float:
             fn()
         end.record()
         end.synchronize()
-        samples.append(cuda.event_elapsed_time(begin, end) / _BATCH)
+        samples.append(begin.elapsed_time(end) / _BATCH)
     return statistics.median(samples)
 
 
@@ -68,35 +68,47 @@ def _wall_ms(fn: Callable[[], object]) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
+def _device(storage: Any, dtype: np.dtype) -> Any:
+    """``storage`` (a numba device array of ``dtype``'s storage) as the ops read it: bf16 through its tagged
+    view, FP8 (which numba has no dtype for) as an operand tagged with its element."""
+    from .arrays import adapt, bfloat16_view
+    from .vocabulary import ElementKind, element_kind
+
+    element = element_kind(dtype)
+    if element is ElementKind.BF16:
+        return bfloat16_view(storage)
+    if element.is_fp8:
+        operand = adapt(storage, "demo", "array")
+        operand.element = element
+        return operand
+    return storage
+
+
 def _place(a: np.ndarray) -> Any:
-    """A device copy of host array ``a`` (bf16 and FP8 through their tagged storage views)."""
+    """A device copy of host array ``a``."""
     from numba import cuda
 
-    from .arrays import bfloat16_view
-    from .vocabulary import ElementKind
+    from .vocabulary import element_kind
 
-    if a.dtype == ElementKind.BF16.numpy_dtype:
-        return bfloat16_view(cuda.to_device(a.view(np.uint16)))
-    return cuda.to_device(a)
+    return _device(cuda.to_device(a.view(element_kind(a.dtype).storage_dtype)), a.dtype)
 
 
 def _device_out(case: Case) -> Any:
     """A preallocated device result for ``case`` (so that timing leaves out the allocation)."""
     from numba import cuda
 
-    from .arrays import bfloat16_view
-    from .vocabulary import ElementKind
+    from .vocabulary import element_kind
 
-    if case.out_dtype == ElementKind.BF16.numpy_dtype:
-        return bfloat16_view(cuda.device_array(case.out_shape, np.uint16))
-    return cuda.device_array(case.out_shape, case.out_dtype)
+    return _device(cuda.device_array(case.out_shape, element_kind(case.out_dtype).storage_dtype), case.out_dtype)
 
 
 def _release() -> None:
-    """Free the device memory of the arrays dropped so far (numba defers it)."""
+    """Free the device memory of the arrays dropped so far (numba defers it; the simulator has none to free)."""
     from numba import cuda
 
-    cuda.current_context().deallocations.clear()
+    deallocations = getattr(cuda.current_context(), "deallocations", None)
+    if deallocations is not None:
+        deallocations.clear()
 
 
 def _timed_on_device(case: Case, rounds: int) -> float:

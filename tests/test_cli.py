@@ -182,6 +182,30 @@ def test_demo_on_a_gpu_reads_no_row_above_the_copy(capsys):
     assert max(percents) <= 102, out  # timed as the copy is: a row above it is a timing error
 
 
+@pytest.mark.parametrize(("op", "out_dtype", "dtype"), [
+    ("quantize_per_tensor", "float8_e4m3fn", "bfloat16"), ("dequantize_per_token", "float8_e5m2", "float32"),
+    ("quantize_per_group", "int4", "bfloat16"), ("dequantize_per_group", "uint4", "float16"),
+    ("fake_quantize_backward", "int8", "bfloat16"), ("dynamic_range_quantize", "float8_e4m3fn", "float32"),
+    ("quantized_linear", "int8", "bfloat16")])
+def test_the_timed_path_writes_the_reference_into_its_preallocated_device_output(op, out_dtype, dtype):
+    # What demo and run time on a GPU: device copies of the operands, a preallocated result (bf16 and FP8 as
+    # tagged views), the same call. Under the simulator the device arrays are simulated ones.
+    from baracuda_numba import recipes
+    from baracuda_numba.arrays import Operand
+    from baracuda_numba.vocabulary import element_kind
+
+    kind, q = element_kind(dtype), element_kind(out_dtype)
+    shape = (4, 32) if op.endswith("linear") else (4, 64)
+    case = recipes.make_case(op, kind, q, shape, recipes.check_problem(op, kind, q, shape, None),
+                             np.random.default_rng(0))
+    arrays = {name: cli._place(a) for name, a in case.operands.items()}
+    out = cli._device_out(case)
+    case.call(arrays, out)
+    storage = out.obj if isinstance(out, Operand) else getattr(out, "storage", out)
+    assert cli._compare(storage.copy_to_host().view(case.out_dtype), case.expected()) == (0, 0.0)
+    assert isinstance(cli._timed_on_device(case, 1), float)
+
+
 def test_info_and_bench_without_a_gpu(capsys):
     assert cli.main(["info"]) == 0
     assert "registry:" in capsys.readouterr().out
