@@ -14,8 +14,8 @@ The probe (:func:`probe`) never calls ``cuInit``: initializing the driver in the
 would make every later ``fork`` (DataLoader workers, vLLM's worker pools, ``multiprocessing``)
 unusable for CUDA in the children. It reads, in order:
 
-- whether ``libcuda.so.1`` can be loaded (``dlopen`` runs no driver initialization; numba loads the
-  library the same way when ``numba.cuda`` is imported): without it there is no GPU;
+- whether ``libcuda.so.1`` can be loaded (``dlopen`` alone runs no driver initialization): without
+  it there is no GPU;
 - the device count from NVML (``libnvidia-ml.so.1``: ``nvmlInit`` / ``nvmlDeviceGetCount`` /
   ``nvmlShutdown``), which talks to the kernel driver without creating a CUDA context (PyTorch's
   ``PYTORCH_NVML_BASED_CUDA_CHECK`` relies on the same property for fork safety), narrowed by
@@ -23,10 +23,10 @@ unusable for CUDA in the children. It reads, in order:
 - when NVML cannot be loaded but the driver can, a GPU is assumed, and numba reports the driver's
   own error at the first launch if there is none.
 
-Alternatives weighed: ``cuInit`` in-process (what this module did before: accurate, but it is the
-side effect to avoid); a child process that calls ``cuInit`` (accurate and fork-safe, but 0.1-1 s
-at every import, and a process spawned by an import); ``/proc/driver/nvidia/gpus`` (Linux only, no
-WSL, blind to ``CUDA_VISIBLE_DEVICES``).
+Alternatives weighed: ``cuInit`` in-process (accurate, but the side effect to avoid); a child process
+that calls ``cuInit`` (accurate and fork-safe, but a Python start-up and a driver initialization at
+every import, and a process spawned by an import); ``/proc/driver/nvidia/gpus`` (Linux only, no WSL,
+blind to ``CUDA_VISIBLE_DEVICES``).
 
 The simulator is switched on by setting numba's configuration attribute ``ENABLE_CUDASIM`` in this
 process before ``numba.cuda`` is first imported, never ``os.environ``: child processes see the
