@@ -12,6 +12,10 @@ Scales per group of ``group_size`` (even) consecutive elements along the last ax
 (float64 for float64 data), shape ``[..., D / group_size]``; zero points int32 of the same shape
 for ``uint4`` (None: zeros) and none for ``int4`` (symmetric: pass None). ``D`` odd is an
 :class:`InvalidProblem` naming ``x`` (or ``q``), an odd ``group_size`` one naming ``group_size``.
+
+Checks of ``scales`` and ``zero_points`` as in :mod:`.per_axis` (:mod:`.checks`): scales finite and >= 0
+(and invertible where > 0, except for dequantize), zero points in ``[q_min, q_max]`` (dequantize: the
+4-bit range); host arrays always, device arrays with ``validate="device"`` (one host synchronization).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from ..plans.packed import (
     packed_shape,
 )
 from ..vocabulary import ElementKind
+from .checks import check_validate
 from .common import default_q_range, operand, output_operand, resolve_dtype, scale_operands, select_plan
 
 __all__ = ["quantize_per_group_packed", "dequantize_per_group_packed", "fake_quantize_per_group",
@@ -66,21 +71,25 @@ def _groups(shape: tuple[int, ...], group_size: int) -> int:
     return outer_size(shape) * (shape[-1] // group_size) if group_size > 0 else 0
 
 
-def _params(scales, zero_points, count, float_element, element, like, where):
-    """Scales coerced; U4 zero points coerced (None: zeros); S4 zero points passed through for the plan."""
+def _params(scales, zero_points, count, float_element, element, like, where, validate, reciprocal, q_range, stream):
+    """Scales coerced; U4 zero points coerced (None: zeros); S4 zero points passed through for the plan;
+    both checked as ``validate`` says."""
+    check_validate(validate, where)
+    checks = {"validate": validate, "reciprocal": reciprocal, "q_range": q_range, "stream": stream}
     if element is ElementKind.S4:
-        scale, _ = scale_operands(scales, None, count, float_element, like, where)
+        scale, _ = scale_operands(scales, None, count, float_element, like, where, **checks)
         return scale, zero_points
-    return scale_operands(scales, zero_points, count, float_element, like, where)
+    return scale_operands(scales, zero_points, count, float_element, like, where, **checks)
 
 
 def quantize_per_group_packed(x: Any, scales: Any, zero_points: Any = None, group_size: int = 128, *,
                               dtype: Any = "int4", q_min: int | None = None, q_max: int | None = None,
-                              out: Any = None, stream: Any = None) -> Any:
+                              out: Any = None, stream: Any = None, validate: str = "host") -> Any:
     """``q = clamp(rint(x * (1/scales[.., g])) + zero_points[.., g], q_min, q_max)``, packed two per byte.
 
     Returns ``uint8 [..., D / 2]`` of ``x``'s kind; ``q_min, q_max`` default to [-8, 7] (int4) or
-    [0, 15] (uint4).
+    [0, 15] (uint4). Checks: ``scales`` finite, >= 0 and invertible where > 0, ``zero_points`` in
+    ``[q_min, q_max]`` (module docstring).
     """
     where = "quantize_per_group_packed"
     xo = operand(x, where, "x")
@@ -89,7 +98,8 @@ def quantize_per_group_packed(x: Any, scales: Any, zero_points: Any = None, grou
     q_min, q_max = default_q_range(element, q_min, q_max)
     plan = select_plan(QuantizePackedPerGroupPlan, PackedPerGroupDescriptor(
         outer_size(xo.shape), d, group_size, q_min, q_max, xo.element, element))
-    scale, zero_point = _params(scales, zero_points, _groups(xo.shape, group_size), xo.element, element, xo, where)
+    scale, zero_point = _params(scales, zero_points, _groups(xo.shape, group_size), xo.element, element, xo, where,
+                                validate, True, (q_min, q_max), stream)
     result = output_operand(out, xo, packed_shape(xo.shape), ElementKind.U8, where)
     plan.run(PackedArgs(xo, scale, zero_point, result), stream=stream)
     return result.obj
@@ -97,9 +107,10 @@ def quantize_per_group_packed(x: Any, scales: Any, zero_points: Any = None, grou
 
 def dequantize_per_group_packed(q: Any, scales: Any, zero_points: Any = None, group_size: int = 128, *,
                                 q_dtype: Any = "int4", dtype: Any = "float32", out: Any = None,
-                                stream: Any = None) -> Any:
+                                stream: Any = None, validate: str = "host") -> Any:
     """``x = (q - zero_points[.., g]) * scales[.., g]`` from packed ``uint8 [..., D / 2]`` of ``q_dtype``
-    (``"int4"`` / ``"uint4"``), in ``dtype``; returns ``[..., D]``."""
+    (``"int4"`` / ``"uint4"``), in ``dtype``; returns ``[..., D]``. Checks: ``scales`` finite and >= 0,
+    ``zero_points`` in the 4-bit range (module docstring)."""
     where = "dequantize_per_group_packed"
     qo = operand(q, where, "q")
     element = _packed_element(q_dtype, where, "q_dtype")
@@ -111,13 +122,14 @@ def dequantize_per_group_packed(q: Any, scales: Any, zero_points: Any = None, gr
     shape = (*qo.shape[:-1], 2 * qo.shape[-1])
     plan = select_plan(DequantizePackedPerGroupPlan, PackedDequantizePerGroupDescriptor(
         outer_size(shape), shape[-1], group_size, float_element, element))
-    scale, zero_point = _params(scales, zero_points, _groups(shape, group_size), float_element, element, qo, where)
+    scale, zero_point = _params(scales, zero_points, _groups(shape, group_size), float_element, element, qo, where,
+                                validate, False, element.int_range, stream)
     result = output_operand(out, qo, shape, float_element, where)
     plan.run(PackedArgs(qo, scale, zero_point, result), stream=stream)
     return result.obj
 
 
-def _fake(where, x, scales, zero_points, group_size, dtype, q_min, q_max, grad_output, out, stream):
+def _fake(where, x, scales, zero_points, group_size, dtype, q_min, q_max, grad_output, out, stream, validate):
     xo = operand(x, where, "x")
     element = _packed_element(dtype, where)
     if not xo.shape:
@@ -130,7 +142,9 @@ def _fake(where, x, scales, zero_points, group_size, dtype, q_min, q_max, grad_o
         plan = select_plan(FakeQuantizePerGroupBackwardPlan, FakeQuantizePerGroupBackwardDescriptor(*fields))
     if element is ElementKind.S4 and zero_points is not None:
         raise InvalidProblem(problem_message(where, "zero_points", "None (int4 is symmetric)", "an array"))
-    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), xo.element, xo, where)
+    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), xo.element, xo, where,
+                                       validate=check_validate(validate, where), q_range=(q_min, q_max),
+                                       stream=stream)
     result = output_operand(out, xo, xo.shape, xo.element, where)
     if grad_output is None:
         plan.run(FakeQuantizePerGroupArgs(xo, scale, zero_point, result), stream=stream)
@@ -142,18 +156,21 @@ def _fake(where, x, scales, zero_points, group_size, dtype, q_min, q_max, grad_o
 
 def fake_quantize_per_group(x: Any, scales: Any, zero_points: Any = None, group_size: int = 128, *,
                             dtype: Any = "int4", q_min: int | None = None, q_max: int | None = None,
-                            out: Any = None, stream: Any = None) -> Any:
-    """``y = (clamp(rint(x / s) + zp, q_min, q_max) - zp) * s`` per group, in ``x``'s dtype (4-bit QAT)."""
+                            out: Any = None, stream: Any = None, validate: str = "host") -> Any:
+    """``y = (clamp(rint(x / s) + zp, q_min, q_max) - zp) * s`` per group, in ``x``'s dtype (4-bit QAT);
+    ``scales`` / ``zero_points`` checked as in the module docstring."""
     return _fake("fake_quantize_per_group", x, scales, zero_points, group_size, dtype, q_min, q_max, None, out,
-                 stream)
+                 stream, validate)
 
 
 def fake_quantize_per_group_backward(grad_output: Any, x: Any, scales: Any, zero_points: Any = None,
                                      group_size: int = 128, *, dtype: Any = "int4", q_min: int | None = None,
-                                     q_max: int | None = None, out: Any = None, stream: Any = None) -> Any:
-    """Straight-through gradient: ``dx = grad_output * [q_min <= rint(x / s) + zp <= q_max]`` (inclusive)."""
+                                     q_max: int | None = None, out: Any = None, stream: Any = None,
+                                     validate: str = "host") -> Any:
+    """Straight-through gradient: ``dx = grad_output * [q_min <= rint(x / s) + zp <= q_max]`` (inclusive);
+    ``scales`` / ``zero_points`` checked as in the module docstring."""
     return _fake("fake_quantize_per_group_backward", x, scales, zero_points, group_size, dtype, q_min, q_max,
-                 grad_output, out, stream)
+                 grad_output, out, stream, validate)
 
 
 def dynamic_range_quantize_packed(x: Any, *, group_size: int = 128, dtype: Any = "int4", mode: Any = None,

@@ -176,10 +176,23 @@ class _PackedPlan(Plan):
         scale = checked_operand(name, args.scale, "scale", self._scale_element, self._groups)
         if desc.output_element is ElementKind.S4:
             check_no_zero_point(name, args.zero_point, desc.output_element)
-            return x, packed, scale, None
-        if args.zero_point is None:
+            zero_point = None
+        elif args.zero_point is None:
             raise InvalidProblem(problem_message(name, "zero_point", "an int32 array (U4 has zero points)", None))
-        return x, packed, scale, checked_operand(name, args.zero_point, "zero_point", ElementKind.I32, self._groups)
+        else:
+            zero_point = checked_operand(name, args.zero_point, "zero_point", ElementKind.I32, self._groups)
+        self._check_host_parameters(scale, zero_point)
+        return x, packed, scale, zero_point
+
+    def _check_host_parameters(self, scale: Operand, zero_point: Operand | None) -> None:
+        """Host scales and zero points checked as in ``baracuda_numba/ops/checks.py`` (device ones are the
+        caller's: the dispatch functions' ``validate="device"``)."""
+        if scale.host is None and (zero_point is None or zero_point.host is None):
+            return
+        from ..ops.checks import check_operands  # ops imports plans: bound here, not at import
+
+        q_range = (self.desc.q_min, self.desc.q_max) if self.QUANTIZE else self.desc.output_element.int_range
+        check_operands(scale, zero_point, self.name, "host", self.QUANTIZE, q_range, names=("scale", "zero_point"))
 
 
 class QuantizePackedPerGroupPlan(_PackedPlan):
