@@ -299,6 +299,19 @@ def _elementwise_entries() -> Iterator[RegistryEntry]:
                                     _policy(kind, role[out]), g)
 
 
+def _fake_array_entries() -> Iterator[RegistryEntry]:
+    """Fake quantize and its straight-through backward with array scales on an int8 / uint8 grid, keyed by the
+    simulated element (as the 4-bit ones): per channel, per token and per group alike, since each is the segment
+    ``(i // seg_len) % channels`` of the flat tensor. The per-channel grid (as the per-channel quantize)."""
+    for kind, op in ((QuantizeKind.FAKE_QUANTIZE, ElementwiseOp.FAKE_QUANTIZE),
+                     (QuantizeKind.FAKE_QUANTIZE_BACKWARD, ElementwiseOp.FAKE_QUANTIZE_BACKWARD)):
+        for f in FLOAT_ELEMENTS:
+            for i in INT_ELEMENTS:
+                b = f if op.reads_saved_input else None
+                yield RegistryEntry(kind, f, i, _sku(kind, f, i), op, f, b, f, ScaleMode.CHANNELS,
+                                    ELEMENTWISE_POLICY)
+
+
 def _dynamic_entries() -> Iterator[DynamicRangeEntry]:
     for f in FLOAT_ELEMENTS:
         for i in (*INT_ELEMENTS, *FP8_ELEMENTS):
@@ -309,7 +322,7 @@ def _dynamic_entries() -> Iterator[DynamicRangeEntry]:
 @functools.cache
 def _table() -> dict[tuple[QuantizeKind, ElementKind, ElementKind], Entry]:
     return {entry.key: entry for entry in (*_elementwise_entries(), *_dynamic_entries(), *_linear_entries(),
-                                           *_packed_entries())}
+                                           *_packed_entries(), *_fake_array_entries())}
 
 
 def entries() -> tuple[Entry, ...]:
