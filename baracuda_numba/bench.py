@@ -558,6 +558,23 @@ EXPECTED_CASES = {"per_tensor": 6, "per_channel": 8, "per_token": 4, "per_group"
                   "lowbit": 10}
 
 
+def torch_sections(only: list[str], copy_gbs: float) -> dict[str, tuple[list[dict], str]]:
+    """``{name: (rows, markdown)}`` of the PyTorch-layer benchmarks named in ``only``: ``qat``
+    (:mod:`baracuda_numba.torch.benchmark_qat`) and ``model`` (:mod:`baracuda_numba.torch.benchmark_model`)."""
+    sections = {}
+    if "qat" in only:
+        from .torch import benchmark_qat
+
+        rows = benchmark_qat.run(copy_gbs=copy_gbs)
+        sections["qat"] = (rows, benchmark_qat.markdown(rows))
+    if "model" in only:
+        from .torch import benchmark_model
+
+        rows = benchmark_model.run()
+        sections["model"] = (rows, benchmark_model.markdown(rows))
+    return sections
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="baracuda-numba bench", description=__doc__.splitlines()[0])
     parser.add_argument("--log2n", type=int, default=28)
@@ -565,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", nargs="+", default=["f32", "bf16", "f16", "f64"])
     parser.add_argument("--only", nargs="+",
                         default=["per_tensor", "per_channel", "per_token", "per_group", "dynamic", "lowbit", "linear",
-                                 "host"])
+                                 "host"], help="also 'qat' and 'model' (the PyTorch layer's, not in the default)")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
     if torch is None or not torch.cuda.is_available():
@@ -593,13 +610,15 @@ def main(argv: list[str] | None = None) -> int:
         lowbit(bench, n)
     if "linear" in args.only:
         linear(bench, host)
-    text = markdown(bench, pairs, host, device, n)
+    sections = torch_sections(args.only, bench.copy_gbs)
+    text = markdown(bench, pairs, host, device, n) + "".join(f"\n{md}" for _, md in sections.values())
     print("\n" + text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.md").write_text(text)
     (out / "bench.json").write_text(json.dumps({"device": device, "n": n, "copy_GB/s": bench.copy_gbs,
-                                                "rows": bench.rows, "host_pairs": pairs, "host_us": host}, indent=1))
+                                                "rows": bench.rows, "host_pairs": pairs, "host_us": host,
+                                                **{name: rows for name, (rows, _) in sections.items()}}, indent=1))
     if not chart(bench, out / "bench.png"):
         print("matplotlib not installed: no bench.png")
     return 0

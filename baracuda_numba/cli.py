@@ -403,8 +403,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--group-size", type=int, default=32)
     run.add_argument("--repeats", type=int, default=20)
     run.set_defaults(func=_run)
-    bench = sub.add_parser("bench", help="the GPU benchmark suite (needs PyTorch); options after --",
-                           add_help=False)
+    # prefix_chars="+": every option after `bench` is passed to bench.main's own parser (argparse hands a
+    # REMAINDER positional no argument that looks like an option of the parser holding it)
+    bench = sub.add_parser("bench", help="the GPU benchmark suite (needs PyTorch): baracuda-numba bench --only "
+                           "model --out DIR", add_help=False, prefix_chars="+")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER)
     bench.set_defaults(func=_bench)
     return parser
