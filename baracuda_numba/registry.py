@@ -3,9 +3,10 @@
 Element roles follow ``baracuda-kernels``: for the whole quantize family ``input_element`` is the
 float element (the forward quantize's input) and ``output_element`` the integer element, whichever
 way the op moves data; fake-quantize has the float element on both sides (its FP8 / 4-bit entries,
-and the int8 / uint8 ones with array scales, are keyed by the simulated element). FP8 entries carry their element as ``grid``; packed S4 / U4
-quantize, dequantize and dynamic range are :class:`PackedEntry` (two values per byte). Each entry holds its
-kernel specialisation(s) (compiled on first use), its launch policy and its :class:`KernelSku`.
+and the int8 / uint8 ones with array scales, are keyed by the simulated element). FP8 entries carry
+their element as ``grid``; packed S4 / U4 quantize, dequantize and dynamic range are
+:class:`PackedEntry` (two values per byte). Each entry holds its kernel specialisation(s) (compiled on
+first use), its launch policy and its :class:`KernelSku`.
 """
 
 from __future__ import annotations
