@@ -212,13 +212,13 @@ def _reset_compiled() -> None:
 # -- decode and prefill -----------------------------------------------------------------------------
 
 
-def static_cache(model: nn.Module, max_len: int, batch: int, config: ModelBenchConfig) -> Any:
-    """A ``StaticCache`` for ``model``. transformers 5 builds its layers on the first update (batch,
-    device and dtype from the keys) and ignores the keywords that older versions needed."""
+def static_cache(model: nn.Module, max_len: int) -> Any:
+    """A ``StaticCache`` of ``max_len`` tokens for ``model``: ``StaticCache(config=, max_cache_len=)``, the
+    constructor of transformers 4.56 onwards (5.17 and 5.23 alike), whose layers take their batch size,
+    device and dtype from the first keys written (the eager prefill, outside any compiled region)."""
     from transformers import StaticCache
 
-    return StaticCache(config=model.config, max_cache_len=max_len, max_batch_size=batch, device=config.device,
-                       dtype=config.torch_dtype)
+    return StaticCache(config=model.config, max_cache_len=max_len)
 
 
 def _accepts(model: nn.Module, name: str) -> bool:
@@ -233,7 +233,10 @@ def decode_row(model: nn.Module, name: str, mode: str, batch: int, config: Model
         if MODES[mode] is not None:
             step_forward = torch.compile(model.forward, fullgraph=config.fullgraph, backend=config.compile_backend,
                                          dynamic=False, **MODES[mode])
-        cache = static_cache(model, config.prompt + config.warmup + config.steps + 1, batch, config)
+        # a compiled mode's cache is always built by an eager call (lazy initialisation inside a compiled region
+        # would leave its tensors without static addresses, which CUDA graphs need)
+        prompt = config.prompt or (0 if MODES[mode] is None else 1)
+        cache = static_cache(model, prompt + config.warmup + config.steps + 1)
         positional = _accepts(model, "cache_position")  # transformers versions that still take it
         state = {"token": _tokens(config, batch, 1, 7), "position": 0}
 
@@ -251,8 +254,8 @@ def decode_row(model: nn.Module, name: str, mode: str, batch: int, config: Model
             state["token"] = call(step_forward, state["token"])
 
         with torch.no_grad():
-            if config.prompt:  # eager: the cache is built outside any compiled region
-                state["token"] = call(model.forward, _tokens(config, batch, config.prompt, 5))
+            if prompt:  # eager: the cache is built outside any compiled region
+                state["token"] = call(model.forward, _tokens(config, batch, prompt, 5))
             _synchronize(config.device)
             start = time.perf_counter()
             for _ in range(config.warmup):
