@@ -141,3 +141,43 @@ def test_qat_markdown():
     text = bq.markdown(rows)
     assert "[4096x4096] weight" in text and "| on | bf16 | 0.200 | 150 | 0.800 | 4.00x | yes |" in text
     assert "| forward | bf16 | 25.0 | 2700 | 90.0% | fake_quantize_per_channel_affine | 100.0 | 4.00x |" in text
+
+
+def test_compiled_decode_traces_one_graph_with_a_static_cache():
+    # torch.compile(fullgraph=True) over the decode step and its StaticCache (aot_eager: tracing without
+    # code generation); the GPU runs the same with Inductor and with CUDA graphs
+    config = bm.ModelBenchConfig(**{**TINY.__dict__, "prompt": 3, "warmup": 2, "steps": 2})
+    row = bm.decode_row(bm.build_llama(config), bm.BF16, "compile", 2, config)
+    assert row["status"] == "ok", row
+    assert row["first_calls_s"] > 0 and row["ms"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR, reason="needs a real GPU: CUDA graphs, Inductor, host time behind a busy wait")
+def test_gpu_small_model_benchmark_every_section():
+    """Every section and mode on a small Llama: each row is measured or failed with its error, none crashes."""
+    config = bm.ModelBenchConfig(hidden=512, intermediate=1024, heads=4, layers=1, vocab=1024, prompt=8, warmup=3,
+                                 steps=4, prefill=(2, 64), calibration=(1, 1, 64), projection_layers=2,
+                                 projection_tokens=(1, 16), host_calls=100, fidelity_tokens=(1, 16))
+    rows = bm.run(config)
+    sections = {r["section"] for r in rows}
+    assert sections == {"config", "decode", "prefill", "projections", "host", "fidelity"}
+    decode = [r for r in rows if r["section"] == "decode"]
+    assert len(decode) == 3 * 3 * 2
+    for row in rows[1:]:
+        assert row["status"] == "ok" or row["error"], row
+    for row in decode:
+        if row["model"] == bm.BF16 or row["mode"] != "reduce-overhead":
+            assert row["status"] == "ok", row
+    fidelity = {r["model"]: r for r in rows if r["section"] == "fidelity"}
+    assert fidelity[bm.BF16]["status"] == "ok" and fidelity[bm.BF16]["rel_error"] < 0.05
+    assert "| bf16 | reduce-overhead | 16 |" in bm.markdown(rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR, reason="needs a real GPU")
+def test_gpu_qat_benchmark_small():
+    rows = bq.run(bq.QatBenchConfig(shape=(256, 1024), dtypes=("bf16",), steps=3, repeats=2), copy_gbs=1000.0)
+    modules = [r for r in rows if r["section"] == "qat module"]
+    assert len(modules) == 2 * len(bq.CASES) and all(r["same_bits"] for r in modules)
+    assert len([r for r in rows if r["section"] == "qat kernel"]) == 3

@@ -9,7 +9,7 @@ from conftest import requires_gpu
 import baracuda_numba as bn
 
 torch = pytest.importorskip("torch")
-pytestmark = requires_gpu
+pytestmark = [requires_gpu, pytest.mark.gpu]
 
 TORCH_FLOATS = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
 
