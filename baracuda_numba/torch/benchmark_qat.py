@@ -148,22 +148,30 @@ def module_rows(config: QatBenchConfig) -> list[dict]:
         dy = torch.randn(config.shape, device="cuda", generator=g).to(TORCH[name])
         for case in CASES:
             for observing in (True, False):
-                ours, theirs = case.ours().cuda(), case.theirs().cuda()
-                if not observing:
-                    for module in (ours, theirs):
-                        module(w.detach())
-                        module.disable_observer()
-                ours_ms = step_ms(ours, w, dy, config.steps, config.repeats)
-                theirs_ms = step_ms(theirs, w, dy, config.steps, config.repeats)
                 row = {"section": "qat module", "case": case.label, "observer": observing, "dtype": name,
-                       "shape": list(config.shape), "ms": ours_ms, "torch_ao_ms": theirs_ms,
-                       "speedup": theirs_ms / ours_ms, "host_us": bench.host_us(_step(ours, w, dy), calls=200),
-                       "same_bits": _same_step(case, w, dy)}
+                       "shape": list(config.shape)}
+                try:
+                    row.update(_module_timings(case, observing, w, dy, config))
+                except Exception as exc:  # a row with the error, the other rows still measured
+                    row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
                 rows.append(row)
                 print(f"qat {name} {'observing' if observing else 'frozen':<9} {case.label[:48]:<48} "
-                      f"ours {ours_ms:.3f} ms (host {row['host_us']:.0f} us)  torch.ao {theirs_ms:.3f} ms  "
-                      f"x{row['speedup']:.2f}  same bits: {row['same_bits']}", flush=True)
+                      + (f"ours {row['ms']:.3f} ms (host {row['host_us']:.0f} us)  torch.ao {row['torch_ao_ms']:.3f} "
+                         f"ms  x{row['speedup']:.2f}  same bits: {row['same_bits']}" if "error" not in row
+                         else f"failed: {row['error']}"), flush=True)
     return rows
+
+
+def _module_timings(case: _Case, observing: bool, w: torch.Tensor, dy: torch.Tensor, config: QatBenchConfig) -> dict:
+    ours, theirs = case.ours().cuda(), case.theirs().cuda()
+    if not observing:  # parameters from one observed step, then frozen
+        for module in (ours, theirs):
+            module(w.detach())
+            module.disable_observer()
+    ours_ms = step_ms(ours, w, dy, config.steps, config.repeats)
+    theirs_ms = step_ms(theirs, w, dy, config.steps, config.repeats)
+    return {"ms": ours_ms, "torch_ao_ms": theirs_ms, "speedup": theirs_ms / ours_ms,
+            "host_us": bench.host_us(_step(ours, w, dy), calls=200), "same_bits": _same_step(case, w, dy)}
 
 
 def _kernel_cases(w: torch.Tensor, dy: torch.Tensor) -> list[tuple[str, int, Callable, Callable | None, str]]:
@@ -201,11 +209,16 @@ def kernel_rows(config: QatBenchConfig, copy_gbs: float) -> list[dict]:
             row = {"section": "qat kernel", "op": op, "dtype": name, "shape": list(config.shape), "ms": ms,
                    "GB/s": nbytes / ms / 1e6, "pct_copy": 100 * nbytes / ms / 1e6 / copy_gbs}
             if theirs is not None:
-                torch_ms = bench.device_ms(theirs, config.repeats * 4)
-                row.update({"torch_op": torch_name, "torch_ms": torch_ms, "speedup": torch_ms / ms})
+                row["torch_op"] = torch_name
+                try:
+                    torch_ms = bench.device_ms(theirs, config.repeats * 4)
+                    row.update({"torch_ms": torch_ms, "speedup": torch_ms / ms})
+                except Exception as exc:  # PyTorch's op refusing this dtype, say: the row says so
+                    row["torch_error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
             rows.append(row)
             print(f"qat kernel {name} {op:<20} {row['GB/s']:6.0f} GB/s {row['pct_copy']:5.1f}% of copy"
-                  + (f"  torch {row['torch_ms'] * 1e3:.1f} us  x{row['speedup']:.2f}" if theirs else ""), flush=True)
+                  + (f"  torch {row['torch_ms'] * 1e3:.1f} us  x{row['speedup']:.2f}" if "torch_ms" in row else ""),
+                  flush=True)
     return rows
 
 
@@ -233,16 +246,19 @@ def markdown(rows: list[dict]) -> str:
                   "(ms per step on the GPU timeline, host gaps included; our host time per step apart):", "",
                   "| fake quantize | observer | dtype | ours ms | host us | torch.ao ms | speedup | same bits |",
                   "|---|---|---|---:|---:|---:|---:|---|"]
-        lines += [f"| {r['case']} | {'on' if r['observer'] else 'off'} | {r['dtype']} | {r['ms']:.3f} | "
-                  f"{r['host_us']:.0f} | {r['torch_ao_ms']:.3f} | {r['speedup']:.2f}x | "
-                  f"{'yes' if r['same_bits'] else 'NO'} |" for r in modules]
+        lines += [f"| {r['case']} | {'on' if r['observer'] else 'off'} | {r['dtype']} | "
+                  + (f"{r['ms']:.3f} | {r['host_us']:.0f} | {r['torch_ao_ms']:.3f} | {r['speedup']:.2f}x | "
+                     f"{'yes' if r['same_bits'] else 'NO'} |" if "error" not in r
+                     else f"failed: {r['error'].replace('|', '/')} | | | | |")
+                  for r in modules]
     if kernels:
         lines += ["", "QAT kernels, per channel (GPU time behind a busy wait; GB/s on the bytes moved):", "",
                   "| op | dtype | us | GB/s | % of copy | PyTorch | PyTorch us | speedup |",
                   "|---|---|---:|---:|---:|---|---:|---:|"]
         lines += [f"| {r['op']} | {r['dtype']} | {1e3 * r['ms']:.1f} | {r['GB/s']:.0f} | {r['pct_copy']:.1f}% | "
-                  + (f"{r['torch_op']} | {1e3 * r['torch_ms']:.1f} | {r['speedup']:.2f}x |" if "torch_op" in r
-                     else " | | |") for r in kernels]
+                  + (f"{r['torch_op']} | {1e3 * r['torch_ms']:.1f} | {r['speedup']:.2f}x |" if "torch_ms" in r
+                     else f"{r.get('torch_op', '')} | {r.get('torch_error', '').replace('|', '/')} | |")
+                  for r in kernels]
     return "\n".join(lines) + "\n"
 
 
