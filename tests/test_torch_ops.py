@@ -357,3 +357,42 @@ def test_fake_quantize_module_compiles_fullgraph_and_matches_eager():
             assert torch.equal(eager.zero_point, compiled_module.zero_point)
         compiled_module.disable_fake_quant()
         assert torch.equal(compiled(x), x)  # a switch recompiles (a guard on the host value)
+
+
+@pytest.mark.parametrize("case", ["tensor-affine-moving_average", "channel-symmetric-minmax",
+                                  "channel-affine-moving_average"])
+def test_fake_quantize_module_on_bf16_matches_torch_ao(case):
+    # The range reduced in bf16 (no float32 copy), promoted exactly into the float32 state: torch.ao's
+    # scales, zero points, outputs and gradients over a few steps of a bf16 weight.
+    from torch.ao.quantization import FakeQuantize as TorchFakeQuantize
+    from torch.ao.quantization import observer as obs
+
+    from baracuda_numba.torch import FakeQuantize
+
+    granularity, scheme, observer = case.split("-")
+    per_channel, symmetric, moving = granularity == "channel", scheme == "symmetric", observer == "moving_average"
+    torch_observer = {(True, True): obs.MovingAveragePerChannelMinMaxObserver,
+                      (True, False): obs.PerChannelMinMaxObserver, (False, True): obs.MovingAverageMinMaxObserver,
+                      (False, False): obs.MinMaxObserver}[per_channel, moving]
+    qscheme = {(True, True): torch.per_channel_symmetric, (True, False): torch.per_channel_affine,
+               (False, True): torch.per_tensor_symmetric, (False, False): torch.per_tensor_affine}[
+        per_channel, symmetric]
+    low, high = (-128, 127) if symmetric else (0, 255)
+    extra = {"ch_axis": 0} if per_channel else {}
+    if moving:
+        extra["averaging_constant"] = 0.1
+    theirs = TorchFakeQuantize(observer=torch_observer, quant_min=low, quant_max=high, qscheme=qscheme,
+                               dtype=torch.qint8 if symmetric else torch.quint8, **extra).to(DEVICE)
+    ours = FakeQuantize(dtype=torch.int8 if symmetric else torch.uint8, granularity=f"per_{granularity}", ch_axis=0,
+                        observer=observer, averaging_constant=0.1, symmetric=symmetric, q_min=low,
+                        q_max=high).to(DEVICE)
+    for step in range(3):
+        w = (_x((8, 16), seed=20 + step) + 0.3 * step).to(torch.bfloat16)
+        upstream = _x((8, 16), torch.bfloat16, seed=30 + step)
+        wa, wb = w.clone().requires_grad_(), w.clone().requires_grad_()
+        ya, yb = ours(wa), theirs(wb)
+        ya.backward(upstream)
+        yb.backward(upstream)
+        assert torch.equal(ours.scale, theirs.scale.float()), step
+        assert torch.equal(ours.zero_point, theirs.zero_point.to(torch.int32)), step
+        assert torch.equal(_bits(ya), _bits(yb)) and torch.equal(_bits(wa.grad), _bits(wb.grad)), step
