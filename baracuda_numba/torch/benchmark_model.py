@@ -373,9 +373,13 @@ def host_rows(config: ModelBenchConfig) -> list[dict]:
     for tokens in config.host_tokens:
         x = torch.randn(tokens, config.hidden, device=config.device, dtype=config.torch_dtype)
         for name, layer in layers.items():
-            with torch.no_grad():
-                us = bench.host_us(_layer_call(layer, x), calls=config.host_calls)
-            rows.append({"section": "host", "layer": name, "tokens": tokens, "us": us, "status": "ok"})
+            row = {"section": "host", "layer": name, "tokens": tokens, "status": "ok"}
+            try:
+                with torch.no_grad():
+                    row["us"] = bench.host_us(_layer_call(layer, x), calls=config.host_calls)
+            except Exception as exc:
+                row.update({"status": "failed", "error": _error(exc)})
+            rows.append(row)
     return rows
 
 
@@ -495,8 +499,8 @@ def markdown(rows: list[dict]) -> str:
                   f"{_cell(r, 'speedup_vs_bf16', '.2f')} | {_status(r)} |" for r in by["projections"]]
     if by["host"]:
         lines += ["", "Host time per eager layer call (behind a GPU busy wait):", "",
-                  "| layer | tokens | us / call |", "|---|---:|---:|"]
-        lines += [f"| {r['layer']} | {r['tokens']} | {r['us']:.1f} |" for r in by["host"]]
+                  "| layer | tokens | us / call | status |", "|---|---:|---:|---|"]
+        lines += [f"| {r['layer']} | {r['tokens']} | {_cell(r, 'us', '.1f')} | {_status(r)} |" for r in by["host"]]
     if by["fidelity"]:
         lines += ["", "Compiled (torch.compile, default mode) against eager logits, same tokens:", "",
                   "| model | relative difference | top-1 agreement | status |", "|---|---:|---:|---|"]
