@@ -579,6 +579,7 @@ class Context:
     dtypes: list[str]
     pairs: list[dict] = field(default_factory=list)
     host: dict[str, float] = field(default_factory=dict)
+    sections: dict[str, tuple[list[dict], str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -588,6 +589,21 @@ class Family:
     run: Callable[[Context], None]
     rows: Callable[[list[str]], int]
     help: str
+    default: bool = True  # part of a bare ``bench``; the PyTorch layer's benchmarks are asked for by name
+
+
+def _torch_section(name: str) -> Callable[[Context], None]:
+    """A family whose rows come from a PyTorch-layer benchmark module (``baracuda_numba.torch.benchmark_<name>``),
+    written as its own section of the report."""
+
+    def run_section(context: Context) -> None:
+        import importlib
+
+        module = importlib.import_module(f"baracuda_numba.torch.benchmark_{name}")
+        rows = module.run(copy_gbs=context.bench.copy_gbs) if name == "qat" else module.run()
+        context.sections[name] = (rows, module.markdown(rows))
+
+    return run_section
 
 
 def _segment_dtypes(dtypes: list[str]) -> list[str]:
@@ -608,14 +624,19 @@ FAMILIES: dict[str, Family] = {
     "linear": Family(lambda c: linear(c.bench, c.host),
                      lambda d: len(PREFILL_SHAPES) + len(DECODE_WEIGHTS) * len(DECODE_TOKENS),
                      "the W8A8 linear: prefill TOPS and decode GPU time"),
+    "qat": Family(_torch_section("qat"), lambda d: 0,
+                  "FakeQuantize forward + backward against torch.ao (not in the default)", default=False),
+    "model": Family(_torch_section("model"), lambda d: 0,
+                    "a Llama in bf16 and W8A8: eager, torch.compile, CUDA graphs (not in the default)", default=False),
 }
 DTYPES = ("f32", "bf16", "f16", "f64")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options, on ``parser`` (the command line's ``bench`` and ``python -m benchmarks``)."""
-    parser.add_argument("--only", nargs="+", choices=list(FAMILIES), default=list(FAMILIES), metavar="FAMILY",
-                        help="families to run (default: all): " + "; ".join(
+    parser.add_argument("--only", nargs="+", choices=list(FAMILIES),
+                        default=[name for name, family in FAMILIES.items() if family.default], metavar="FAMILY",
+                        help="families to run (default: all but qat and model): " + "; ".join(
                             f"{name}: {family.help}" for name, family in FAMILIES.items()))
     parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES), metavar="DTYPE",
                         help="float dtypes of the memory-bound ops: f32 bf16 f16 f64 (default: all)")
@@ -653,13 +674,16 @@ def run(args: argparse.Namespace) -> int:
         if name in args.only:
             family.run(context)
     text = markdown(context.bench, context.pairs, context.host, device, n)
+    text += "".join(f"\n{section}" for _, section in context.sections.values())
     print("\n" + text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.md").write_text(text)
     (out / "bench.json").write_text(json.dumps({"device": device, "card": card(), "n": n,
                                                 "copy_GB/s": context.bench.copy_gbs, "rows": context.bench.rows,
-                                                "host_pairs": context.pairs, "host_us": context.host}, indent=1))
+                                                "host_pairs": context.pairs, "host_us": context.host,
+                                                **{name: rows for name, (rows, _) in context.sections.items()}},
+                                               indent=1))
     if not chart(context.bench, out / "bench.png"):
         print("matplotlib not installed: no bench.png")
     return 0

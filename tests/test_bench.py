@@ -80,7 +80,9 @@ def test_host_time_is_timed_in_batches_queued_behind_a_gpu_wait(monkeypatch):
 
 def test_every_family_counts_its_rows_for_the_dtypes_asked():
     assert list(bench.FAMILIES) == ["per_tensor", "per_channel", "per_token", "per_group", "host", "dynamic", "lowbit",
-                                    "linear"]
+                                    "linear", "qat", "model"]
+    # the PyTorch layer's benchmarks run only when named
+    assert [name for name, family in bench.FAMILIES.items() if not family.default] == ["qat", "model"]
     assert bench.FAMILIES["per_tensor"].rows(["f32", "bf16", "f16"]) == 18
     assert bench.FAMILIES["per_channel"].rows(["f32", "bf16", "f16", "f64"]) == 16  # f32 and bf16 only
     assert bench.FAMILIES["host"].rows(["f32"]) == 0

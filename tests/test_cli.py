@@ -157,7 +157,8 @@ def test_bench_takes_its_documented_options():
     assert (args.only, args.out, args.dtypes, args.log2n, args.repeats) == (
         ["per_tensor", "dynamic", "linear"], "somewhere", ["f32", "bf16"], 24, 3)
     assert args.func is cli._bench
-    assert cli._parser().parse_args(["bench"]).only == list(bench.FAMILIES)
+    assert cli._parser().parse_args(["bench"]).only == [n for n, f in bench.FAMILIES.items() if f.default]
+    assert cli._parser().parse_args(["bench", "--only", "model"]).only == ["model"]
 
 
 def test_the_cli_quotes_no_source_line_and_names_the_simulator():

@@ -1,5 +1,6 @@
 """Packed 4-bit dispatch functions (``"int4"`` = S4, ``"uint4"`` = U4): per-group quantize,
-dequantize, fake-quantize with its straight-through backward, dynamic-range quantize.
+dequantize, dynamic-range quantize. (Fake quantize per group onto a 4-bit grid, float to float, and its
+straight-through backward are in :mod:`.fake`, imported here too.)
 
 Packing: two values per byte along the last axis, the even-indexed value in the low nibble
 (``byte = (v[2k] & 0xF) | (v[2k + 1] & 0xF) << 4``; S4 as 4-bit two's complement). A float tensor
@@ -30,12 +31,6 @@ from ..plans.packed import (
     DynamicRangePackedArgs,
     DynamicRangePackedDescriptor,
     DynamicRangePackedPlan,
-    FakeQuantizePerGroupArgs,
-    FakeQuantizePerGroupBackwardArgs,
-    FakeQuantizePerGroupBackwardDescriptor,
-    FakeQuantizePerGroupBackwardPlan,
-    FakeQuantizePerGroupDescriptor,
-    FakeQuantizePerGroupPlan,
     PackedArgs,
     PackedDequantizePerGroupDescriptor,
     PackedPerGroupDescriptor,
@@ -46,9 +41,9 @@ from ..plans.packed import (
 from ..vocabulary import ElementKind
 from .checks import check_validate
 from .common import default_q_range, operand, output_operand, resolve_dtype, scale_operands, select_plan
+from .fake import fake_quantize_per_group, fake_quantize_per_group_backward  # noqa: F401  (the fake family's)
 
-__all__ = ["quantize_per_group_packed", "dequantize_per_group_packed", "fake_quantize_per_group",
-           "fake_quantize_per_group_backward", "dynamic_range_quantize_packed"]
+__all__ = ["quantize_per_group_packed", "dequantize_per_group_packed", "dynamic_range_quantize_packed"]
 
 _PACKED = (ElementKind.S4, ElementKind.U4)
 
@@ -127,50 +122,6 @@ def dequantize_per_group_packed(q: Any, scales: Any, zero_points: Any = None, gr
     result = output_operand(out, qo, shape, float_element, where)
     plan.run(PackedArgs(qo, scale, zero_point, result), stream=stream)
     return result.obj
-
-
-def _fake(where, x, scales, zero_points, group_size, dtype, q_min, q_max, grad_output, out, stream, validate):
-    xo = operand(x, where, "x")
-    element = _packed_element(dtype, where)
-    if not xo.shape:
-        raise InvalidProblem(problem_message(where, "x", "an array of rank >= 1", "a 0-d array"))
-    q_min, q_max = default_q_range(element, q_min, q_max)
-    fields = (outer_size(xo.shape), xo.shape[-1], group_size, q_min, q_max, xo.element, element)
-    if grad_output is None:
-        plan = select_plan(FakeQuantizePerGroupPlan, FakeQuantizePerGroupDescriptor(*fields))
-    else:
-        plan = select_plan(FakeQuantizePerGroupBackwardPlan, FakeQuantizePerGroupBackwardDescriptor(*fields))
-    if element is ElementKind.S4 and zero_points is not None:
-        raise InvalidProblem(problem_message(where, "zero_points", "None (int4 is symmetric)", "an array"))
-    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), xo.element, xo, where,
-                                       validate=check_validate(validate, where), q_range=(q_min, q_max),
-                                       stream=stream)
-    result = output_operand(out, xo, xo.shape, xo.element, where)
-    if grad_output is None:
-        plan.run(FakeQuantizePerGroupArgs(xo, scale, zero_point, result), stream=stream)
-    else:
-        go = operand(grad_output, where, "grad_output")
-        plan.run(FakeQuantizePerGroupBackwardArgs(xo, scale, zero_point, go, result), stream=stream)
-    return result.obj
-
-
-def fake_quantize_per_group(x: Any, scales: Any, zero_points: Any = None, group_size: int = 128, *,
-                            dtype: Any = "int4", q_min: int | None = None, q_max: int | None = None,
-                            out: Any = None, stream: Any = None, validate: str = "host") -> Any:
-    """``y = (clamp(rint(x / s) + zp, q_min, q_max) - zp) * s`` per group, in ``x``'s dtype (4-bit QAT);
-    ``scales`` / ``zero_points`` checked as in the module docstring."""
-    return _fake("fake_quantize_per_group", x, scales, zero_points, group_size, dtype, q_min, q_max, None, out,
-                 stream, validate)
-
-
-def fake_quantize_per_group_backward(grad_output: Any, x: Any, scales: Any, zero_points: Any = None,
-                                     group_size: int = 128, *, dtype: Any = "int4", q_min: int | None = None,
-                                     q_max: int | None = None, out: Any = None, stream: Any = None,
-                                     validate: str = "host") -> Any:
-    """Straight-through gradient: ``dx = grad_output * [q_min <= rint(x / s) + zp <= q_max]`` (inclusive);
-    ``scales`` / ``zero_points`` checked as in the module docstring."""
-    return _fake("fake_quantize_per_group_backward", x, scales, zero_points, group_size, dtype, q_min, q_max,
-                 grad_output, out, stream, validate)
 
 
 def dynamic_range_quantize_packed(x: Any, *, group_size: int = 128, dtype: Any = "int4", mode: Any = None,

@@ -1,5 +1,6 @@
 """Packed 4-bit plans (S4 / U4, two elements per byte, even index in the low nibble): per-group
-quantize, dequantize, fake-quantize (and its straight-through backward) and dynamic-range quantize.
+quantize, dequantize and dynamic-range quantize. (Fake quantize per group onto a 4-bit grid, float to
+float, is :class:`~baracuda_numba.plans.fake.FakeQuantizePerGroupPlan`, imported here too.)
 
 Shapes: the float tensor is ``[outer_size, axis_size]`` (any leading dimensions flattened), the
 packed one ``uint8 [outer_size, axis_size / 2]``; ``axis_size`` and ``group_size`` even (no byte
@@ -43,19 +44,18 @@ from .dynamic import (
     DynamicRangeScope,
     symmetric_zero_point,
 )
-from .per_axis import (
-    QuantizeArrayArgs,
-    QuantizeBackwardArrayArgs,
-    _PerGroup,
-    _Quantize,
-    _QuantizeBackward,
+from .fake import (  # noqa: F401  (the per-group fake quantize, 4-bit grids included, lives with its family)
+    FakeQuantizePerGroupArgs,
+    FakeQuantizePerGroupBackwardArgs,
+    FakeQuantizePerGroupBackwardDescriptor,
+    FakeQuantizePerGroupBackwardPlan,
+    FakeQuantizePerGroupDescriptor,
+    FakeQuantizePerGroupPlan,
 )
 
 __all__ = [
     "PackedPerGroupDescriptor", "PackedDequantizePerGroupDescriptor", "PackedArgs",
     "QuantizePackedPerGroupPlan", "DequantizePackedPerGroupPlan",
-    "FakeQuantizePerGroupDescriptor", "FakeQuantizePerGroupArgs", "FakeQuantizePerGroupPlan",
-    "FakeQuantizePerGroupBackwardDescriptor", "FakeQuantizePerGroupBackwardArgs", "FakeQuantizePerGroupBackwardPlan",
     "DynamicRangePackedDescriptor", "DynamicRangePackedArgs", "DynamicRangePackedPlan", "UNPACKED",
 ]
 
@@ -207,54 +207,6 @@ class DequantizePackedPerGroupPlan(_PackedPlan):
 
     KIND, Descriptor, Args = QuantizeKind.DEQUANTIZE_PER_GROUP, PackedDequantizePerGroupDescriptor, PackedArgs
     QUANTIZE = False
-
-
-# -- fake quantize per group (float -> float, the 4-bit grid) -------------------------------------------
-
-
-@dataclass(frozen=True)
-class FakeQuantizePerGroupDescriptor:
-    """``y = (clamp(rint(x / scale[o, g]) + zp[o, g], q_min, q_max) - zp[o, g]) * scale[o, g]``;
-    ``output_element`` names the simulated 4-bit element (S4 / U4) and the default range."""
-
-    outer_size: int
-    axis_size: int
-    group_size: int
-    q_min: int
-    q_max: int
-    input_element: ElementKind
-    output_element: ElementKind
-
-    @property
-    def num_groups(self) -> int:
-        return self.axis_size // self.group_size if self.group_size > 0 else 0
-
-
-@dataclass(frozen=True)
-class FakeQuantizePerGroupBackwardDescriptor(FakeQuantizePerGroupDescriptor):
-    """``dx = dy * [q_min <= rint(x / scale[o, g]) + zp[o, g] <= q_max]`` (the straight-through estimator)."""
-
-
-class FakeQuantizePerGroupArgs(QuantizeArrayArgs):
-    pass
-
-
-class FakeQuantizePerGroupBackwardArgs(QuantizeBackwardArrayArgs):
-    pass
-
-
-class FakeQuantizePerGroupPlan(_PerGroup, _Quantize):
-    """Fake-quantize to a 4-bit grid per group, in the input's dtype (QAT of int4 weights)."""
-
-    KIND, Descriptor, Args = QuantizeKind.FAKE_QUANTIZE, FakeQuantizePerGroupDescriptor, FakeQuantizePerGroupArgs
-    OUT_FIELD = "output"
-
-
-class FakeQuantizePerGroupBackwardPlan(_PerGroup, _QuantizeBackward):
-    """Straight-through gradient of :class:`FakeQuantizePerGroupPlan`: ``dy`` where ``x`` was in range."""
-
-    KIND, Descriptor, Args = (QuantizeKind.FAKE_QUANTIZE_BACKWARD, FakeQuantizePerGroupBackwardDescriptor,
-                              FakeQuantizePerGroupBackwardArgs)
 
 
 # -- dynamic range per group ----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..errors import InvalidProblem, problem_message
-from . import ops as _ops  # noqa: F401  (registers torch.ops.baracuda)
+from . import ops as _ops  # registers torch.ops.baracuda
 
 __all__ = ["FakeQuantize", "W8A8Linear"]
 
@@ -24,7 +24,7 @@ def _check(where: str, argument: str, ok: bool, expected: str, given) -> None:
 class FakeQuantize(nn.Module):
     """Quantize-dequantize in the forward pass with an observer, as ``torch.ao.quantization.FakeQuantize``.
 
-    While ``observer_enabled`` (and the module is training), each forward folds ``x``'s range into
+    While the observer is enabled (and the module is training), each forward folds ``x``'s range into
     ``min_val`` / ``max_val`` (``observer="minmax"``: running min / max; ``"moving_average"``:
     ``v += averaging_constant * (batch_v - v)`` after the first batch) and recomputes ``scale`` /
     ``zero_point`` the way PyTorch's observers do:
@@ -33,9 +33,18 @@ class FakeQuantize(nn.Module):
       128 (uint8; ``(q_min + q_max) // 2`` for a custom range, as torch.ao does);
     - affine: ``scale = (max - min) / (q_max - q_min)``, ``zero_point = clamp(q_min - round(min / scale))``;
 
-    with ``min <= 0 <= max`` and ``scale >= eps`` (float32 epsilon). While ``fake_quant_enabled``
-    the output is ``(clamp(round(x / scale) + zp, q_min, q_max) - zp) * scale`` from the project's
-    kernels, differentiated straight through (``dx = dy * mask``, the inclusive mask).
+    with ``min <= 0 <= max`` and ``scale >= eps`` (float32 epsilon). While fake quantization is enabled
+    the output is ``(clamp(round(x / scale) + zp, q_min, q_max) - zp) * scale``, one kernel per channel
+    or for the whole tensor (:func:`baracuda_numba.fake_quantize_per_channel`), differentiated straight
+    through by one kernel (``dx = dy * mask``, the inclusive mask): the bits of torch.ao's module on
+    finite inputs.
+
+    The range is reduced in ``x``'s own dtype (one ``torch.aminmax``, no float32 copy of ``x``: the
+    extremes of bf16 / f16 values are exact in float32) and no step reads a device value on the host,
+    so a training step is never synchronised by this module. Switch the observer and the fake
+    quantization with :meth:`enable_observer` / :meth:`enable_fake_quant` (and the ``disable_*``
+    methods); the ``observer_enabled`` / ``fake_quant_enabled`` buffers record the switches for state
+    dicts and are read back by ``load_state_dict``.
 
     Parameters
     ----------
@@ -75,9 +84,12 @@ class FakeQuantize(nn.Module):
         self.register_buffer("max_val", torch.full((count,), float("-inf")))
         self.register_buffer("fake_quant_enabled", torch.tensor([1], dtype=torch.uint8))
         self.register_buffer("observer_enabled", torch.tensor([1], dtype=torch.uint8))
+        # The switches as host values: forward never reads a device buffer (a synchronisation each call).
+        self._observing = self._fake_quantizing = True
 
     def enable_observer(self, enabled: bool = True) -> FakeQuantize:
         self.observer_enabled[0] = int(enabled)
+        self._observing = bool(enabled)
         return self
 
     def disable_observer(self) -> FakeQuantize:
@@ -85,64 +97,80 @@ class FakeQuantize(nn.Module):
 
     def enable_fake_quant(self, enabled: bool = True) -> FakeQuantize:
         self.fake_quant_enabled[0] = int(enabled)
+        self._fake_quantizing = bool(enabled)
         return self
 
     def disable_fake_quant(self) -> FakeQuantize:
         return self.enable_fake_quant(False)
 
     def _batch_range(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = x.detach().float()
+        """``(min, max)`` of ``x`` (per channel: of each channel), shaped like ``min_val``, in ``x``'s dtype
+        (float32 for float64 data, as torch.ao rounds ``x`` to float32 first: the same extremes)."""
+        x = x.detach()
         if self.granularity == "per_tensor":
-            return x.amin().reshape(1), x.amax().reshape(1)
-        rows = x.movedim(self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)
-        return rows.amin(dim=1), rows.amax(dim=1)
+            low, high = torch.aminmax(x)
+            low, high = low.reshape(1), high.reshape(1)
+        else:
+            rows = x.movedim(self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)  # a view for ch_axis 0
+            low, high = torch.aminmax(rows, dim=1)
+        if low.dtype == torch.float64:
+            low, high = low.float(), high.float()
+        return low, high
 
     @torch.no_grad()
     def observe(self, x: torch.Tensor) -> None:
-        """Fold ``x``'s range into ``min_val`` / ``max_val`` and recompute ``scale`` / ``zero_point``."""
+        """Fold ``x``'s range into ``min_val`` / ``max_val`` and recompute ``scale`` / ``zero_point``
+        (in place; the batch extremes are promoted to float32 by each operation, exactly)."""
+        if x.numel() == 0:  # no range to fold (as torch.ao's observers)
+            return
         low, high = self._batch_range(x)
         if self.min_val.shape != low.shape:  # first per-channel batch: size the buffers
             for name in ("scale", "zero_point", "min_val", "max_val"):
                 old = getattr(self, name)
                 setattr(self, name, old.new_empty(low.shape).fill_(old.flatten()[0]))
-        first = torch.isinf(self.min_val)
         if self.observer == "minmax":
-            self.min_val.copy_(torch.minimum(self.min_val, low))
-            self.max_val.copy_(torch.maximum(self.max_val, high))
+            torch.minimum(self.min_val, low, out=self.min_val)
+            torch.maximum(self.max_val, high, out=self.max_val)
         else:
             c = self.averaging_constant
-            self.min_val.copy_(torch.where(first, low, self.min_val + c * (low - self.min_val)))
-            self.max_val.copy_(torch.where(first, high, self.max_val + c * (high - self.max_val)))
-        self.scale.copy_(self.calculate_qparams()[0])
-        self.zero_point.copy_(self.calculate_qparams()[1])
+            first = torch.isinf(self.min_val)
+            torch.where(first, low, self.min_val + c * (low - self.min_val), out=self.min_val)
+            torch.where(first, high, self.max_val + c * (high - self.max_val), out=self.max_val)
+        self._qparams(self.scale, self.zero_point)
 
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scale, zero_point)`` from ``min_val`` / ``max_val`` (see the class docstring)."""
+        scale, zero_point = torch.empty_like(self.scale), torch.empty_like(self.zero_point)
+        self._qparams(scale, zero_point)
+        return scale, zero_point
+
+    def _qparams(self, scale: torch.Tensor, zero_point: torch.Tensor) -> None:
+        """Write the parameters of the observed range into ``scale`` / ``zero_point`` (float32 / int32)."""
         low = torch.clamp(self.min_val, max=0.0)
         high = torch.clamp(self.max_val, min=0.0)
         eps = torch.finfo(torch.float32).eps
         if self.symmetric:
-            scale = torch.maximum(-low, high) / ((self.q_max - self.q_min) / 2)
-            scale = torch.clamp(scale, min=eps)
-            zero_point = torch.full_like(scale, self._symmetric_zero_point, dtype=torch.int32)
+            torch.div(torch.maximum(-low, high), (self.q_max - self.q_min) / 2, out=scale)
+            scale.clamp_(min=eps)
+            zero_point.fill_(self._symmetric_zero_point)
         else:
-            scale = torch.clamp((high - low) / float(self.q_max - self.q_min), min=eps)
-            zero_point = torch.clamp(self.q_min - torch.round(low / scale), self.q_min, self.q_max).to(torch.int32)
-        return scale, zero_point
+            torch.div(high - low, float(self.q_max - self.q_min), out=scale)
+            scale.clamp_(min=eps)
+            zero_point.copy_(torch.clamp(self.q_min - torch.round(low / scale), self.q_min, self.q_max))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training and bool(self.observer_enabled[0]):
+        if self.training and self._observing:
             self.observe(x)
-        if not bool(self.fake_quant_enabled[0]):
+        if not self._fake_quantizing:
             return x
         if self.granularity == "per_tensor":
             # One scale as a one-channel per-channel op: tensor arguments keep torch.compile from
             # specialising on (and recompiling for) every new scale value.
-            flat = x.reshape(1, -1)
-            y = _baracuda.fake_quantize_per_channel(flat, self.scale, self.zero_point, 0, self.q_min, self.q_max)
+            y = _ops.fake_quantize_with_grad("channel", x.reshape(1, -1), self.scale, self.zero_point, 0, self.q_min,
+                                             self.q_max)
             return y.reshape(x.shape)
-        return _baracuda.fake_quantize_per_channel(x, self.scale, self.zero_point, self.ch_axis % x.dim(),
-                                                   self.q_min, self.q_max)
+        return _ops.fake_quantize_with_grad("channel", x, self.scale, self.zero_point, self.ch_axis % x.dim(),
+                                            self.q_min, self.q_max)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # Per-channel buffers take the saved size (they are sized on the first observed batch).
@@ -151,6 +179,8 @@ class FakeQuantize(nn.Module):
             if saved is not None and saved.shape != getattr(self, name).shape:
                 setattr(self, name, torch.empty_like(saved))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._observing = bool(self.observer_enabled[0])
+        self._fake_quantizing = bool(self.fake_quant_enabled[0])
 
     def extra_repr(self) -> str:
         return (f"dtype={self.dtype}, granularity={self.granularity!r}, observer={self.observer!r}, "
