@@ -326,6 +326,8 @@ def projection_rows(config: ModelBenchConfig) -> list[dict]:
     """The seven projections of ``projection_layers`` layers in one CUDA graph, bf16 against W8A8."""
     from .. import bench
 
+    bench._import_torch()
+
     torch.manual_seed(config.seed)
     dtype, device = config.torch_dtype, config.device
     linears = [nn.Linear(k, n, bias=False, device=device, dtype=dtype) for _ in range(config.projection_layers)
@@ -364,6 +366,8 @@ def _projections_call(layers: list[nn.Module], inputs: dict[int, torch.Tensor]) 
 def host_rows(config: ModelBenchConfig) -> list[dict]:
     """Host microseconds per eager call of one attention projection: ``nn.Linear`` and :class:`W8A8Linear`."""
     from .. import bench
+
+    bench._import_torch()
 
     torch.manual_seed(config.seed)
     linear = nn.Linear(config.hidden, config.hidden, bias=False, device=config.device, dtype=config.torch_dtype)

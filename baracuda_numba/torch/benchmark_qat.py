@@ -37,6 +37,8 @@ from .. import bench
 from . import ops
 from .modules import FakeQuantize
 
+bench._import_torch()  # the shared timers read the benchmark module's torch, imported on demand there
+
 __all__ = ["QatBenchConfig", "run", "markdown", "main"]
 
 TORCH = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
