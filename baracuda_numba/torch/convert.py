@@ -34,6 +34,8 @@ class QuantizeConfig:
     smooth : fold SmoothQuant scales into the preceding LayerNorm / RMSNorm and the linears it feeds.
     alpha : SmoothQuant migration strength, ``s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)``.
     progress : show calibration progress (``tqdm`` if installed, else a line on stderr).
+    backend : ``"kernels"`` (:class:`W8A8Linear`, the project's GEMM) or ``"emulation"``
+        (:class:`~baracuda_numba.torch.emulate.EmulatedW8A8Linear`: the same bits in pure PyTorch, for a CPU).
     """
 
     include: list[str] = field(default_factory=lambda: ["*"])
@@ -42,6 +44,7 @@ class QuantizeConfig:
     smooth: bool = False
     alpha: float = 0.5
     progress: bool = True
+    backend: Literal["kernels", "emulation"] = "kernels"
 
     def selects(self, name: str) -> bool:
         return (any(fnmatch.fnmatchcase(name, p) for p in self.include)
@@ -178,6 +181,17 @@ def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
     setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
 
 
+def _layer_class(config: QuantizeConfig) -> type[W8A8Linear]:
+    if config.backend == "emulation":
+        from .emulate import EmulatedW8A8Linear
+
+        return EmulatedW8A8Linear
+    if config.backend != "kernels":
+        raise InvalidProblem(problem_message("quantize_model", "config.backend", "'kernels' or 'emulation'",
+                                             repr(config.backend)))
+    return W8A8Linear
+
+
 def quantize_model(model: nn.Module, batches: Iterable[Any] | None = None, config: QuantizeConfig | None = None,
                    on_layer: Callable[[str, W8A8Linear], None] | None = None) -> nn.Module:
     """Calibrate (when needed), smooth (``config.smooth``) and swap the selected ``nn.Linear`` layers
@@ -208,7 +222,8 @@ def quantize_model(model: nn.Module, batches: Iterable[Any] | None = None, confi
                 raise InvalidProblem(problem_message("quantize_model", f"layer {name!r}",
                                                      "inputs seen during calibration", "none"))
             act_scale = max(float(calibration.act_absmax[name].max()) / 127.0, torch.finfo(torch.float32).tiny)
-        quantized = W8A8Linear.from_float(linear, activation=config.activation, act_scale=act_scale, name=name)
+        quantized = _layer_class(config).from_float(linear, activation=config.activation, act_scale=act_scale,
+                                                    name=name)
         _set_module(model, name, quantized)
         if on_layer is not None:
             on_layer(name, quantized)
