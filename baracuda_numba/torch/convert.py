@@ -227,4 +227,8 @@ def quantize_model(model: nn.Module, batches: Iterable[Any] | None = None, confi
         _set_module(model, name, quantized)
         if on_layer is not None:
             on_layer(name, quantized)
+    from . import hf
+
+    if hf.is_transformers_model(model):  # save_pretrained then writes the quantization_config
+        hf.attach(model, config, {name: config.activation for name, _ in selected})
     return model
