@@ -139,5 +139,5 @@ def quantize_model(model: nn.Module, batches: Iterable[Any] | Calibration | None
     from . import hf
 
     if hf.is_transformers_model(model):  # save_pretrained then writes the quantization_config
-        hf.attach(model, config, modes)
+        hf.attach(model, modes, config)
     return model

@@ -203,15 +203,17 @@ def _check_checkpoint(model: nn.Module, entries: dict[str, tuple[tuple[int, ...]
                                                     "a layer named in quantization_config.layers", "none"))
 
 
-def attach(model: nn.Module, config: Any, layers: dict[str, str]) -> None:
-    """Give a transformers model quantized by :func:`~baracuda_numba.torch.quantize_model` its
-    :class:`BaracudaConfig` and quantizer, so that ``save_pretrained`` writes ``quantization_config``."""
+def attach(model: nn.Module, layers: dict[str, str], config: Any = None) -> None:
+    """Give a transformers model with :class:`W8A8Linear` layers (``layers``: name -> activation mode) its
+    :class:`BaracudaConfig` and quantizer, so that ``save_pretrained`` writes ``quantization_config``.
+    ``config``: the :class:`~baracuda_numba.torch.QuantizeConfig` it was quantized with (recorded), if any."""
     if BaracudaConfig is None:
         return
     current = getattr(model, "hf_quantizer", None)
     known = dict(current.quantization_config.layers) if isinstance(current, BaracudaHfQuantizer) else {}
-    hf_config = BaracudaConfig(activation=config.activation, include=list(config.include),
-                               exclude=list(config.exclude), layers={**known, **layers})
+    recipe = {} if config is None else {"include": list(config.include), "exclude": list(config.exclude)}
+    activation = "static" if "static" in layers.values() else "dynamic"
+    hf_config = BaracudaConfig(activation=activation, layers={**known, **layers}, **recipe)
     model.hf_quantizer = BaracudaHfQuantizer(hf_config, pre_quantized=True)
     model.config.quantization_config = hf_config
     model.is_quantized = True

@@ -184,12 +184,13 @@ def w8a8_state_dict_spec(in_features: int, out_features: int, bias: bool,
 
 
 def check_w8a8_scales(where: str, prefix: str, weight_q: torch.Tensor, weight_scale: torch.Tensor,
-                      act_scale: torch.Tensor | None) -> None:
+                      act_scale: torch.Tensor | None, names: tuple[str, str] = ("weight_scale", "act_scale")) -> None:
     """Raise :class:`StateDictMismatch` unless every weight scale is finite and ``>= 0``, ``> 0`` on each
     row of ``weight_q`` holding a nonzero value, and ``act_scale`` (static) is finite and ``> 0``.
 
     Checked once per weight, where it is loaded (``from_float``, ``load_state_dict``, checkpoints),
-    so that the GEMM can take the device arrays as they are.
+    so that the GEMM can take the device arrays as they are. ``names``: the keys the error names (a
+    checkpoint of another format calls them otherwise).
     """
     if weight_scale.is_meta or weight_q.is_meta:
         return
@@ -198,12 +199,12 @@ def check_w8a8_scales(where: str, prefix: str, weight_q: torch.Tensor, weight_sc
     if bool(bad.any()):
         row = int(bad.nonzero()[0, 0])
         raise StateDictMismatch(problem_message(
-            where, prefix + "weight_scale", "finite scales, > 0 on rows with nonzero weights",
+            where, prefix + names[0], "finite scales, > 0 on rows with nonzero weights",
             f"{float(scale[row])} at row {row} ({int(bad.sum())} such rows)"))
     if act_scale is not None and not act_scale.is_meta:
         value = float(act_scale)
         if not 0.0 < value < float("inf"):
-            raise StateDictMismatch(problem_message(where, prefix + "act_scale", "a finite scale > 0", value))
+            raise StateDictMismatch(problem_message(where, prefix + names[1], "a finite scale > 0", value))
 
 
 def check_w8a8_entries(where: str, prefix: str, spec: dict[str, tuple[tuple[int, ...], torch.dtype]],
