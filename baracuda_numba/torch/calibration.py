@@ -10,8 +10,8 @@ the static activation scales.
   ``act(gate_proj(x)) * up_proj(x)``: the producer's output rows divided by ``s``). The consumers'
   weights are multiplied by ``s`` along their input axis, so the model computes the same function.
   With ``QuantizeConfig.alpha=None`` each group's ``alpha`` is the one of ``alpha_grid`` whose W8A8
-  outputs on the sampled inputs are closest to the float outputs (relative squared error, summed over
-  the group's linears).
+  outputs on the sampled inputs are closest to the float outputs (:func:`layer_error`, summed over the
+  group's linears).
 - :func:`static_scales` gives each static layer ``act_scale = c * max|X| / 127`` with ``c = 1``
   (``act_clip="minmax"``) or the ``c`` of ``clip_grid`` with the smallest output error on the samples
   (``act_clip="search"``): clipping the rare largest activations buys resolution for all the others.
@@ -215,12 +215,15 @@ def _fake_w8a8(x: torch.Tensor, weight: torch.Tensor, act_scale: float | None) -
 
 
 def _relative_error(y: torch.Tensor, reference: torch.Tensor) -> float:
-    return float((y - reference).square().sum() / reference.square().sum().clamp(min=_TINY))
+    # per token, then averaged: a few tokens of a much larger range (LLMs' "massive activations") would
+    # otherwise outweigh all the others, and a scale that crushes every other token would look fine
+    error = (y - reference).square().sum(dim=-1) / reference.square().sum(dim=-1).clamp(min=_TINY)
+    return float(error.mean())
 
 
 def layer_error(x: torch.Tensor, weight: torch.Tensor, act_scale: float | None = None) -> float:
-    """``||W8A8(x) - x @ W.T||^2 / ||x @ W.T||^2`` on the rows ``x`` (per-token activations when
-    ``act_scale`` is None)."""
+    """``mean_t ||W8A8(x)_t - (x @ W.T)_t||^2 / ||(x @ W.T)_t||^2``: the relative squared output error of each
+    row of ``x``, averaged (per-token activations when ``act_scale`` is None)."""
     w = weight.detach().float().to(x.device)
     return _relative_error(_fake_w8a8(x, w, act_scale), x @ w.T)
 
@@ -313,19 +316,27 @@ def smooth(model: nn.Module, calibration: Calibration, alpha: float | None = 0.5
 
 @torch.no_grad()
 def static_scales(model: nn.Module, calibration: Calibration, config: QuantizeConfig,
-                  names: Iterable[str]) -> dict[str, float]:
-    """``{name: act_scale}`` of the static layers ``names`` (module docstring: ``act_clip``)."""
+                  names: Iterable[str]) -> dict[str, float | None]:
+    """``{name: act_scale}`` of the static layers ``names`` (module docstring: ``act_clip``); ``None`` for a
+    layer that falls back to per-token activations: with ``config.static_fallback``, one whose output error on
+    the sampled inputs exceeds ``static_fallback`` times its error with per-token scales (a layer fed a few
+    tokens of a much larger range than the rest, which no single scale serves)."""
     modules = dict(model.named_modules())
-    scales = {}
+    scales: dict[str, float | None] = {}
     for name in names:
         if name not in calibration.act_absmax:
             raise InvalidProblem(problem_message("quantize_model", f"layer {name!r}",
                                                  "inputs seen during calibration", "none"))
         high = float(calibration.act_absmax[name].max())
-        if config.act_clip == "search" and name in calibration.samples:
-            x = calibration.samples[name]
-            weight = modules[name].weight.detach().float().to(x.device)
-            scales[name] = _best_clip(x, weight, x @ weight.T, high, config.clip_grid)[0]
-        else:
+        x = calibration.samples.get(name)
+        if x is None or not (config.act_clip == "search" or config.static_fallback is not None):
             scales[name] = max(high / 127.0, _TINY)
+            continue
+        weight = modules[name].weight.detach().float().to(x.device)
+        reference = x @ weight.T
+        grid = config.clip_grid if config.act_clip == "search" else (1.0,)
+        scale, error = _best_clip(x, weight, reference, high, grid)
+        fallback = config.static_fallback is not None and error > config.static_fallback * _relative_error(
+            _fake_w8a8(x, weight, None), reference)
+        scales[name] = None if fallback else scale
     return scales

@@ -36,7 +36,10 @@ class QuantizeConfig:
         ``down_proj(act(gate_proj(x)) * up_proj(x))``).
     act_clip : static scales ``max|X| / 127`` (``"minmax"``) or ``c * max|X| / 127`` with the ``c`` of
         ``clip_grid`` that gives the smallest output error on the sampled inputs (``"search"``).
-    search_tokens : input rows kept per linear for the searches (``alpha=None``, ``act_clip="search"``).
+    static_fallback : in a static model, keep per-token activations for a layer whose static output error on
+        the sampled inputs exceeds this many times its per-token error (``None``: never; :mod:`.calibration`).
+    search_tokens : input rows kept per linear for the searches (``alpha=None``, ``act_clip="search"``,
+        ``static_fallback``).
     progress : show calibration progress (``tqdm`` if installed, else a line on stderr).
     backend : ``"kernels"`` (:class:`W8A8Linear`, the project's GEMM) or ``"emulation"``
         (:class:`~baracuda_numba.torch.emulate.EmulatedW8A8Linear`: the same bits in pure PyTorch, for a CPU).
@@ -52,6 +55,7 @@ class QuantizeConfig:
     smooth_pairs: tuple[tuple[str, str], ...] = (("up_proj", "down_proj"),)
     act_clip: Literal["minmax", "search"] = "minmax"
     clip_grid: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
+    static_fallback: float | None = None
     search_tokens: int = 512
     progress: bool = True
     backend: Literal["kernels", "emulation"] = "kernels"
@@ -68,7 +72,8 @@ class QuantizeConfig:
 
     def searches(self) -> bool:
         """Whether calibration keeps input samples (a per-group alpha or a clip search)."""
-        return (self.smooth and self.alpha is None) or (self.activation == "static" and self.act_clip == "search")
+        return (self.smooth and self.alpha is None) or (self.activation == "static" and (
+            self.act_clip == "search" or self.static_fallback is not None))
 
     def validate(self, where: str = "quantize_model") -> None:
         """Raise :class:`InvalidProblem` naming the first field with a value outside its domain."""
@@ -80,6 +85,8 @@ class QuantizeConfig:
             ("act_clip", self.act_clip in ("minmax", "search"), "'minmax' or 'search'", repr(self.act_clip)),
             ("clip_grid", bool(self.clip_grid) and all(0.0 < c <= 1.0 for c in self.clip_grid),
              "values in (0, 1]", self.clip_grid),
+            ("static_fallback", self.static_fallback is None or self.static_fallback >= 1.0, "None or >= 1",
+             self.static_fallback),
             ("search_tokens", self.search_tokens > 0, "> 0", self.search_tokens),
             ("backend", self.backend in ("kernels", "emulation"), "'kernels' or 'emulation'", repr(self.backend)),
         ]
@@ -130,6 +137,7 @@ def quantize_model(model: nn.Module, batches: Iterable[Any] | Calibration | None
         smooth(model, calibration, config.alpha, config)
     act_scales = {} if calibration is None else static_scales(
         model, calibration, config, [n for n, mode in modes.items() if mode == "static"])
+    modes.update({name: "dynamic" for name, scale in act_scales.items() if scale is None})  # static_fallback
     for name, linear in selected:
         quantized = _layer_class(config).from_float(linear, activation=modes[name], act_scale=act_scales.get(name),
                                                     name=name)
