@@ -33,6 +33,8 @@ RECIPES: dict[str, QuantizeConfig] = {
     "W8A8 dynamic + SmoothQuant": QuantizeConfig(smooth=True, progress=False),
     "W8A8 static": QuantizeConfig(activation="static", progress=False),
     "W8A8 static + SmoothQuant": QuantizeConfig(activation="static", smooth=True, progress=False),
+    "W8A8 static + SmoothQuant, static fallback": QuantizeConfig(activation="static", smooth=True,
+                                                                 static_fallback=10.0, progress=False),
 }
 
 

@@ -77,8 +77,8 @@ def _quantize_and_save(model: transformers.PreTrainedModel, name: str, static: b
     data = Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": torch.ones_like(ids).tolist()})
     recipe = [SmoothQuantModifier(smoothing_strength=0.8),
               QuantizationModifier(config_groups={"group_0": scheme(static)}, ignore=["lm_head"])]
-    oneshot(model=model, tokenizer=scratch, dataset=data, recipe=recipe, num_calibration_samples=SAMPLES, max_seq_length=SEQUENCE,
-            pipeline="basic")
+    oneshot(model=model, tokenizer=scratch, dataset=data, recipe=recipe, num_calibration_samples=SAMPLES,
+            max_seq_length=SEQUENCE, pipeline="basic")
     tokens = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(7))
     with torch.no_grad():
         logits = model(tokens).logits.float()
