@@ -1,8 +1,9 @@
 """Hugging Face transformers both ways: quantize on load, save_pretrained / from_pretrained of quantized
 models (in a fresh process, bit-identical logits), and checkpoints that do not fit their config.
 
-A tiny Llama built from a config (random weights, no download). On the simulator only the MLP's linears
-are quantized (each toy GEMM is emulated in Python); on a GPU every linear but lm_head.
+A tiny Llama built from a config (random weights, no download). On the simulator the quantize-on-load test
+quantizes one projection (each toy GEMM is simulated in Python, seconds a call) and the round trips compute on the
+emulation (the kernels' bits); on a GPU every linear but lm_head, on the kernels.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ safetensors_torch = pytest.importorskip("safetensors.torch", reason="checkpoints
 from baracuda_numba import InvalidProblem  # noqa: E402
 from baracuda_numba.torch import (  # noqa: E402
     BaracudaConfig,
+    EmulatedW8A8Linear,
     QuantizeConfig,
     StateDictMismatch,
     W8A8Linear,
@@ -32,7 +35,8 @@ from tests.test_torch_e2e import DEVICE, _tokens, tiny_llama  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 UP = "model.layers.0.mlp.up_proj"
-MLP = ["*.mlp.gate_proj", "*.mlp.up_proj", "*.mlp.down_proj"] if SIMULATOR else ["*"]
+# On the simulator the round trips compute on the emulation (:func:`emulate`); every linear is quantized.
+ALL = ["*"]
 
 
 def _logits(model, ids):
@@ -44,14 +48,27 @@ def _load(path, **kwargs):
     return transformers.AutoModelForCausalLM.from_pretrained(path, **kwargs).to(DEVICE).eval()
 
 
+def emulate(model):
+    """On the simulator, run the W8A8 layers on the emulation (each simulated GEMM takes seconds): the same
+    buffers, the kernels' bits (``tests/test_torch_modules.py::test_emulated_w8a8_linear_is_the_kernel_bit_for_bit``,
+    ``tests/test_torch_real_model.py``)."""
+    for module in model.modules():
+        if type(module) is W8A8Linear:
+            module.__class__ = EmulatedW8A8Linear
+    return model
+
+
 def _in_a_fresh_process(path: Path, ids: torch.Tensor, tmp_path: Path) -> tuple[torch.Tensor, str]:
     """Load ``path`` with ``from_pretrained`` in a new interpreter (only ``import baracuda_numba.torch``
     registers the quantizer) and return its logits on ``ids`` and the class of the up projection."""
     torch.save(ids.cpu(), tmp_path / "ids.pt")
     script = f"""
 import torch, transformers
-import baracuda_numba.torch
+from baracuda_numba.torch import EmulatedW8A8Linear, W8A8Linear
 model = transformers.AutoModelForCausalLM.from_pretrained({str(path)!r}).to({DEVICE!r}).eval()
+for module in model.modules():  # emulate(), as in the parent
+    if {SIMULATOR!r} and type(module) is W8A8Linear:
+        module.__class__ = EmulatedW8A8Linear
 ids = torch.load({str(tmp_path / "ids.pt")!r}).to({DEVICE!r})
 with torch.no_grad():
     torch.save(model(ids).logits.cpu(), {str(tmp_path / "logits.pt")!r})
@@ -66,13 +83,15 @@ print("UP", type(model.get_submodule({UP!r})).__name__, model.get_submodule({UP!
 
 
 @pytest.mark.parametrize("config", [
-    QuantizeConfig(include=["*.mlp.up_proj"] if SIMULATOR else ["*"], progress=False),
-    QuantizeConfig(include=MLP, activation="static", smooth=True, progress=False),
+    QuantizeConfig(include=ALL, progress=False),
+    QuantizeConfig(include=ALL, activation="static", smooth=True, progress=False),
 ], ids=["dynamic", "static-smooth"])
 def test_save_pretrained_then_from_pretrained_in_a_fresh_process(config, tmp_path):
     model = tiny_llama()
     ids = _tokens(1, 6, seed=3)[0]
-    quantize_model(model, [{"input_ids": t} for t in _tokens(2, 8)], config)
+    # on the simulator quantized by the emulation too: the same bits as the kernels (see emulate())
+    quantize_model(model, [{"input_ids": t} for t in _tokens(2, 8)],
+                   replace(config, backend="emulation") if SIMULATOR else config)
     expected = _logits(model, ids)
     model.save_pretrained(tmp_path / "quantized")
     saved = json.loads((tmp_path / "quantized" / "config.json").read_text())["quantization_config"]
@@ -80,7 +99,8 @@ def test_save_pretrained_then_from_pretrained_in_a_fresh_process(config, tmp_pat
     assert saved["layers"] == {name: config.mode_of(name) for name, m in model.named_modules()
                                if isinstance(m, W8A8Linear)}
     got, up = _in_a_fresh_process(tmp_path / "quantized", ids, tmp_path)
-    assert up.startswith("UP W8A8Linear") and f"activation={config.activation!r}" in up, up
+    expected_class = "EmulatedW8A8Linear" if SIMULATOR else "W8A8Linear"
+    assert up.startswith(f"UP {expected_class} ") and f"activation={config.activation!r}" in up, up
     assert torch.equal(got, expected.cpu())
 
 

@@ -175,9 +175,13 @@ def _state(module):
     return {k: v.clone() for k, v in module.state_dict().items()}
 
 
+# The state dicts below come from EmulatedW8A8Linear.from_float: the same buffers as W8A8Linear's, bit for bit
+# (test_emulated_w8a8_linear_is_the_kernel_bit_for_bit), without a simulated kernel per test.
+
+
 def test_w8a8_state_dict_keys_follow_the_activation_mode():
-    dynamic = W8A8Linear.from_float(_linear(), name="fc")
-    static = W8A8Linear.from_float(_linear(), activation="static", act_scale=0.02, name="fc")
+    dynamic = EmulatedW8A8Linear.from_float(_linear(), name="fc")
+    static = EmulatedW8A8Linear.from_float(_linear(), activation="static", act_scale=0.02, name="fc")
     assert set(dynamic.state_dict()) == {"weight_q", "weight_scale", "bias"}
     assert set(static.state_dict()) == {"weight_q", "weight_scale", "bias", "act_scale"}
     assert {k: v.dtype for k, v in static.state_dict().items()} == {
@@ -222,7 +226,7 @@ def _perturb(state, kind):
 @pytest.mark.parametrize("activation", ["dynamic", "static"])
 def test_w8a8_state_dict_mismatch_names_the_key(kind, activation):
     act_scale = 0.02 if activation == "static" else None
-    module = W8A8Linear.from_float(_linear(), activation=activation, act_scale=act_scale, name="layers.0.fc")
+    module = EmulatedW8A8Linear.from_float(_linear(), activation=activation, act_scale=act_scale, name="layers.0.fc")
     state = _state(module)
     key = _perturb(state, kind)
     fresh = W8A8Linear(32, 8, activation=activation, act_scale=act_scale and 1.0, name="layers.0.fc").to(DEVICE)
@@ -238,7 +242,7 @@ def test_w8a8_state_dict_mismatch_names_the_key(kind, activation):
 
 
 def test_w8a8_zero_scale_is_fine_on_an_all_zero_row():
-    module = W8A8Linear.from_float(_linear(), name="fc")
+    module = EmulatedW8A8Linear.from_float(_linear(), name="fc")
     state = _state(module)
     state["weight_q"][2] = 0
     state["weight_scale"][2] = 0.0
@@ -248,7 +252,7 @@ def test_w8a8_zero_scale_is_fine_on_an_all_zero_row():
 
 
 def test_w8a8_bad_static_scale_in_a_state_dict_names_the_key():
-    module = W8A8Linear.from_float(_linear(), activation="static", act_scale=0.02, name="fc")
+    module = EmulatedW8A8Linear.from_float(_linear(), activation="static", act_scale=0.02, name="fc")
     for bad in (0.0, float("inf"), float("nan")):
         state = _state(module)
         state["act_scale"].fill_(bad)
