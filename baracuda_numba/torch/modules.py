@@ -10,7 +10,8 @@ from torch import nn
 from ..errors import InvalidProblem, problem_message
 from . import ops as _ops  # registers torch.ops.baracuda
 
-__all__ = ["FakeQuantize", "W8A8Linear"]
+__all__ = ["FakeQuantize", "W8A8Linear", "StateDictMismatch", "w8a8_state_dict_spec", "check_w8a8_scales",
+           "check_w8a8_entries"]
 
 _baracuda = torch.ops.baracuda
 _RANGES = {torch.int8: (-128, 127), torch.uint8: (0, 255)}
@@ -187,6 +188,79 @@ class FakeQuantize(nn.Module):
                 f"symmetric={self.symmetric}, q_range=({self.q_min}, {self.q_max})")
 
 
+class StateDictMismatch(InvalidProblem):
+    """A state dict or checkpoint that does not fit the quantized module it is loaded into: a key of the
+    other activation mode, a missing key, a wrong shape or dtype, or scales that cannot be right. The
+    message names the key (``"{layer}: {key} expected ..., got ..."``)."""
+
+
+_FLOAT32_BUFFERS = ("weight_scale", "bias", "act_scale")
+
+
+def w8a8_state_dict_spec(in_features: int, out_features: int, bias: bool,
+                         activation: str) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """The state dict of a :class:`W8A8Linear`: ``{key: (shape, dtype)}``.
+
+    ``weight_q`` int8 ``[N, K]`` (``nn.Linear.weight``'s layout), ``weight_scale`` float32 ``[N]``,
+    ``bias`` float32 ``[N]`` when the layer has one, ``act_scale`` float32 ``[]`` for static activations
+    only: a dynamic layer has no activation scale, so a state dict of the other mode cannot load.
+    """
+    spec = {"weight_q": ((out_features, in_features), torch.int8), "weight_scale": ((out_features,), torch.float32)}
+    if bias:
+        spec["bias"] = ((out_features,), torch.float32)
+    if activation == "static":
+        spec["act_scale"] = ((), torch.float32)
+    return spec
+
+
+def check_w8a8_scales(where: str, prefix: str, weight_q: torch.Tensor, weight_scale: torch.Tensor,
+                      act_scale: torch.Tensor | None, names: tuple[str, str] = ("weight_scale", "act_scale")) -> None:
+    """Raise :class:`StateDictMismatch` unless every weight scale is finite and ``>= 0``, ``> 0`` on each
+    row of ``weight_q`` holding a nonzero value, and ``act_scale`` (static) is finite and ``> 0``.
+
+    Checked once per weight, where it is loaded (``from_float``, ``load_state_dict``, checkpoints),
+    so that the GEMM can take the device arrays as they are. ``names``: the keys the error names (a
+    checkpoint of another format calls them otherwise).
+    """
+    if weight_scale.is_meta or weight_q.is_meta:
+        return
+    scale = weight_scale.detach().float()
+    bad = ~torch.isfinite(scale) | (scale < 0) | ((scale == 0) & (weight_q != 0).any(dim=1))
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise StateDictMismatch(problem_message(
+            where, prefix + names[0], "finite scales, > 0 on rows with nonzero weights",
+            f"{float(scale[row])} at row {row} ({int(bad.sum())} such rows)"))
+    if act_scale is not None and not act_scale.is_meta:
+        value = float(act_scale)
+        if not 0.0 < value < float("inf"):
+            raise StateDictMismatch(problem_message(where, prefix + names[1], "a finite scale > 0", value))
+
+
+def check_w8a8_entries(where: str, prefix: str, spec: dict[str, tuple[tuple[int, ...], torch.dtype]],
+                       entries: dict[str, tuple[tuple[int, ...], torch.dtype]], activation: str) -> None:
+    """Compare the ``{key: (shape, dtype)}`` found for one layer (keys without ``prefix``) with its ``spec``
+    (:func:`w8a8_state_dict_spec`); raise :class:`StateDictMismatch` naming ``prefix + key`` at the first
+    key missing, of another shape or dtype, or present though the layer has no such buffer (``act_scale`` of
+    a static layer loaded into a dynamic one, a bias into a layer without one, a float ``weight``)."""
+    for key, (shape, dtype) in spec.items():
+        if key not in entries:
+            expected = ("a static layer's activation scale" if key == "act_scale" else
+                        f"{tuple(shape)} {str(dtype).removeprefix('torch.')}")
+            raise StateDictMismatch(problem_message(where, prefix + key, expected, "no such key"))
+        got_shape, got_dtype = entries[key]
+        if tuple(got_shape) != tuple(shape) or got_dtype != dtype:
+            raise StateDictMismatch(problem_message(
+                where, prefix + key, f"{tuple(shape)} {str(dtype).removeprefix('torch.')}",
+                f"{tuple(got_shape)} {str(got_dtype).removeprefix('torch.')}"))
+    for key in entries:
+        if key not in spec:
+            expected = (f"no act_scale ({activation} activations)" if key == "act_scale" else
+                        "no bias (the layer has none)" if key == "bias" else
+                        f"only {', '.join(spec)} (a W8A8 layer)")
+            raise StateDictMismatch(problem_message(where, prefix + key, expected, "that key"))
+
+
 class W8A8Linear(nn.Module):
     """``nn.Linear`` with int8 weights (per output channel, symmetric [-127, 127]) and int8 activations.
 
@@ -202,6 +276,12 @@ class W8A8Linear(nn.Module):
     (:func:`baracuda_numba.quantized_linear`, :func:`baracuda_numba.smoothquant_linear`). A copy into the
     buffers (``copy_``, ``load_state_dict``) right before a forward is safe: copies let no dependent start
     before they end.
+
+    State dict (:func:`w8a8_state_dict_spec`): ``weight_q`` int8 ``[N, K]``, ``weight_scale`` float32
+    ``[N]``, ``bias`` float32 ``[N]`` (if any), ``act_scale`` float32 ``[]`` (static only). Loading checks
+    every key, shape and dtype and the scales (:func:`check_w8a8_scales`) and raises
+    :class:`StateDictMismatch` naming the key, whatever ``strict`` says. The scales and the bias stay
+    float32 (the epilogue's precision) when the model is cast with ``.to(dtype)`` / ``.half()``.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
@@ -213,29 +293,38 @@ class W8A8Linear(nn.Module):
             _check(name, "act_scale", act_scale is not None and 0.0 < float(act_scale) < float("inf"),
                    "a finite positive scale for static activations", act_scale)
         self.in_features, self.out_features, self.activation, self.name = in_features, out_features, activation, name
+        f32 = torch.float32  # explicit: transformers builds models under another default dtype
         self.register_buffer("weight_q", torch.zeros(out_features, in_features, dtype=torch.int8))
-        self.register_buffer("weight_scale", torch.ones(out_features))
-        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
-        self.register_buffer("act_scale", torch.tensor(float(act_scale or 1.0), dtype=torch.float32))
-        self._act_scale = float(act_scale or 1.0)  # a Python float: a constant for torch.compile
+        self.register_buffer("weight_scale", torch.ones(out_features, dtype=f32))
+        self.register_buffer("bias", torch.zeros(out_features, dtype=f32) if bias else None)
+        self.register_buffer("act_scale", torch.tensor(float(act_scale), dtype=f32) if activation == "static" else None)
+        self._act_scale = float(act_scale) if activation == "static" else None  # a constant for torch.compile
+
+    @staticmethod
+    def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(wq, s)``: ``s[n] = max(max_k |W[n, k]| / 127, tiny)`` (float32) and
+        ``wq = clamp(round(W * (1/s)), -127, 127)`` (int8), on ``weight``'s device by the project's kernel."""
+        weight = weight.detach().float().contiguous()
+        scale = (weight.abs().amax(dim=1) / 127.0).clamp(min=torch.finfo(torch.float32).tiny)
+        zeros = torch.zeros(weight.shape[0], dtype=torch.int32, device=weight.device)
+        return _baracuda.quantize_per_channel(weight, scale, zeros, 0, torch.int8, -127, 127), scale
 
     @classmethod
     @torch.no_grad()
     def from_float(cls, linear: nn.Linear, *, activation: Literal["dynamic", "static"] = "dynamic",
                    act_scale: float | None = None, name: str = "W8A8Linear") -> W8A8Linear:
-        """Quantize ``linear``'s weight per output channel: ``s[n] = max_k |W[n, k]| / 127``,
-        ``wq = clamp(round(W / s), -127, 127)`` (on ``linear``'s device, by the project's kernel)."""
+        """Quantize ``linear``'s weight per output channel (:meth:`quantize_weight`)."""
         _check(name, "linear", isinstance(linear, nn.Linear), "an nn.Linear", type(linear).__name__)
-        weight = linear.weight.detach().float().contiguous()
+        weight = linear.weight.detach()
         _check(name, "linear.weight", bool(torch.isfinite(weight).all()), "finite weights", "inf or NaN")
         module = cls(linear.in_features, linear.out_features, linear.bias is not None, activation=activation,
                      act_scale=act_scale, name=name).to(weight.device)
-        scale = (weight.abs().amax(dim=1) / 127.0).clamp(min=torch.finfo(torch.float32).tiny)
-        zeros = torch.zeros(linear.out_features, dtype=torch.int32, device=weight.device)
-        module.weight_q.copy_(_baracuda.quantize_per_channel(weight, scale, zeros, 0, torch.int8, -127, 127))
+        weight_q, scale = cls.quantize_weight(weight)
+        module.weight_q.copy_(weight_q)
         module.weight_scale.copy_(scale)
         if linear.bias is not None:
             module.bias.copy_(linear.bias.detach().float())
+        check_w8a8_scales(name, "", module.weight_q, module.weight_scale, module.act_scale)
         return module
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -250,9 +339,42 @@ class W8A8Linear(nn.Module):
         return _baracuda.smoothquant_linear(act_q, self.weight_q, self.weight_scale, self._act_scale, self.bias,
                                             x.dtype, True)
 
+    def state_dict_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """``{key: (shape, dtype)}`` of this layer's state dict (:func:`w8a8_state_dict_spec`)."""
+        return w8a8_state_dict_spec(self.in_features, self.out_features, self.bias is not None, self.activation)
+
+    def check_state_dict(self, state_dict: dict[str, torch.Tensor], prefix: str = "") -> None:
+        """Raise :class:`StateDictMismatch` naming the first key of ``state_dict`` under ``prefix`` that is
+        missing, unexpected (the other activation mode's) or of another shape or dtype
+        (:func:`check_w8a8_entries`); then check the scales (:func:`check_w8a8_scales`)."""
+        entries = {key[len(prefix):]: (tuple(value.shape), value.dtype) for key, value in state_dict.items()
+                   if key.startswith(prefix) and "." not in key[len(prefix):]}
+        check_w8a8_entries(self.name, prefix, self.state_dict_spec(), entries, self.activation)
+        check_w8a8_scales(self.name, prefix, state_dict[prefix + "weight_q"], state_dict[prefix + "weight_scale"],
+                          state_dict.get(prefix + "act_scale"))
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        self.check_state_dict(state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        self._act_scale = float(self.act_scale)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read the static activation scale into the Python float the forward passes to the op
+        (after the buffers were written other than through ``load_state_dict``, e.g. by a checkpoint loader)."""
+        if self.act_scale is not None and not self.act_scale.is_meta:
+            self._act_scale = float(self.act_scale)
+
+    def _apply(self, fn, recurse=True):
+        # `.to(dtype)` / `.half()` move the float32 scales and bias but keep their dtype: the epilogue is
+        # float32 (docs: README "W8A8 linear"), and a bf16 scale would change the numerics silently.
+        kept = {name: self._buffers[name] for name in _FLOAT32_BUFFERS if self._buffers.get(name) is not None}
+        super()._apply(fn, recurse)
+        for name, old in kept.items():
+            new = self._buffers[name]
+            if new.dtype != old.dtype:
+                self._buffers[name] = (torch.empty_like(old, device=new.device) if old.is_meta and not new.is_meta
+                                       else old.to(new.device))
+        return self
 
     def extra_repr(self) -> str:
         scale = f", act_scale={self._act_scale:.6g}" if self.activation == "static" else ""
