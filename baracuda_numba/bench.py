@@ -117,9 +117,8 @@ def host_us(fn: Callable[[], object], calls: int = 2000) -> float:
 
     A tight loop measures ``max(host time, GPU time)`` per call once the GPU falls behind and the launch queue fills.
     Behind the wait every launch only enters the queue, so what is timed is the host's own work (argument checks,
-    plan lookup, the launch calls) even where a call's GPU time is longer. (Session 43, H100,
-    ``benchmarks/probe_host_paced.py``, two machines: for the four calls probed, 5.5-12.1 us of GPU time each, a
-    tight loop of 200 read the same as this within 1.1 us; the queue had absorbed the loop.)"""
+    plan lookup, the launch calls) even where a call's GPU time is longer. (On an H100, for calls of 5.5-12.1 us of
+    GPU time, a tight loop of 200 calls read the same as this within 1.1 us: the queue had absorbed the loop.)"""
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
