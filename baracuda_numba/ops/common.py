@@ -20,9 +20,10 @@ __all__ = ["coerced", "operand", "scale_operands", "select_plan", "resolve_dtype
 
 
 @functools.lru_cache(maxsize=1024)
-def select_plan(plan_type: type[Plan], desc: Any) -> Plan:
-    """``plan_type.select(desc)``, cached on the (frozen, hashable) descriptor."""
-    return plan_type.select(desc)
+def select_plan(plan_type: type[Plan], desc: Any, *options: Any) -> Plan:
+    """``plan_type.select(desc, *options)``, cached on the (frozen, hashable) descriptor and options (a
+    preference, a tuning value)."""
+    return plan_type.select(desc, *options)
 
 
 def clear_plan_cache() -> None:
