@@ -85,7 +85,6 @@ def _launch_function(plan: Any, launching: Any, stream_of: Any) -> Any:
     spec, d = plan.spec, plan.desc
     launcher = plan._launchers[spec.aligned]
     blocks, threads = spec.variant(spec.aligned).blocks(d.m, d.n), spec.variant(spec.aligned).threads
-    stream_workspace = plan._stream_workspace
     if plan.smoothquant:
 
         def launch_gemm(x_ptr, w_ptr, s_ptr, b_ptr, o_ptr, device, ws_ptr, act_scale) -> bool:
@@ -114,7 +113,7 @@ def _launch_function(plan: Any, launching: Any, stream_of: Any) -> Any:
 
         def launch_static(x_ptr, w_ptr, s_ptr, b_ptr, o_ptr, device, ws_ptr, act_scale) -> bool:
             stream = stream_of(device)
-            ws_ptr = stream_workspace(device, stream) if ws_ptr is None else ws_ptr
+            ws_ptr = plan._stream_workspace(device, stream) if ws_ptr is None else ws_ptr
             scale_ptr = ws_ptr + scale_offset
             static_pair.launch(stream, device, static.blocks, static.threads, (x_ptr, ws_ptr, scale_ptr), (act_scale,),
                                blocks, threads, (ws_ptr, ws_ptr, w_ptr, w_ptr, scale_ptr, s_ptr, b_ptr, o_ptr),
@@ -131,7 +130,7 @@ def _launch_function(plan: Any, launching: Any, stream_of: Any) -> Any:
 
     def launch_pair(x_ptr, w_ptr, s_ptr, b_ptr, o_ptr, device, ws_ptr, act_scale) -> bool:
         stream = stream_of(device)
-        ws_ptr = stream_workspace(device, stream) if ws_ptr is None else ws_ptr
+        ws_ptr = plan._stream_workspace(device, stream) if ws_ptr is None else ws_ptr
         layout = layouts.get(device)
         if layout is not None:
             pair_launch = launching._driver().launch_pair
@@ -159,26 +158,17 @@ def _launch_function(plan: Any, launching: Any, stream_of: Any) -> Any:
 
 
 def fast_path(plan: Any) -> FastPath | None:
-    """``plan``'s fast path (None off the GPU, before torch is imported, where the aligned variant has no
-    packed template, or where a static activation scale has no static quantizer)."""
-    torch = sys.modules.get("torch")
+    """``plan``'s fast path (None off the GPU, where the aligned variant has no packed template, or where a static
+    activation scale has no static quantizer)."""
     d, spec = plan.desc, plan.spec
-    if (SIMULATOR or torch is None or plan._fast_specs is None
+    if (SIMULATOR or plan._fast_specs is None
             or (not plan.smoothquant and d.static_activation and not spec.fused and spec.static_quantizer is None)):
         return None
     from ... import launch as launching  # its stream getter now (the recording tests replace it)
-    from ..base import _TORCH_DTYPES, _torch_tensor_type
 
-    _torch_tensor_type()
-    stream_of = launching._torch_stream_getter()
-    launch = _launch_function(plan, launching, stream_of)
-    dtypes = {element: dtype for dtype, element in _TORCH_DTYPES.items()}
-    x_element = ElementKind.S8 if plan.smoothquant else d.input_element
-    tensor, x_dtype, out_dtype = torch.Tensor, dtypes[x_element], dtypes[d.output_element]
-    int8, float32 = torch.int8, torch.float32
-    x_count, w_count, o_count, n = d.m * d.k, d.n * d.k, d.m * d.n, d.n
-    out_align, has_bias = d.output_element.itemsize, d.has_bias
-    scale_of, workspace_pointer = plan._fast_scale, plan._workspace_pointer
+    launch = _launch_function(plan, launching, launching._torch_stream_getter())
+    scale_of, workspace_pointer, has_bias = plan._fast_scale, plan._workspace_pointer, d.has_bias
+    out_align = d.output_element.itemsize
 
     def found(pointers: list[int], device: int, workspace: Any, act_scale: Any) -> bool:
         """A launch on checked ``pointers`` (input, weight, weight_scale, [bias,] output)."""
@@ -192,6 +182,36 @@ def fast_path(plan: Any) -> FastPath | None:
         else:
             (x_ptr, w_ptr, s_ptr, o_ptr), b_ptr = pointers, pointers[2]  # the unused bias slot: weight_scale
         return launch(x_ptr, w_ptr, s_ptr, b_ptr, o_ptr, device, ws_ptr, act_scale)
+
+    def trusted(args: Any, device: int) -> bool:
+        x_ptr, w_ptr, s_ptr, o_ptr = (args.input.data_ptr(), args.weight.data_ptr(), args.weight_scale.data_ptr(),
+                                      args.output.data_ptr())
+        b_ptr = args.bias.data_ptr() if has_bias else s_ptr
+        act_scale = scale_of(args)
+        if (x_ptr | w_ptr) & 15 or (s_ptr | b_ptr) & 3 or o_ptr % out_align or act_scale is None:
+            return False
+        return launch(x_ptr, w_ptr, s_ptr, b_ptr, o_ptr, device, None, act_scale)
+
+    return FastPath(launch, _tensor_check(plan, launch), found, trusted)
+
+
+def _tensor_check(plan: Any, launch: Any) -> Any:
+    """``checked(args, workspace)``: every tensor of ``args`` tested in one frame, then ``launch``; a function that
+    declines everything before torch is imported."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return lambda args, workspace: False
+    from ..base import _TORCH_DTYPES, _torch_tensor_type
+
+    _torch_tensor_type()
+    d = plan.desc
+    dtypes = {element: dtype for dtype, element in _TORCH_DTYPES.items()}
+    x_element = ElementKind.S8 if plan.smoothquant else d.input_element
+    tensor, x_dtype, out_dtype = torch.Tensor, dtypes[x_element], dtypes[d.output_element]
+    int8, float32 = torch.int8, torch.float32
+    x_count, w_count, o_count, n = d.m * d.k, d.n * d.k, d.m * d.n, d.n
+    out_align, has_bias = d.output_element.itemsize, d.has_bias
+    scale_of, workspace_pointer = plan._fast_scale, plan._workspace_pointer
 
     def checked(args: Any, workspace: Any) -> bool:
         x, w, s, o, b = args.input, args.weight, args.weight_scale, args.output, args.bias
@@ -227,13 +247,4 @@ def fast_path(plan: Any) -> FastPath | None:
                 return False
         return launch(x_ptr, w_ptr, s_ptr, b_ptr, o_ptr, device, ws_ptr, act_scale)
 
-    def trusted(args: Any, device: int) -> bool:
-        x_ptr, w_ptr, s_ptr, o_ptr = (args.input.data_ptr(), args.weight.data_ptr(), args.weight_scale.data_ptr(),
-                                      args.output.data_ptr())
-        b_ptr = args.bias.data_ptr() if has_bias else s_ptr
-        act_scale = scale_of(args)
-        if (x_ptr | w_ptr) & 15 or (s_ptr | b_ptr) & 3 or o_ptr % out_align or act_scale is None:
-            return False
-        return launch(x_ptr, w_ptr, s_ptr, b_ptr, o_ptr, device, None, act_scale)
-
-    return FastPath(launch, checked, found, trusted)
+    return checked
