@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from .common import (
+    ABSMAX_LOADS,
     CHUNK_K,
     MAX_EXACT_K,
     SKINNY_M,
@@ -30,7 +31,7 @@ from .common import (
     SKINNY_WARPS,
     Output,
 )
-from .fused import ABSMAX_LOADS, FusedConfig, fused_kernel, fused_shared_bytes
+from .fused import FusedConfig, fused_kernel, fused_shared_bytes
 from .pipelined import PipelinedConfig, PipelineShape, pipelined_kernel
 from .skinny import SkinnyConfig, skinny_kernel
 from .sm90a import HopperKernel, hopper_available

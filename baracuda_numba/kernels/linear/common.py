@@ -34,14 +34,17 @@ from ..codecs import codec
 from ..device import device_function
 from ..elementwise import uint_name
 
-__all__ = ["cuda", "CHUNK_K", "MAX_EXACT_K", "SKINNY_MAX_M", "SKINNY_M", "SKINNY_N", "SKINNY_WARPS", "SKINNY_THREADS",
-           "Output", "Epilogue", "epilogue", "gemm_signature", "load_chunk", "vector_chunk_loader",
+__all__ = ["cuda", "ABSMAX_LOADS", "CHUNK_K", "MAX_EXACT_K", "SKINNY_MAX_M", "SKINNY_M", "SKINNY_N", "SKINNY_WARPS",
+           "SKINNY_THREADS", "Output", "Epilogue", "epilogue", "gemm_signature", "load_chunk", "vector_chunk_loader",
            "load_vector_chunk", "mma_chunk"]
 
 CHUNK_K = 64  # k per step of the mma.sync kernels: 16 bytes per lane, 4 lanes per row
 # The decode kernels (M <= SKINNY_MAX_M): SKINNY_WARPS warps split K for 16-row x 8-column mma tiles.
 SKINNY_MAX_M, SKINNY_M, SKINNY_N, SKINNY_WARPS = 64, 16, 8, 8
 SKINNY_THREADS = 32 * SKINNY_WARPS
+# the fused kernel's general prologue: 16-byte pieces of x per thread in flight (8 spill at 80 registers); the
+# unfused decode kernel declares the same local arrays (see its body)
+ABSMAX_LOADS = 4
 # |acc| <= K * 127 * 128 (activations in [-127, 127], weights in [-128, 127]) must stay below 2**31.
 MAX_EXACT_K = (2**31 - 1) // (127 * 128)
 

@@ -39,6 +39,7 @@ from ..codecs import math_type
 from ..device import LOAD_HINTS, device_function
 from ..elementwise import ElementwiseKernel, uint_name
 from .common import (
+    ABSMAX_LOADS,
     CHUNK_K,
     DYNAMIC_STAGE_DTYPE,
     SKINNY_M,
@@ -55,7 +56,6 @@ from .decode import DecodeParts, decode_parts
 
 __all__ = ["ABSMAX_LOADS", "FusedConfig", "fused_kernel", "fused_shared_bytes", "row_quantizer"]
 
-ABSMAX_LOADS = 4  # the general prologue's 16-byte pieces of x per thread in flight (8 spills at 80 registers)
 
 
 @dataclass(frozen=True)
@@ -324,6 +324,9 @@ def _kernel(config: FusedConfig, parts: DecodeParts, quantize_rows, quantize_fix
                                                        config.x_loads)
     early = bool(early_l2 or early_registers)
     fixes = config.fixed is not None  # a bool: numba types `if None` through a device-compiled overload
+    # Flags passed to the inlined device functions as expressions evaluated in the kernel, not as literals (see
+    # the skinny kernel's body): this kernel is fused, and no quantizer's dependent.
+    fused, dependent = True, 0
 
     def kernel(x_elems, x_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
@@ -366,7 +369,7 @@ def _kernel(config: FusedConfig, parts: DecodeParts, quantize_rows, quantize_fix
             device.launch_dependents()
         if not early_registers:
             load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
-                          tensor_scale, True, False, tid)
+                          tensor_scale, True, not fused and not dependent, tid)
         # the first iteration's weight into registers, and L2 prefetches of the ones after, before the
         # prologue, so that HBM works while x is reduced and quantized
         if not early_registers:
@@ -385,7 +388,7 @@ def _kernel(config: FusedConfig, parts: DecodeParts, quantize_rows, quantize_fix
         stream_weights(acc, w_frag, w_next, scratch, x_elems, xq_pairs, w_bytes, w_pairs, M, N, K, m_block,
                        n_block, aligned, 1, 0, tid)
         reduce_and_store(acc, partial, scales, row_scale, col_pre, bias_pre, row_pre, out_elems, M, N, m_block,
-                         n_block, tensor_scale, False, tid)
+                         n_block, tensor_scale, not fused, tid)
 
     return kernel
 

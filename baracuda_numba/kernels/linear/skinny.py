@@ -25,6 +25,7 @@ from .. import device
 from ..device import LOAD_HINTS
 from ..elementwise import ElementwiseKernel
 from .common import (
+    ABSMAX_LOADS,
     CHUNK_K,
     DYNAMIC_STAGE_DTYPE,
     SKINNY_M,
@@ -107,6 +108,10 @@ def _kernel(config: SkinnyConfig, parts: DecodeParts):
     load_weights, prefetch_weights, stream_weights = parts.load_weights, parts.prefetch_weights, parts.stream_weights
     load_epilogue, reduce_and_store = parts.load_epilogue, parts.reduce_and_store
     S = np.float32
+    # Flags passed to the inlined device functions as expressions evaluated in the kernel, not as literals:
+    # numba prunes an inlined function's branches on literal arguments, which reorders the generated code
+    # against the measured kernels' (docs/design-linear.md, "Same code").
+    fused = False
 
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
                M, N, K, tiles_m, aligned, tensor_scale):
@@ -123,17 +128,20 @@ def _kernel(config: SkinnyConfig, parts: DecodeParts):
             device.launch_dependents()
         scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
         partial = cuda.shared.array((SKINNY_WARPS, slots, 32), np.int32)
-        # The fused kernel's row scales, row maxima, shuffle scratch and views of its quantized rows: declared
-        # here too, so that both decode kernels take the same static shared memory (the occupancy their
-        # measured launch bounds assume) and the code that was measured.
+        # The fused kernel's row scales, row maxima, shuffle scratch and views of its quantized rows, and (below) its
+        # local pieces of x: declared here too, so that both decode kernels take the same static shared memory (the
+        # occupancy their measured launch bounds assume) and compile to the code that was measured.
         scales = cuda.shared.array(SKINNY_M, S)
         cuda.shared.array((SKINNY_WARPS, SKINNY_M), S)
         cuda.shared.array(SKINNY_THREADS, S)
         cuda.shared.array(0, DYNAMIC_STAGE_DTYPE, alignment=STAGE_ALIGNMENT)
         cuda.shared.array(0, DYNAMIC_STAGE_DTYPE, alignment=STAGE_ALIGNMENT)
+        cuda.local.array(ABSMAX_LOADS, np.uint64)
+        cuda.local.array(ABSMAX_LOADS, np.uint64)
         acc = cuda.local.array(slots, np.int32)
         w_frag = cuda.local.array(w_words, np.uint64)
         w_next = cuda.local.array(w_words, np.uint64)
+        cuda.local.array(1, np.uint64)
         col_pre = cuda.local.array(outputs, np.float32)
         bias_pre = cuda.local.array(outputs, np.float32)
         row_pre = cuda.local.array(outputs, np.float32)
@@ -161,7 +169,7 @@ def _kernel(config: SkinnyConfig, parts: DecodeParts):
             stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block, n_block,
                            aligned, 0, 0, tid)
         reduce_and_store(acc, partial, scales, row_scale, col_pre, bias_pre, row_pre, out_elems, M, N, m_block,
-                         n_block, tensor_scale, True, tid)
+                         n_block, tensor_scale, not fused, tid)
 
     return kernel
 
