@@ -6,8 +6,8 @@ array ABI: ``meminfo, parent, nitems, itemsize, data, shape, strides`` for each 
 scalars), writes the pointers and scalars of the call into it and hands it to the driver through
 ``extra``. That skips numba's per-call typing and argument wrapping (~45 us per launch) and Python's
 per-parameter work. The handle launched is the kernel's ``CUfunction`` in the device's context, resolved
-once (:data:`CONTEXT_FUNCTIONS`). The frame the driver reads lives on the compiled function's stack. Each launcher
-calls that compiled function through the entry point numba compiled for its argument types (:data:`ENTRY_POINTS`),
+once. The frame the driver reads lives on the compiled function's stack. Each launcher
+calls that compiled function through the entry point numba compiled for its argument types,
 and two launches that always go together (the W8A8 linear's quantizer and GEMM) are made by one compiled call
 (:class:`LaunchPair`). Under the simulator the
 numba dispatcher is called with NumPy arrays wrapped so that aliasing views are not copied apart.
@@ -52,18 +52,12 @@ _PROGRAMMATIC_STREAM_SERIALIZATION = 6
 _STACK_FRAME_WORDS = 512  # a launch frame up to this many words lives on the compiled launch's stack
 _NO_FLOATS = (0.0,)  # the floats of a launch that patches none (the record says how many it reads)
 _NO_INTS = (0,)
-# Launch the CUfunction of the current context (cuKernelGetFunction, resolved once per device) rather than
-# the context-independent CUkernel that numba's library load gives, which the driver must map to the
-# current context's function at each launch. H100 host, benchmarks/probe_launch_handle.py (session 18,
-# two runs, each alternating both handles twice): QuantizePerTensorPlan.run 8.3-8.4 -> 7.5 us, the
-# two-launch QuantizedLinearPlan.run 14.7-15.0 -> 13.5-13.7 us, quantized_linear() 21.7-22.2 -> 20.5 us.
-CONTEXT_FUNCTIONS = True
-# Call the compiled launch through the entry point numba compiled for the call's argument types, resolved once
-# per launcher, rather than through its dispatcher, which types every argument and looks the overload up at
-# each call (0.40 -> 0.20 us a call on a CPU host, with a stand-in driver). H100 host, best of 7 interleaved rounds
-# (benchmarks/probe_launch_params.py, session 29 call 3), dispatcher -> entry point: launch_patched 5.34 -> 4.07 us,
-# QuantizePerTensorPlan.run 8.43 -> 7.42, quantize_per_tensor() 12.09 -> 11.30.
-ENTRY_POINTS = True
+# Every launch takes the CUfunction of the current context (cuKernelGetFunction, resolved once per device) rather
+# than the context-independent CUkernel that numba's library load gives, which the driver must map to the
+# current context's function at each launch: about 1 us less a launch on an H100 host. And each launcher calls
+# the compiled launch through the entry point numba compiled for the call's argument types, resolved once per
+# launcher, rather than through its dispatcher, which types every argument and looks the overload up at each call
+# (about 1 us a launch on an H100 host). docs/design-linear.md, "The launch path", has the measurements.
 
 
 class ArrayArg(tuple):
@@ -259,11 +253,9 @@ def make_pair_launch(launch: Any) -> Any:
 
 
 def compiled_entry(dispatcher: Any, args: Sequence[Any]) -> Any:
-    """``dispatcher``'s compiled entry point for arguments of the types of ``args`` (compiled on first use), or
-    the dispatcher itself without :data:`ENTRY_POINTS`. The entry point converts each argument to its compiled
-    type without checking it; a tuple of another length raises."""
-    if not ENTRY_POINTS:
-        return dispatcher
+    """``dispatcher``'s compiled entry point for arguments of the types of ``args`` (compiled on first use). The
+    entry point converts each argument to its compiled type without checking it; a tuple of another length
+    raises."""
     from numba import typeof
 
     return dispatcher.compile(tuple(typeof(value) for value in args))
@@ -320,8 +312,7 @@ class KernelLauncher:
                     if error:
                         raise BaracudaError(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, "
                                             f"{allowed}) failed with CUresult {error}")
-                if CONTEXT_FUNCTIONS:
-                    function = _driver().context_function(function)
+                function = _driver().context_function(function)
                 self._functions[device_id] = function
         return function
 
@@ -393,9 +384,8 @@ class KernelLauncher:
 class LaunchPair:
     """Two patched launches (:meth:`KernelLauncher.launch_patched`) on one stream, ``first`` then ``second``, made
     from one compiled call (:func:`make_pair_launch`) when both kernels are loaded and the device's context is
-    current: one entry from Python instead of two (H100 host, session 29 call 3: the W8A8 linear's quantizer and
-    GEMM 7.36 -> 7.05 us, best of 7 rounds). Each call passes each launch's arguments of the same types as the
-    first call did."""
+    current: one entry from Python instead of two (0.3 us less host time for the W8A8 linear's quantizer and GEMM
+    on an H100 host). Each call passes each launch's arguments of the same types as the first call did."""
 
     def __init__(self, first: KernelLauncher, second: KernelLauncher) -> None:
         self.first, self.second = first, second
@@ -436,8 +426,8 @@ def array_values(ptr: int, nitems: int, itemsize: int) -> tuple[int, ...]:
 class _Driver:
     """The driver entry points, through ctypes (loaded on first use). Launches go through
     :func:`make_record_launch`, which calls ``cuLaunchKernel`` from compiled code: 5.9 us a launch on
-    an H100 host, against 7.8 us for the Python-level patch and cuda.bindings call it replaced and
-    5.0-5.5 us for cuda.bindings' call alone (``benchmarks/host_floor.py``, 2026-11-23).
+    an H100 host, against 7.8 us for a Python-level patch and a cuda.bindings call, and 5.0-5.5 us for
+    cuda.bindings' call alone.
     """
 
     def __init__(self) -> None:
@@ -504,8 +494,8 @@ _PROC_ADDRESS_VERSION = 12000  # the CUDA version whose flavour of each entry po
 def _entry_point(libcuda: ctypes.CDLL, name: str, prototype: Any) -> Any:
     """``name`` as a ctypes function of ``prototype``: the pointer ``cuGetProcAddress`` gives (what
     cuda.bindings calls), else the exported symbol. On an H100 host the exported ``cuLaunchKernel``
-    took 7.2 us a launch through ctypes where cuda.bindings' call took 4.6-4.9 us. (Session 29: on driver
-    580, CUDA 13.0, the `cuLaunchKernel` pointers for CUDA 12.0 to 13.0 and the exported one are one function.)"""
+    took 7.2 us a launch through ctypes where cuda.bindings' call took 4.6-4.9 us. (On driver 580, CUDA 13.0, the
+    ``cuLaunchKernel`` pointers for CUDA 12.0 to 13.0 and the exported one are one function.)"""
     address = ctypes.c_void_p()
     for symbol, extra in (("cuGetProcAddress_v2", (None,)), ("cuGetProcAddress", ())):
         try:

@@ -71,7 +71,7 @@ STREAM_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(128, 1024)
 TENSOR_DEQUANTIZE_POLICY = LaunchPolicy(32, 2, 1) if SIMULATOR else LaunchPolicy(128, 4096, 1)
 # Per-token and per-group quantize to integers: a grid of up to 128 blocks of 256 threads per SM, between the
 # resident grid (512 x 32) and the short-block one (128 x 1024). H100, tune_elementwise --variants grid, 2^28
-# elements in rows of 4096, copy 3010 GB/s (session 20), 512 x 32 / 128 x 1024 -> 256 x 128: group 128 bf16
+# elements in rows of 4096, copy 3010 GB/s, 512 x 32 / 128 x 1024 -> 256 x 128: group 128 bf16
 # 90.4 / 90.0 -> 92.7% of copy, group 128 f32 91.0 / 93.2 -> 94.3%, token bf16 93.9 / 89.1 -> 95.2%.
 SEGMENT_QUANTIZE_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(256, 128)
 # Per-channel dequantize and quantize backward along the last axis, chunks of at most four elements (f32,

@@ -80,7 +80,7 @@ _SHARED: RecordingDriver | None = None
 
 
 def recording_driver() -> RecordingDriver:
-    """The one recording driver (its compiled launch is built once per test session), emptied."""
+    """The one recording driver (its compiled launch is built once per process), emptied."""
     global _SHARED
     if _SHARED is None:
         _SHARED = RecordingDriver()

@@ -164,11 +164,9 @@ def test_gpu_launch_path_hands_the_driver_the_packed_block(monkeypatch):
     assert [call[1] for call in driver.calls] == raws
 
 
-@pytest.mark.parametrize("entry_points", [True, False])
-def test_launch_pair_hands_the_driver_the_two_launches_of_launch_patched(monkeypatch, entry_points):
+def test_launch_pair_hands_the_driver_the_two_launches_of_launch_patched(monkeypatch):
     """One compiled call of a :class:`LaunchPair` makes the launches, bytes and dependencies that the two
-    ``launch_patched`` calls make, first then second, through the compiled entry point or the dispatcher."""
-    monkeypatch.setattr(launch, "ENTRY_POINTS", entry_points)
+    ``launch_patched`` calls make, first then second, through the compiled entry point."""
     first, driver = _gpu_launcher(monkeypatch, 1, (np.int64,))
     first.set_template((0, 0, 8, 1, 0, 8, 1, 3), (slice(4, 5),), range(0), np.float32)
     second = launch.KernelLauncher(lambda: None, 1, (np.int64, np.float32), dependent=True)
