@@ -150,3 +150,17 @@ def chain(torch, x0, layer, sync: bool, layers: int = 12) -> list:
             torch.cuda.synchronize()
     torch.cuda.synchronize()
     return outs
+
+
+def op_plan(plan_type, desc):
+    """The plan the op functions select (and cache) for ``desc`` on the current device."""
+    from baracuda_numba.ops.linear import _select
+
+    return _select(plan_type, desc)
+
+
+def sq_call(torch, plan, act, w, ws, act_scale, bias=None, dtype=None):
+    """SmoothQuant ``plan`` run on CUDA tensors into a new output of ``dtype`` (bf16 by default)."""
+    out = torch.empty(act.shape[0], w.shape[0], device="cuda", dtype=dtype or torch.bfloat16)
+    plan.run(bn.SmoothQuantLinearArgs(act, w, ws, act_scale, out, bias))
+    return out
