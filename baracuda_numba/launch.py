@@ -294,7 +294,7 @@ class KernelLauncher:
 
             with self._lock, cuda.gpus[device_id]:
                 dispatcher = self._compile()
-                if hasattr(dispatcher, "kernel_handle"):  # loaded outside numba's dispatcher (kernels.hopper)
+                if hasattr(dispatcher, "kernel_handle"):  # loaded outside numba's dispatcher (kernels.linear.sm90a)
                     function, static = dispatcher.kernel_handle()
                 else:
                     overload = next(iter(dispatcher.overloads.values()))

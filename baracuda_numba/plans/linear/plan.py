@@ -153,6 +153,9 @@ class LinearPlan(Plan):
     def workspace_size(self) -> int:
         return self.spec.workspace_bytes
 
+    def __repr__(self) -> str:
+        return f"{self.name}({self.desc}, sku={self.sku()}, tuning={self.tuning.card})"
+
     # -- the fast path: plain CUDA torch tensors, pointers patched into a pre-packed parameter block --
 
     def _fast_input_element(self) -> ElementKind:
