@@ -6,11 +6,12 @@ Two layers over one typed kernel registry:
 - dispatch functions (``quantize_per_tensor(x, scale, zero_point, dtype="int8")``) on numba,
   PyTorch, CuPy or NumPy arrays.
 
-Importing the package on a machine without a GPU switches numba to its CUDA simulator (with a
-warning); see :mod:`baracuda_numba.platform`.
+On a machine without a GPU the package runs on numba's CUDA simulator (the first op warns once).
+Importing it sets no environment variable and does not initialize the CUDA driver: see
+:mod:`baracuda_numba.platform` for how the choice is made.
 """
 
-from . import platform  # noqa: I001  (chooses GPU or simulator before numba.cuda is imported)
+from . import platform  # noqa: I001  (decides GPU or simulator before numba.cuda is imported)
 from . import registry, reference
 from .arrays import Bfloat16Array, bfloat16_view
 from .errors import (

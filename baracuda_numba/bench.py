@@ -1,17 +1,21 @@
 """GPU benchmark of every memory-bound op: GB/s against the device-to-device copy measured in the
-same run and against the matching PyTorch op; the W8A8 linear (prefill TOPS, decode GPU time, see
-:func:`linear`); host time per call of small problems.
+same run and against the matching PyTorch op; the W8A8 linear (prefill TOPS, decode GPU time); host
+time per call of small problems.
 
-    baracuda-numba bench [--log2n 28] [--only per_tensor per_channel ...] [--out DIR]
+    baracuda-numba bench [--only per_tensor per_channel ...] [--dtypes f32 bf16] [--log2n 28] [--out DIR]
     python -m benchmarks ...   (the same, from a checkout)
 
-Needs a CUDA GPU and PyTorch (the reference ops and the timers).
+Needs a CUDA GPU and PyTorch (the reference ops and the timers). Prints the card first, then one line
+per measured row.
 
 Timing: CUDA events around each call after a warm-up, median of ``--repeats``; 2^28 elements
 (1 GiB of f32) dwarf the 50 MB L2, so no buffer rotation is needed. Bytes are the fewest the op
 must move (each input read once, each output written once). The linear's decode rows are graph
 replays over rotating weights instead (:func:`graph_ms`). Writes ``bench.json``, ``bench.md``
 and ``bench.png`` (percent of copy per op) into ``--out``.
+
+The families ``--only`` selects are the entries of :data:`FAMILIES`: a new family is one function of a
+:class:`Context` and one entry there.
 """
 
 from __future__ import annotations
@@ -23,17 +27,29 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-
-try:
-    import torch
-except ImportError:  # the CLI reports it; the rest of the package never needs torch
-    torch = None
+from typing import Any
 
 import baracuda_numba as bn
 
-TORCH = {} if torch is None else {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
-                                   "f64": torch.float64}
+# PyTorch, imported by run() (None until then): building the command line's parser, or importing this
+# module, must not pay for importing PyTorch.
+torch: Any = None
+TORCH: dict[str, Any] = {}
+
+
+def _import_torch() -> bool:
+    """Import PyTorch into this module (``torch``, ``TORCH``); False when it is not installed."""
+    global torch
+    if torch is None:
+        try:
+            import torch as module
+        except ImportError:
+            return False
+        torch = module
+        TORCH.update({"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64})
+    return True
 
 
 # GPU cycles of the busy wait queued before each timed call (about 1 ms): longer than any call's host
@@ -553,53 +569,127 @@ def chart(bench: Bench, path: Path) -> bool:
     return True
 
 
-EXPECTED_CASES = {"per_tensor": 6, "per_channel": 8, "per_token": 4, "per_group": 4, "dynamic": 6,
-                  "linear": len(PREFILL_SHAPES) + len(DECODE_WEIGHTS) * len(DECODE_TOKENS),
-                  "lowbit": 10}
+@dataclass
+class Context:
+    """What a family's benchmark reads and adds to: the rows (``bench``), the problem size ``n``, the dtypes
+    asked for, host-time pairs against PyTorch and plain host times."""
+
+    bench: Bench
+    n: int
+    dtypes: list[str]
+    pairs: list[dict] = field(default_factory=list)
+    host: dict[str, float] = field(default_factory=dict)
+    sections: dict[str, tuple[list[dict], str]] = field(default_factory=dict)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="baracuda-numba bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--log2n", type=int, default=28)
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--dtypes", nargs="+", default=["f32", "bf16", "f16", "f64"])
-    parser.add_argument("--only", nargs="+",
-                        default=["per_tensor", "per_channel", "per_token", "per_group", "dynamic", "lowbit", "linear",
-                                 "host"])
-    parser.add_argument("--out", default="benchmarks/results")
-    args = parser.parse_args(argv)
-    if torch is None or not torch.cuda.is_available():
+@dataclass(frozen=True)
+class Family:
+    """One ``--only`` choice: its benchmark and the number of rows it adds for the dtypes asked."""
+
+    run: Callable[[Context], None]
+    rows: Callable[[list[str]], int]
+    help: str
+    default: bool = True  # part of a bare ``bench``; the PyTorch layer's benchmarks are asked for by name
+
+
+def _torch_section(name: str) -> Callable[[Context], None]:
+    """A family whose rows come from a PyTorch-layer benchmark module (``baracuda_numba.torch.benchmark_<name>``),
+    written as its own section of the report."""
+
+    def run_section(context: Context) -> None:
+        import importlib
+
+        module = importlib.import_module(f"baracuda_numba.torch.benchmark_{name}")
+        rows = module.run(copy_gbs=context.bench.copy_gbs) if name == "qat" else module.run()
+        context.sections[name] = (rows, module.markdown(rows))
+
+    return run_section
+
+
+def _segment_dtypes(dtypes: list[str]) -> list[str]:
+    return [d for d in dtypes if d in ("f32", "bf16")]
+
+
+FAMILIES: dict[str, Family] = {
+    "per_tensor": Family(lambda c: per_tensor(c.bench, c.n, c.dtypes), lambda d: 6 * len(d),
+                         "the six per-tensor ops, every dtype"),
+    **{family: Family(lambda c, family=family: per_segment(c.bench, family, c.n, _segment_dtypes(c.dtypes)),
+                      lambda d, rows=rows: rows * len(_segment_dtypes(d)), f"the {family} ops (f32, bf16)")
+       for family, rows in (("per_channel", 8), ("per_token", 4), ("per_group", 4))},
+    "host": Family(lambda c: c.pairs.extend(host_pairs()), lambda d: 0,
+                   "host time per call of small problems, next to PyTorch"),
+    "dynamic": Family(lambda c: dynamic(c.bench, c.n, c.pairs), lambda d: 6,
+                      "dynamic-range quantize against eager and compiled PyTorch"),
+    "lowbit": Family(lambda c: lowbit(c.bench, c.n), lambda d: 10, "FP8 and packed int4"),
+    "linear": Family(lambda c: linear(c.bench, c.host),
+                     lambda d: len(PREFILL_SHAPES) + len(DECODE_WEIGHTS) * len(DECODE_TOKENS),
+                     "the W8A8 linear: prefill TOPS and decode GPU time"),
+    "qat": Family(_torch_section("qat"), lambda d: 0,
+                  "FakeQuantize forward + backward against torch.ao (not in the default)", default=False),
+    "model": Family(_torch_section("model"), lambda d: 0,
+                    "a Llama in bf16 and W8A8: eager, torch.compile, CUDA graphs (not in the default)", default=False),
+}
+DTYPES = ("f32", "bf16", "f16", "f64")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The benchmark's options, on ``parser`` (the command line's ``bench`` and ``python -m benchmarks``)."""
+    parser.add_argument("--only", nargs="+", choices=list(FAMILIES),
+                        default=[name for name, family in FAMILIES.items() if family.default], metavar="FAMILY",
+                        help="families to run (default: all but qat and model): " + "; ".join(
+                            f"{name}: {family.help}" for name, family in FAMILIES.items()))
+    parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES), metavar="DTYPE",
+                        help="float dtypes of the memory-bound ops: f32 bf16 f16 f64 (default: all)")
+    parser.add_argument("--log2n", type=int, default=28, help="elements of the memory-bound problems, as a power "
+                        "of two (default 28: 1 GiB of f32)")
+    parser.add_argument("--repeats", type=int, default=20, help="timed calls per row, median kept (default 20)")
+    parser.add_argument("--out", default="benchmarks/results", metavar="DIR",
+                        help="directory for bench.json, bench.md and bench.png (default benchmarks/results)")
+
+
+def card() -> str:
+    """The GPU the benchmark runs on, in one line."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return (f"{props.name}, compute capability {props.major}.{props.minor}, {props.multi_processor_count} SMs, "
+            f"{props.total_memory / 2**30:.0f} GiB; PyTorch {torch.__version__}, baracuda-numba {bn.__version__}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the families ``args.only`` asks for and write the reports; 2 without a GPU or PyTorch."""
+    if not 10 <= args.log2n <= 34 or args.repeats < 1:
+        print(f"baracuda-numba bench: --log2n expected 10..34 and --repeats >= 1, got {args.log2n} and "
+              f"{args.repeats}", file=sys.stderr)
+        return 2
+    if not _import_torch() or not torch.cuda.is_available():
         print("baracuda-numba bench: needs a CUDA GPU and PyTorch with CUDA", file=sys.stderr)
         return 2
     n = 1 << args.log2n
-    per_dtype = {"per_tensor": len(args.dtypes)}
-    segment_dtypes = len([d for d in args.dtypes if d in ("f32", "bf16")])
-    total = sum(EXPECTED_CASES[k] * per_dtype.get(k, segment_dtypes if k not in ("dynamic", "linear", "lowbit") else 1)
-                for k in EXPECTED_CASES if k in args.only)
-    bench = Bench(args.repeats, total)
-    bench.copy(n)
+    total = sum(FAMILIES[name].rows(args.dtypes) for name in args.only)
+    context = Context(Bench(args.repeats, total), n, list(args.dtypes))
     device = torch.cuda.get_device_name()
-    print(f"{device}: copy {bench.copy_gbs:.0f} GB/s (n = 2^{args.log2n})", flush=True)
-    if "per_tensor" in args.only:
-        per_tensor(bench, n, args.dtypes)
-    for family in ("per_channel", "per_token", "per_group"):
-        if family in args.only:
-            per_segment(bench, family, n, [d for d in args.dtypes if d in ("f32", "bf16")])
-    pairs = host_pairs() if "host" in args.only else []
-    host: dict[str, float] = {}
-    if "dynamic" in args.only:
-        dynamic(bench, n, pairs)
-    if "lowbit" in args.only:
-        lowbit(bench, n)
-    if "linear" in args.only:
-        linear(bench, host)
-    text = markdown(bench, pairs, host, device, n)
+    print(f"card: {card()}", flush=True)
+    context.bench.copy(n)
+    print(f"device-to-device copy: {context.bench.copy_gbs:.0f} GB/s (n = 2^{args.log2n})", flush=True)
+    for name, family in FAMILIES.items():  # in the table's order, whatever the order asked
+        if name in args.only:
+            family.run(context)
+    text = markdown(context.bench, context.pairs, context.host, device, n)
+    text += "".join(f"\n{section}" for _, section in context.sections.values())
     print("\n" + text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.md").write_text(text)
-    (out / "bench.json").write_text(json.dumps({"device": device, "n": n, "copy_GB/s": bench.copy_gbs,
-                                                "rows": bench.rows, "host_pairs": pairs, "host_us": host}, indent=1))
-    if not chart(bench, out / "bench.png"):
+    (out / "bench.json").write_text(json.dumps({"device": device, "card": card(), "n": n,
+                                                "copy_GB/s": context.bench.copy_gbs, "rows": context.bench.rows,
+                                                "host_pairs": context.pairs, "host_us": context.host,
+                                                **{name: rows for name, (rows, _) in context.sections.items()}},
+                                               indent=1))
+    if not chart(context.bench, out / "bench.png"):
         print("matplotlib not installed: no bench.png")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="baracuda-numba bench", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,321 +1,306 @@
-"""Command line: ``baracuda-numba demo | run | list | catalog | info | bench``.
+"""Command line: baracuda-numba demo | run | list | catalog | info | bench.
 
 Exit codes: 0 success, 1 a check failed (mismatches against the reference, stale catalogue),
-2 bad arguments or an unusable environment (printed as one line, no traceback).
+2 bad arguments or an unusable environment (printed as one line on stderr, no traceback).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-__all__ = ["main"]
+from .recipes import RUNNABLE, Case, check_problem, make_case
+
+__all__ = ["main", "DEMO_OPS", "RUNNABLE"]
+
+PROG = "baracuda-numba"
 
 
 def _backend_line() -> str:
     from . import platform
 
     if platform.SIMULATOR:
-        return "CUDA simulator (no GPU found: slow, small sizes; set NUMBA_ENABLE_CUDASIM=0 to require a GPU)"
+        return (f"CUDA simulator, no GPU ({platform.REASON}): slow, small sizes; NUMBA_ENABLE_CUDASIM=0 "
+                "requires a GPU instead")
     return f"GPU: {platform.backend_name()}"
 
 
-def _time_call(fn: Callable[[], object], repeats: int) -> float:
-    """Median milliseconds of ``fn`` (CUDA events on a GPU, wall clock under the simulator)."""
+# -- timing ---------------------------------------------------------------------------------------
+
+# Calls between one pair of events: the host work of one call (argument checks, the launch) overlaps the
+# GPU work of the calls queued before it, so only the first call's host time is counted, once in this many.
+_BATCH = 10
+
+
+def _device_ms(fn: Callable[[], object], rounds: int) -> float:
+    """Median GPU milliseconds per call of ``fn`` (on the legacy default stream): after a warm-up call
+    (compilation, module load), ``rounds`` batches of ``_BATCH`` back-to-back calls between CUDA events.
+    The copy bandwidth and every op of the demo are timed by this one function."""
     from numba import cuda
 
-    from . import platform
-
-    fn()  # warm-up: compilation and module load stay out of the numbers
+    fn()
+    cuda.synchronize()
     samples = []
-    for _ in range(repeats):
-        if platform.SIMULATOR:
-            start = time.perf_counter()
+    for _ in range(rounds):
+        begin, end = cuda.event(), cuda.event()
+        begin.record()
+        for _ in range(_BATCH):
             fn()
-            samples.append((time.perf_counter() - start) * 1e3)
-        else:
-            begin, end = cuda.event(), cuda.event()
-            begin.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(cuda.event_elapsed_time(begin, end))
+        end.record()
+        end.synchronize()
+        samples.append(begin.elapsed_time(end) / _BATCH)
     return statistics.median(samples)
 
 
-# One op of each family, as named in ``_recipe``; the per-tensor ops are all shown.
-DEMO_OPS = ("quantize_per_tensor", "dequantize_per_tensor", "fake_quantize", "quantize_per_tensor_backward",
-            "fake_quantize_backward", "dequantize_per_tensor_backward", "quantize_per_channel",
-            "dequantize_per_channel", "quantize_per_token", "quantize_per_group", "dequantize_per_group",
-            "dynamic_range_quantize", "quantized_linear")
+def _wall_ms(fn: Callable[[], object]) -> float:
+    """Milliseconds of one call on the host clock (the simulator: the call is the whole work)."""
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
 
 
-def _device_placer():
-    """``place(host array) -> device array`` (bf16 through a tagged uint16 view); identity under the
-    simulator, where the ops take host arrays."""
+def _device(storage: Any, dtype: np.dtype) -> Any:
+    """``storage`` (a numba device array of ``dtype``'s storage) as the ops read it: bf16 through its tagged
+    view, FP8 (which numba has no dtype for) as an operand tagged with its element."""
+    from .arrays import adapt, bfloat16_view
+    from .vocabulary import ElementKind, element_kind
+
+    element = element_kind(dtype)
+    if element is ElementKind.BF16:
+        return bfloat16_view(storage)
+    if element.is_fp8:
+        operand = adapt(storage, "demo", "array")
+        operand.element = element
+        return operand
+    return storage
+
+
+def _place(a: np.ndarray) -> Any:
+    """A device copy of host array ``a``."""
     from numba import cuda
 
-    from . import platform
-    from .arrays import bfloat16_view
-    from .vocabulary import ElementKind
+    from .vocabulary import element_kind
 
-    if platform.SIMULATOR:
-        return lambda a: a
-
-    def place(a):
-        if a.dtype == ElementKind.BF16.numpy_dtype:
-            return bfloat16_view(cuda.to_device(a.view(np.uint16)))
-        return cuda.to_device(a)
-
-    return place
+    return _device(cuda.to_device(a.view(element_kind(a.dtype).storage_dtype)), a.dtype)
 
 
-def _copy_bandwidth(size_bytes: int, repeats: int) -> float:
-    """GB/s of a device-to-device copy (bytes read + written): the ceiling of a memory-bound op."""
+def _device_out(case: Case) -> Any:
+    """A preallocated device result for ``case`` (so that timing leaves out the allocation)."""
     from numba import cuda
 
-    src = cuda.device_array(size_bytes // 4, np.float32)
+    from .vocabulary import element_kind
+
+    return _device(cuda.device_array(case.out_shape, element_kind(case.out_dtype).storage_dtype), case.out_dtype)
+
+
+def _release() -> None:
+    """Free the device memory of the arrays dropped so far (numba defers it; the simulator has none to free)."""
+    from numba import cuda
+
+    deallocations = getattr(cuda.current_context(), "deallocations", None)
+    if deallocations is not None:
+        deallocations.clear()
+
+
+def _timed_on_device(case: Case, rounds: int) -> float:
+    """Median GPU milliseconds of ``case`` on device copies of its operands, into a preallocated result."""
+    arrays = {name: _place(a) for name, a in case.operands.items()}
+    out = _device_out(case)
+    ms = _device_ms(lambda: case.call(arrays, out), rounds)
+    arrays = out = None  # the timed call's arrays, freed before the next op allocates its own
+    _release()
+    return ms
+
+
+def _copy_gbs(nbytes: int, rounds: int) -> float:
+    """GB/s (bytes read + written) of a device-to-device copy of ``nbytes``, timed as the ops are."""
+    from numba import cuda
+
+    src = cuda.device_array(nbytes // 4, np.float32)
     dst = cuda.device_array_like(src)
-    ms = _time_call(lambda: dst.copy_to_device(src), repeats)
-    return 2 * src.nbytes / ms / 1e6
+    ms = _device_ms(lambda: dst.copy_to_device(src), rounds)
+    src = dst = None
+    _release()
+    return 2 * (nbytes // 4 * 4) / ms / 1e6
 
 
 def _compare(got: np.ndarray, expected: np.ndarray) -> tuple[int, float]:
     """``(mismatches, max |diff|)``: elements whose value differs (NaN equals NaN)."""
-    g, e = got.astype(np.float64), expected.astype(np.float64)
+    g, e = np.asarray(got).astype(np.float64), np.asarray(expected).astype(np.float64)
+    if g.shape != e.shape:
+        return max(g.size, e.size), math.inf
     same = (g == e) | (np.isnan(g) & np.isnan(e))
-    diff = np.abs(g - e)
-    return int(same.size - same.sum()), (float(np.nanmax(diff)) if diff.size and not np.isnan(diff).all() else 0.0)
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(g - e)
+    finite = diff[np.isfinite(diff)]
+    return int(same.size - same.sum()), (float(finite.max()) if finite.size else 0.0)
+
+
+# -- demo -----------------------------------------------------------------------------------------
+
+# One op of each family; the per-tensor ops are all shown.
+DEMO_OPS = ("quantize_per_tensor", "dequantize_per_tensor", "fake_quantize", "quantize_per_tensor_backward",
+            "fake_quantize_backward", "dequantize_per_tensor_backward", "quantize_per_channel",
+            "dequantize_per_channel", "quantize_per_token", "quantize_per_group", "dequantize_per_group",
+            "dynamic_range_quantize", "quantized_linear")
+# The demo's problems are rows of this many columns (fewer on the simulator, which is slow).
+DEMO_COLUMNS, SIMULATED_COLUMNS = 4096, 128
+# Elements the GPU demo times each memory-bound op on, and the copy it compares with: 512 MiB of f32,
+# ten times a Hopper L2, so that every op streams from memory (the bf16 quantize moves 384 MiB).
+TIMED_ELEMENTS = 1 << 27
+LINEAR_TIMED = 4096  # the W8A8 linear is timed at M = N = K = this
+
+
+def _demo_shape(size: int, columns: int) -> tuple[int, int]:
+    return -(-size // columns), columns
+
+
+def _check_demo_args(args: argparse.Namespace, columns: int) -> list:
+    from .errors import InvalidProblem, problem_message
+    from .vocabulary import element_kind
+
+    where = f"{PROG} demo"
+    if args.size is not None and args.size < 1:
+        raise InvalidProblem(problem_message(where, "--size", "a positive number of elements", args.size))
+    if args.group_size < 1 or columns % args.group_size:
+        raise InvalidProblem(problem_message(where, "--group-size", f"a positive divisor of the row length "
+                                             f"({columns})", args.group_size))
+    kinds = []
+    for name in args.dtype:
+        try:
+            kind = element_kind(name)
+        except TypeError:
+            kind = None
+        if kind is None or not kind.is_float or kind.is_fp8:
+            raise InvalidProblem(problem_message(where, "--dtype", "float dtypes (float16, bfloat16, float32, "
+                                                 "float64)", name))
+        kinds.append(kind)
+    return kinds
 
 
 def _demo(args: argparse.Namespace) -> int:
     from . import platform
-    from .vocabulary import element_kind
+    from .vocabulary import ElementKind
 
     simulated = platform.SIMULATOR
-    cols = 128 if simulated else 4096
-    size = args.size or (2048 if simulated else 1 << 24)
-    shape = (max(1, -(-size // cols)), cols) if size >= cols else (1, size)
-    # the linear row: checked on a small problem, timed (GPU) at 4096^3
-    linear_shape = (4, 32) if simulated else (256, 1024)
-    repeats = 1 if simulated else 20
-    place = _device_placer()
-    rng = np.random.default_rng(0)
-    print(f"baracuda-numba demo: every per-tensor op and one op of each other family, {shape[0]} x {shape[1]} "
-          f"elements, on the {_backend_line()}")
+    columns = SIMULATED_COLUMNS if simulated else DEMO_COLUMNS
+    kinds = _check_demo_args(args, columns)
+    size = args.size or (2048 if simulated else 1 << 20)
+    shape = _demo_shape(size, columns)
+    rounds = 5
+    print(f"baracuda-numba demo on the {_backend_line()}")
+    print(f"checked against the NumPy float64 reference on {shape[0]} x {shape[1]} elements"
+          + (f" (--size {size} rounded up to whole rows of {columns})" if size % columns else "")
+          + ("" if simulated else f"; timed on {TIMED_ELEMENTS // DEMO_COLUMNS} x {DEMO_COLUMNS}"))
     copy = None
     if not simulated:
-        copy = _copy_bandwidth(4 * shape[0] * shape[1], repeats)
-        print(f"device-to-device copy (bytes read + written): {copy:.0f} GB/s, the memory-bound ceiling")
+        copy = _copy_gbs(4 * TIMED_ELEMENTS, rounds)
+        print(f"device-to-device copy of {4 * TIMED_ELEMENTS >> 20} MiB (bytes read + written): {copy:.0f} GB/s, "
+              "the memory-bound ceiling")
     header = (f"{'op':<32}{'dtypes':<11}{'mismatches':>11}{'max|diff|':>11}{'quant RMSE':>12}{'ms':>10}"
               f"{'GB/s':>8}{'% copy':>8}{'TOPS':>8}")
     print(header)
     print("-" * len(header))
     failures = 0
-    for name in args.dtype:
-        kind, out_kind = element_kind(name), element_kind("int8")
-        if not kind.is_float:
-            raise ValueError(f"--dtype expected float dtypes, got {name}")
+    for kind in kinds:
         for op in DEMO_OPS:
             linear = op.endswith("linear")
-            op_shape = linear_shape if linear else shape
-            x = (rng.standard_normal(op_shape) * 1.5).astype(kind.numpy_dtype)
-            q = rng.integers(-128, 128, op_shape).astype(np.int8)
-            call, expected_of, reads = _recipe(op, x, q, kind, out_kind, op_shape, args.group_size)
+            op_shape = (4, 32) if linear and simulated else ((256, 1024) if linear else shape)
+            case = make_case(op, kind, ElementKind.S8, op_shape, args.group_size if op.endswith("group") else None,
+                             np.random.default_rng(0))
             began = time.perf_counter()
-            got = np.asarray(call())
+            got = np.asarray(case.call(case.operands, None))
             elapsed_ms = (time.perf_counter() - began) * 1e3
-            mismatches, max_diff = _compare(got, np.asarray(expected_of()))
+            mismatches, max_diff = _compare(got, case.expected())
             failures += mismatches > 0
             rmse = ""
-            if op in ("fake_quantize", "quantized_linear"):  # the error quantization itself introduces
-                exact = x.astype(np.float64)
-                if linear:
-                    weight, weight_scale = _linear_weight(op_shape[-1])
-                    exact = exact @ (weight.astype(np.float64) * weight_scale[:, None]).T
-                rmse = f"{np.sqrt(np.mean((got.astype(np.float64) - exact) ** 2)):.2e}"
-            dtypes = f"{element_kind(reads[0].dtype).short}->{element_kind(got.dtype).short}"
+            if case.exact is not None:  # the error quantization itself introduces
+                rmse = f"{np.sqrt(np.mean((got.astype(np.float64) - case.exact) ** 2)):.2e}"
             ms_text = gbps = pct = tops = ""
             if simulated:
                 ms_text = f"{elapsed_ms:.2f}"  # one simulated call is slow enough to time alone
             elif linear:
-                m = n = k = 4096
-                xd = place((rng.standard_normal((m, k))).astype(kind.numpy_dtype))
-                weight, weight_scale = _linear_weight(k)
-                from . import ops
-
-                wd, sd = place(weight), place(weight_scale)
-                ms = _time_call(lambda xd=xd, wd=wd, sd=sd: ops.quantized_linear(xd, wd, sd), repeats)
+                m = n = k = LINEAR_TIMED
+                timed = make_case(op, kind, ElementKind.S8, (m, k), None, np.random.default_rng(0))
+                ms = _timed_on_device(timed, rounds)
                 ms_text, tops = f"{ms:.3f}", f"{2 * m * n * k / ms / 1e9:.0f}"
             else:
-                device_call, _, _ = _recipe(op, x, q, kind, out_kind, op_shape, args.group_size, place)
-                ms = _time_call(device_call, repeats)
-                moved = sum(a.nbytes for a in reads) + got.nbytes
-                rate = moved / ms / 1e6
+                timed = make_case(op, kind, ElementKind.S8, _demo_shape(TIMED_ELEMENTS, DEMO_COLUMNS),
+                                  args.group_size if op.endswith("group") else None, np.random.default_rng(0))
+                ms = _timed_on_device(timed, rounds)
+                rate = timed.bytes_moved / ms / 1e6
                 ms_text, gbps, pct = f"{ms:.3f}", f"{rate:.0f}", f"{100 * rate / copy:.0f}%"
-            print(f"{op:<32}{dtypes:<11}{mismatches:>11}{max_diff:>11.2e}{rmse:>12}{ms_text:>10}{gbps:>8}"
+            print(f"{op:<32}{case.label:<11}{mismatches:>11}{max_diff:>11.2e}{rmse:>12}{ms_text:>10}{gbps:>8}"
                   f"{pct:>8}{tops:>8}")
-    note = ("simulator: host arrays, times include the simulation" if simulated else
-            "ms: median of CUDA-event timings on device arrays (the call with its output allocation); GB/s "
-            "counts bytes read + written once; quantized_linear is timed at M = N = K = 4096 (activation "
-            "quantize + GEMM)")
+    note = ("simulator: host arrays, one call timed on the host clock, simulation included" if simulated else
+            f"ms: median over {rounds} batches of {_BATCH} back-to-back calls between CUDA events, on device "
+            "arrays into a preallocated output, timed as the copy is; GB/s counts bytes read + written once; "
+            f"quantized_linear is timed at M = N = K = {LINEAR_TIMED} (activation quantize + GEMM)")
     print(f"\n{note}. mismatches: elements differing from the NumPy float64 reference (README, Semantics); "
           "quant RMSE: error of the quantized result against unquantized float64 math.")
     return 1 if failures else 0
 
 
-def _linear_weight(k: int) -> tuple[np.ndarray, np.ndarray]:
-    """A ``[k, k]`` int8 weight and its per-output-channel scales (float32), always the same."""
-    weight = np.random.default_rng(1).integers(-128, 128, (k, k)).astype(np.int8)
-    return weight, np.linspace(0.001, 0.01, k).astype(np.float32)
-
-
-RUNNABLE = ("quantize_per_tensor", "dequantize_per_tensor", "fake_quantize", "quantize_per_tensor_backward",
-            "fake_quantize_backward", "dequantize_per_tensor_backward", "quantize_per_channel",
-            "dequantize_per_channel", "quantize_per_channel_backward", "dequantize_per_channel_backward",
-            "quantize_per_token", "dequantize_per_token", "quantize_per_token_backward",
-            "dequantize_per_token_backward", "quantize_per_group", "dequantize_per_group",
-            "quantize_per_group_backward", "dequantize_per_group_backward", "dynamic_range_quantize",
-            "quantized_linear", "smoothquant_linear")
-
-
-def _recipe(op: str, x, q, kind, out_kind, shape, group_size: int, place=None):
-    """``(call, reference, arrays the op reads)`` for ``op`` on the generated ``x`` (float) and ``q``
-    (int), all NumPy. With ``place`` (host array -> device array) the call runs on device copies of its
-    operands, for timing; the reference and the listed arrays stay on the host."""
-    from . import ops, reference
-
-    scale, zp = 0.02, 3
-    q_min, q_max = out_kind.int_range
-    rows = int(np.prod(shape[:-1]))
-    channel_scales = np.linspace(0.01, 0.05, shape[0]).astype(np.float64 if kind.short == "f64" else np.float32)
-    token_scales = np.linspace(0.01, 0.05, rows).astype(channel_scales.dtype)
-    group_scales = np.linspace(0.01, 0.05, rows * (shape[-1] // group_size)).astype(channel_scales.dtype)
-    f = kind.numpy_dtype
-    expand = {"channel": reference.expand_channels(channel_scales, shape, 0),
-              "token": reference.expand_tokens(token_scales, shape),
-              "group": reference.expand_groups(group_scales, shape, group_size)}
-    # the linear ops: x [..., K] against a [K, K] int8 weight with per-output-channel scales
-    weight, weight_scale = _linear_weight(shape[-1])
-    act = q.astype(np.int8) if out_kind.short == "s8" else (q.astype(np.int16) - 128).astype(np.int8)
-    named = {"x": x, "q": q, "channel": channel_scales, "token": token_scales, "group": group_scales,
-             "weight": weight, "weight_scale": weight_scale, "act": act}
-    hx, hq, hw, hws, hact = x, q, weight, weight_scale, act  # the reference reads host arrays
-    if place is not None:  # the same calls on device copies of every operand
-        x, q, channel_scales, token_scales, group_scales, weight, weight_scale, act = (
-            place(a) for a in (x, q, channel_scales, token_scales, group_scales, weight, weight_scale, act))
-    table = {
-        "quantize_per_tensor": (lambda: ops.quantize_per_tensor(x, scale, zp, dtype=out_kind),
-                                lambda: reference.quantize(hx, scale, zp, q_min, q_max, out_kind.numpy_dtype)),
-        "dequantize_per_tensor": (lambda: ops.dequantize_per_tensor(q, scale, zp, dtype=kind),
-                                  lambda: reference.dequantize(hq, scale, zp, f)),
-        "fake_quantize": (lambda: ops.fake_quantize(x, scale, zp),
-                          lambda: reference.fake_quantize(hx, scale, zp, -128, 127)),
-        "quantize_per_tensor_backward": (lambda: ops.quantize_per_tensor_backward(x, x, scale, zp, dtype=out_kind),
-                                         lambda: reference.quantize_backward(hx, hx, scale, zp, q_min, q_max)),
-        "fake_quantize_backward": (lambda: ops.fake_quantize_backward(x, x, scale, zp),
-                                   lambda: reference.fake_quantize_backward(hx, hx, scale, zp, -128, 127)),
-        "dequantize_per_tensor_backward": (lambda: ops.dequantize_per_tensor_backward(x, scale, dtype=out_kind),
-                                           lambda: reference.dequantize_backward(hx, scale)),
-        "quantize_per_channel": (lambda: ops.quantize_per_channel(x, channel_scales, None, 0, dtype=out_kind),
-                                 lambda: reference.quantize(hx, expand["channel"], 0, q_min, q_max,
-                                                            out_kind.numpy_dtype)),
-        "dequantize_per_channel": (lambda: ops.dequantize_per_channel(q, channel_scales, None, 0, dtype=kind),
-                                   lambda: reference.dequantize(hq, expand["channel"], 0, f)),
-        "quantize_per_token": (lambda: ops.quantize_per_token(x, token_scales, dtype=out_kind),
-                               lambda: reference.quantize(hx, expand["token"], 0, q_min, q_max, out_kind.numpy_dtype)),
-        "dequantize_per_token": (lambda: ops.dequantize_per_token(q, token_scales, dtype=kind),
-                                 lambda: reference.dequantize(hq, expand["token"], 0, f)),
-        "quantize_per_group": (lambda: ops.quantize_per_group(x, group_scales, None, group_size, dtype=out_kind),
-                               lambda: reference.quantize(hx, expand["group"], 0, q_min, q_max, out_kind.numpy_dtype)),
-        "dequantize_per_group": (lambda: ops.dequantize_per_group(q, group_scales, None, group_size, dtype=kind),
-                                 lambda: reference.dequantize(hq, expand["group"], 0, f)),
-        "quantize_per_channel_backward": (
-            lambda: ops.quantize_per_channel_backward(x, x, channel_scales, None, 0, dtype=out_kind),
-            lambda: reference.quantize_backward(hx, hx, expand["channel"], 0, q_min, q_max)),
-        "dequantize_per_channel_backward": (
-            lambda: ops.dequantize_per_channel_backward(x, channel_scales, 0, dtype=out_kind),
-            lambda: reference.dequantize_backward(hx, expand["channel"])),
-        "quantize_per_token_backward": (lambda: ops.quantize_per_token_backward(x, x, token_scales, dtype=out_kind),
-                                        lambda: reference.quantize_backward(hx, hx, expand["token"], 0, q_min, q_max)),
-        "dequantize_per_token_backward": (lambda: ops.dequantize_per_token_backward(x, token_scales, dtype=out_kind),
-                                          lambda: reference.dequantize_backward(hx, expand["token"])),
-        "quantize_per_group_backward": (
-            lambda: ops.quantize_per_group_backward(x, x, group_scales, None, group_size, dtype=out_kind),
-            lambda: reference.quantize_backward(hx, hx, expand["group"], 0, q_min, q_max)),
-        "dequantize_per_group_backward": (
-            lambda: ops.dequantize_per_group_backward(x, group_scales, group_size, dtype=out_kind),
-            lambda: reference.dequantize_backward(hx, expand["group"])),
-        "quantized_linear": (lambda: ops.quantized_linear(x, weight, weight_scale),
-                             lambda: reference.linear.quantized_linear(hx, hw, hws)),
-        "smoothquant_linear": (lambda: ops.smoothquant_linear(act, weight, weight_scale, scale, dtype=kind),
-                               lambda: reference.linear.smoothquant_linear(hact, hw, hws, scale, None, f)),
-        "dynamic_range_quantize": (lambda: ops.dynamic_range_quantize(x, dtype=out_kind).q,
-                                   lambda: reference.dynamic.dynamic_range_quantize(
-                                       hx, "symmetric", "token", -127 if q_min < 0 else 0, q_max,
-                                       out_kind.numpy_dtype)[0]),
-    }
-    call, expected = table[op]
-    return call, expected, [named[name] for name in _READS[op].split()]
-
-
-_READS = {  # the generated arrays each op reads, for the bytes it moves
-    "quantize_per_tensor": "x", "dequantize_per_tensor": "q", "fake_quantize": "x",
-    "quantize_per_tensor_backward": "x x", "fake_quantize_backward": "x x", "dequantize_per_tensor_backward": "x",
-    "quantize_per_channel": "x channel", "dequantize_per_channel": "q channel",
-    "quantize_per_token": "x token", "dequantize_per_token": "q token",
-    "quantize_per_group": "x group", "dequantize_per_group": "q group",
-    "quantize_per_channel_backward": "x x channel", "dequantize_per_channel_backward": "x channel",
-    "quantize_per_token_backward": "x x token", "dequantize_per_token_backward": "x token",
-    "quantize_per_group_backward": "x x group", "dequantize_per_group_backward": "x group",
-    "quantized_linear": "x weight weight_scale", "smoothquant_linear": "act weight weight_scale",
-    "dynamic_range_quantize": "x",
-}
+# -- run ------------------------------------------------------------------------------------------
 
 
 def _run(args: argparse.Namespace) -> int:
     from . import platform
+
+    where = f"{PROG} run"
+    kind, q = _option_kind(args.dtype, "--dtype", where), _option_kind(args.out_dtype, "--out-dtype", where)
+    linear = args.op.endswith("linear")
+    shape = tuple(args.shape) if args.shape else (((4, 32) if linear else (16, 128)) if platform.SIMULATOR
+                                                   else (4096, 4096))
+    if args.repeats < 1:
+        from .errors import InvalidProblem, problem_message
+
+        raise InvalidProblem(problem_message(where, "--repeats", ">= 1", args.repeats))
+    group_size = check_problem(args.op, kind, q, shape, args.group_size, where)
+    case = make_case(args.op, kind, q, shape, group_size, np.random.default_rng(0))
+    got = np.asarray(case.call(case.operands, None))
+    mismatches, max_diff = _compare(got, case.expected())
+    if platform.SIMULATOR:
+        ms, how = _wall_ms(lambda: case.call(case.operands, None)), "one call on the host clock, simulated"
+    else:
+        ms = _timed_on_device(case, args.repeats)
+        how = f"median of {args.repeats} batches of {_BATCH} calls on device arrays into a preallocated output"
+    grid = "" if q.short in case.label else f" (quantized element {q.short})"
+    groups = f", group_size={group_size}" if group_size else ""
+    print(f"{args.op} {case.label}{grid} shape={shape}{groups} on the {_backend_line()}")
+    print(f"mismatches against the NumPy reference: {mismatches} of {got.size}; max |diff| {max_diff:.3e}")
+    rate = "" if platform.SIMULATOR or linear else f", {case.bytes_moved / ms / 1e6:.0f} GB/s"
+    print(f"time: {ms:.3f} ms ({how}){rate}")
+    return 1 if mismatches else 0
+
+
+def _option_kind(name: str, option: str, where: str):
+    from .errors import InvalidProblem, problem_message
     from .vocabulary import element_kind
 
-    kind, out_kind = element_kind(args.dtype), element_kind(args.out_dtype)
-    if not kind.is_float or not out_kind.is_integer:
-        print(f"baracuda-numba run: --dtype expected a float dtype and --out-dtype an integer one, got "
-              f"{kind.short} / {out_kind.short}", file=sys.stderr)
-        return 2
-    shape = tuple(args.shape) if args.shape else ((16, 128) if platform.SIMULATOR else (4096, 4096))
-    if shape[-1] % args.group_size:
-        print(f"baracuda-numba run: --group-size expected a divisor of {shape[-1]}, got {args.group_size}",
-              file=sys.stderr)
-        return 2
-    rng = np.random.default_rng(0)
-    x = (rng.standard_normal(shape) * 1.5).astype(kind.numpy_dtype)
-    low, high = out_kind.int_range
-    q = rng.integers(low, high + 1, shape).astype(out_kind.numpy_dtype)
-    call, expected_of, _ = _recipe(args.op, x, q, kind, out_kind, shape, args.group_size)
-    got = np.asarray(call())
-    expected = np.asarray(expected_of())
-    g, e = got.astype(np.float64), expected.astype(np.float64)
-    same = (g == e) | (np.isnan(g) & np.isnan(e))
-    mismatches = int(same.size - same.sum())
-    ms = _time_call(call, 1 if platform.SIMULATOR else args.repeats)
-    produced = kind if args.op.endswith("linear") else out_kind  # the linear ops return x's dtype
-    print(f"{args.op} {kind.short}->{produced.short} shape={shape} on the {_backend_line()}")
-    print(f"mismatches against the NumPy reference: {mismatches} of {same.size}; "
-          f"max |diff| {float(np.nanmax(np.abs(g - e))) if g.size else 0.0:.3e}")
-    print(f"time: {ms:.3f} ms (median, host arrays: includes transfers)")
-    return 1 if mismatches else 0
+    try:
+        return element_kind(name)
+    except TypeError:
+        raise InvalidProblem(problem_message(where, option, "a dtype name (float32, bfloat16, int8, "
+                                             "float8_e4m3fn, int4, ...)", name)) from None
+
+
+# -- list, catalog, info, bench -------------------------------------------------------------------
 
 
 def _bench(args: argparse.Namespace) -> int:
     from . import bench
 
-    return bench.main(args.bench_args)
+    return bench.run(args)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -324,7 +309,7 @@ def _list(args: argparse.Namespace) -> int:
     rows = [e for e in registry.entries() if not args.kind or e.kind.name.lower() == args.kind.lower()]
     if not rows:
         kinds = sorted({e.kind.name.lower() for e in registry.entries()})
-        print(f"baracuda-numba list: --kind expected one of {kinds}, got {args.kind!r}", file=sys.stderr)
+        print(f"{PROG} list: --kind expected one of {kinds}, got {args.kind!r}", file=sys.stderr)
         return 2
     print(f"{'kind':<34}{'input':<7}{'output':<10}{'math':<6}sku")
     for e in rows:
@@ -343,7 +328,7 @@ def _catalog(args: argparse.Namespace) -> int:
         stale = [name for name, text in expected
                  if not (directory / name).exists() or (directory / name).read_text() != text]
         if stale:
-            print(f"baracuda-numba catalog: {', '.join(stale)} in {directory} are stale; run `baracuda-numba catalog`",
+            print(f"{PROG} catalog: {', '.join(stale)} in {directory} are stale; run `{PROG} catalog`",
                   file=sys.stderr)
             return 1
         print(f"{directory}: up to date")
@@ -355,14 +340,13 @@ def _catalog(args: argparse.Namespace) -> int:
 
 def _info(args: argparse.Namespace) -> int:
     import numba
-    from numba import cuda
 
     from . import __version__, registry
 
     print(f"baracuda-numba {__version__}")
     print(f"backend: {_backend_line()}")
-    print(f"numba {numba.__version__}, numba-cuda {getattr(cuda, '__version__', _dist_version('numba-cuda'))}, "
-          f"numpy {np.__version__}")
+    print(f"numba {numba.__version__}, numba-cuda {_dist_version('numba-cuda')}, cuda-bindings "
+          f"{_dist_version('cuda-bindings')}, numpy {np.__version__}")
     print(f"registry: {len(registry.entries())} kernels")
     return 0
 
@@ -376,49 +360,87 @@ def _dist_version(name: str) -> str:
         return "unknown"
 
 
+# -- the parser -----------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """Argument errors as one line on stderr, exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="baracuda-numba", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="every per-tensor op and one op of each other family "
-                          "(channel, token, group, dynamic, W8A8) against the reference, timed")
-    demo.add_argument("--size", type=int, default=None, help="elements, as rows of 4096 (128 simulated); "
-                      "default 2^24 on a GPU, 2048 simulated")
-    demo.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"], help="float dtypes to run")
-    demo.add_argument("--group-size", type=int, default=32, help="per-group quantize group size (default 32)")
+    from . import bench
+
+    parser = _Parser(prog=PROG, description="Quantization kernels for NVIDIA GPUs in numba-cuda: check and time "
+                     "them from the command line.", epilog="Exit codes: 0 success, 1 a check failed, 2 bad "
+                     "arguments or no usable device (one line on stderr).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo = sub.add_parser("demo", help="every per-tensor op and one op of each other family against the "
+                          "reference, timed", description="Run every per-tensor op and one op of each other family "
+                          "(per channel, per token, per group, dynamic range, the W8A8 linear) on generated data, "
+                          "check each against the NumPy float64 reference and time it. On a GPU each memory-bound "
+                          f"op is timed on {TIMED_ELEMENTS >> 20} Mi elements next to a device-to-device copy timed "
+                          "the same way; without a GPU it runs on the CUDA simulator with small sizes.")
+    demo.add_argument("--size", type=int, default=None, help="elements checked against the reference, rounded up "
+                      f"to whole rows of {DEMO_COLUMNS} ({SIMULATED_COLUMNS} on the simulator); default 2^20 on a "
+                      "GPU, 2048 on the simulator")
+    demo.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"], metavar="DTYPE",
+                      help="float dtypes to run (default: float32 bfloat16)")
+    demo.add_argument("--group-size", type=int, default=32, help="group size of the per-group ops (default 32)")
     demo.set_defaults(func=_demo)
-    lst = sub.add_parser("list", help="the registry as a table")
-    lst.add_argument("--kind", default=None, help="only this QuantizeKind (e.g. per_tensor)")
+    run = sub.add_parser("run", help="one op on generated data against the reference, timed",
+                         description="Run one op on generated data, count its mismatches against the NumPy "
+                         "reference and time it (exit 1 on a mismatch).")
+    run.add_argument("op", choices=RUNNABLE, metavar="OP", help="one of: " + ", ".join(RUNNABLE))
+    run.add_argument("--dtype", default="float32", help="the float dtype (default float32)")
+    run.add_argument("--out-dtype", default="int8", help="the quantized dtype the op produces, reads, simulates or "
+                     "differentiates: int8, uint8, float8_e4m3fn, float8_e5m2, or int4 / uint4 for the per-group, "
+                     "fake-quantize and dynamic-range ops (default int8)")
+    run.add_argument("--shape", type=int, nargs="+", default=None, metavar="DIM",
+                     help="the data's shape (M K for the linear ops); default 4096 4096 (16 128 on the simulator)")
+    run.add_argument("--group-size", type=int, default=None, help="group size of the per-group and 4-bit ops "
+                     "(default 32); refused by ops without groups")
+    run.add_argument("--repeats", type=int, default=20, help="timed batches on a GPU, median kept (default 20)")
+    run.set_defaults(func=_run)
+    lst = sub.add_parser("list", help="the registry as a table", description="Print the kernel registry.")
+    lst.add_argument("--kind", default=None, help="only this QuantizeKind (for example per_tensor)")
     lst.set_defaults(func=_list)
-    cat = sub.add_parser("catalog", help="write registry/catalog.json and registry/README.md")
+    cat = sub.add_parser("catalog", help="write registry/catalog.json and registry/README.md",
+                         description="Write (or with --check, compare) the generated registry catalogue.")
     cat.add_argument("--output", default="registry", help="directory (default: registry)")
     cat.add_argument("--check", action="store_true", help="exit 1 if the files there are stale")
     cat.set_defaults(func=_catalog)
-    info = sub.add_parser("info", help="backend, versions and registry size")
+    info = sub.add_parser("info", help="backend, versions and registry size",
+                          description="Print the backend (GPU or simulator), versions and registry size.")
     info.set_defaults(func=_info)
-    run = sub.add_parser("run", help="run one op on generated data against the reference, and time it")
-    run.add_argument("op", choices=RUNNABLE)
-    run.add_argument("--dtype", default="float32", help="float dtype (default float32)")
-    run.add_argument("--out-dtype", default="int8", help="integer dtype (default int8)")
-    run.add_argument("--shape", type=int, nargs="+", default=None, help="default 4096 4096 (16 128 simulated)")
-    run.add_argument("--group-size", type=int, default=32)
-    run.add_argument("--repeats", type=int, default=20)
-    run.set_defaults(func=_run)
-    bench = sub.add_parser("bench", help="the GPU benchmark suite (needs PyTorch); options after --",
-                           add_help=False)
-    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
-    bench.set_defaults(func=_bench)
+    bench_parser = sub.add_parser("bench", help="the GPU benchmark suite against PyTorch (needs a GPU and PyTorch)",
+                                  description=" ".join(bench.__doc__.split("\n\n")[0].split()))
+    bench.add_arguments(bench_parser)
+    bench_parser.set_defaults(func=_bench)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run the command line; returns the exit code."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or an argument error (2, already printed)
+        return int(exc.code or 0)
+    from . import platform
     from .errors import BaracudaError
 
-    try:
-        return args.func(args)
-    except (BaracudaError, TypeError, ValueError) as exc:
-        print(f"baracuda-numba {args.command}: {exc}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings():
+        # Each command names its backend in its output (_backend_line): the library's no-GPU warning would
+        # only repeat it, quoting a line of this package.
+        warnings.filterwarnings("ignore", message=platform.SIMULATOR_WARNING, category=RuntimeWarning)
+        try:
+            return args.func(args)
+        except (BaracudaError, TypeError, ValueError) as exc:
+            prefix, message = f"{PROG} {args.command}", " ".join(str(exc).split())  # one line
+            print(message if message.startswith(prefix) else f"{prefix}: {message}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

@@ -2,10 +2,11 @@
 
 Element roles follow ``baracuda-kernels``: for the whole quantize family ``input_element`` is the
 float element (the forward quantize's input) and ``output_element`` the integer element, whichever
-way the op moves data; fake-quantize has the float element on both sides (its FP8 / 4-bit entries
-are keyed by the simulated element). FP8 entries carry their element as ``grid``; packed S4 / U4
-quantize, dequantize and dynamic range are :class:`PackedEntry` (two values per byte). Each entry holds its
-kernel specialisation(s) (compiled on first use), its launch policy and its :class:`KernelSku`.
+way the op moves data; fake-quantize has the float element on both sides (its FP8 / 4-bit entries,
+and the int8 / uint8 ones with array scales, are keyed by the simulated element). FP8 entries carry
+their element as ``grid``; packed S4 / U4 quantize, dequantize and dynamic range are
+:class:`PackedEntry` (two values per byte). Each entry holds its kernel specialisation(s) (compiled on
+first use), its launch policy and its :class:`KernelSku`.
 """
 
 from __future__ import annotations
@@ -339,6 +340,21 @@ def _elementwise_entries() -> Iterator[RegistryEntry]:
                                     _policy(kind, role[out]), g)
 
 
+def _fake_array_entries() -> Iterator[RegistryEntry]:
+    """Fake quantize and its straight-through backward with array scales on an int8 / uint8 grid, keyed by the
+    simulated element (as the 4-bit ones): per channel, per token and per group alike, since each is the segment
+    ``(i // seg_len) % channels`` of the flat tensor (:mod:`baracuda_numba.plans.fake`). Launched as the
+    per-channel quantize is (``ELEMENTWISE_POLICY``: 512-thread blocks, which its thread-stationary kernel's
+    launch bounds assume)."""
+    for kind, op in ((QuantizeKind.FAKE_QUANTIZE, ElementwiseOp.FAKE_QUANTIZE),
+                     (QuantizeKind.FAKE_QUANTIZE_BACKWARD, ElementwiseOp.FAKE_QUANTIZE_BACKWARD)):
+        for f in FLOAT_ELEMENTS:
+            for i in INT_ELEMENTS:
+                b = f if op.reads_saved_input else None
+                yield RegistryEntry(kind, f, i, _sku(kind, f, i), op, f, b, f, ScaleMode.CHANNELS,
+                                    ELEMENTWISE_POLICY)
+
+
 def _dynamic_entries() -> Iterator[DynamicRangeEntry]:
     for f in FLOAT_ELEMENTS:
         for i in (*INT_ELEMENTS, *FP8_ELEMENTS):
@@ -349,7 +365,7 @@ def _dynamic_entries() -> Iterator[DynamicRangeEntry]:
 @functools.cache
 def _table() -> dict[tuple[QuantizeKind, ElementKind, ElementKind], Entry]:
     return {entry.key: entry for entry in (*_elementwise_entries(), *_dynamic_entries(), *_linear_entries(),
-                                           *_packed_entries())}
+                                           *_packed_entries(), *_fake_array_entries())}
 
 
 def entries() -> tuple[Entry, ...]:

@@ -46,7 +46,7 @@ def test_the_linear_rows_get_a_prefill_table_with_both_pytorch_anchors_and_a_dec
 
 
 def test_bench_counts_every_linear_row_it_times():
-    assert bench.EXPECTED_CASES["linear"] == len(bench.PREFILL_SHAPES) + 15
+    assert bench.FAMILIES["linear"].rows(["f32"]) == len(bench.PREFILL_SHAPES) + 15
     assert {(4096, 4096), (8192, 8192), (11008, 4096)} <= set(bench.DECODE_WEIGHTS)
     assert set(bench.DECODE_TOKENS) == {1, 2, 4, 8, 16}
     assert {(2048, 4096, 4096), (2048, 11008, 4096), (2048, 4096, 11008), (4096, 4096, 4096)} <= set(
@@ -76,3 +76,22 @@ def test_host_time_is_timed_in_batches_queued_behind_a_gpu_wait(monkeypatch):
             assert batch <= bench.HOST_BATCH
         else:
             batch = None
+
+
+def test_every_family_counts_its_rows_for_the_dtypes_asked():
+    assert list(bench.FAMILIES) == ["per_tensor", "per_channel", "per_token", "per_group", "host", "dynamic", "lowbit",
+                                    "linear", "qat", "model"]
+    # the PyTorch layer's benchmarks run only when named
+    assert [name for name, family in bench.FAMILIES.items() if not family.default] == ["qat", "model"]
+    assert bench.FAMILIES["per_tensor"].rows(["f32", "bf16", "f16"]) == 18
+    assert bench.FAMILIES["per_channel"].rows(["f32", "bf16", "f16", "f64"]) == 16  # f32 and bf16 only
+    assert bench.FAMILIES["host"].rows(["f32"]) == 0
+
+
+def test_importing_the_benchmark_does_not_import_pytorch():
+    import subprocess
+    import sys
+
+    code = "import sys, baracuda_numba.bench, baracuda_numba.cli; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["False"], done.stderr

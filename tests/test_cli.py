@@ -27,7 +27,7 @@ def test_demo_reports_mismatches(monkeypatch, capsys):
     from baracuda_numba import reference
 
     # a wrong reference: every element of quantize_per_tensor is reported, and the exit code is 1
-    monkeypatch.setattr(reference, "quantize", lambda x, *args: np.full(np.shape(x), 99))
+    monkeypatch.setattr(reference, "quantize", lambda x, *args: np.full(np.shape(x), 1000))  # no int8 value
     assert cli.main(["demo", "--size", "128", "--dtype", "float32"]) == 1
     row = next(line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("quantize_per_tensor"))
     assert row[2] == "128"
@@ -63,25 +63,156 @@ def test_bad_dtype_is_one_line_exit_2(capsys):
 @pytest.mark.parametrize("op", cli.RUNNABLE)
 def test_run_every_op_against_the_reference(op, capsys):
     rows, cols = (4, 32) if op.endswith("linear") else (8, 64)  # the simulated mma is slow
-    assert cli.main(["run", op, "--dtype", "bfloat16", "--shape", str(rows), str(cols), "--group-size", "32",
-                     "--repeats", "1"]) == 0
+    assert cli.main(["run", op, "--dtype", "bfloat16", "--shape", str(rows), str(cols), "--repeats", "1"]) == 0
     assert f"mismatches against the NumPy reference: 0 of {rows * cols}" in capsys.readouterr().out
 
 
-def test_run_rejects_bad_arguments_in_one_line(capsys):
-    assert cli.main(["run", "quantize_per_tensor", "--dtype", "int8"]) == 2
-    assert "--dtype expected a float dtype" in capsys.readouterr().err
-    assert cli.main(["run", "quantize_per_group", "--shape", "4", "30", "--group-size", "32"]) == 2
+def _role(op: str) -> str:
+    if op.startswith("dequantize") and not op.endswith("backward"):
+        return "dequantize"
+    if op.endswith("backward") or op.startswith("fake"):
+        return "float"
+    return "quantize"
+
+
+# Every (op, quantized element) pair the registry holds, FP8 and packed 4-bit included.
+_QUANTIZED = {"int8": "s8", "uint8": "u8", "float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "int4": "s4",
+              "uint4": "u4"}
+_GROUPED_4BIT = {"quantize_per_group", "dequantize_per_group", "quantize_per_group_backward",
+                 "dequantize_per_group_backward", "fake_quantize", "fake_quantize_backward", "dynamic_range_quantize"}
+_PAIRS = [(op, name) for op in cli.RUNNABLE if not op.endswith("linear") for name in _QUANTIZED
+          if not (name in ("int4", "uint4") and op not in _GROUPED_4BIT)]
+
+
+@pytest.mark.parametrize(("op", "out_dtype"), _PAIRS)
+def test_run_every_op_and_quantized_element_with_its_dtype_label(op, out_dtype, capsys):
+    assert cli.main(["run", op, "--dtype", "float16", "--out-dtype", out_dtype, "--shape", "4", "64",
+                     "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "mismatches against the NumPy reference: 0 of " in out
+    q = _QUANTIZED[out_dtype] + (" (packed)" if out_dtype in ("int4", "uint4") else "")
+    label = out.split()[1]
+    if _role(op) == "quantize":
+        assert out.startswith(f"{op} f16->{q} shape=")
+    elif _role(op) == "dequantize":
+        assert out.startswith(f"{op} {q}->f16 shape=")
+    else:  # fake quantize and every backward: float in, float out, the quantized element named apart
+        assert label == "f16->f16" and f"(quantized element {_QUANTIZED[out_dtype]})" in out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["run", "quantize_per_tensor", "--dtype", "int8"], "--dtype expected a float dtype"),
+    (["run", "quantize_per_tensor", "--dtype", "float8_e4m3fn"], "--dtype expected a float dtype"),
+    (["run", "quantize_per_tensor", "--dtype", "nope"], "--dtype expected a dtype name"),
+    (["run", "quantize_per_tensor", "--shape", "16", "-3"], "--shape expected positive dimensions, got 16 -3"),
+    (["run", "quantize_per_tensor", "--shape", "0"], "--shape expected positive dimensions, got 0"),
+    (["run", "quantize_per_tensor", "--group-size", "32"], "--group-size expected nothing (quantize_per_tensor has "
+                                                           "no groups), got 32"),
+    (["run", "quantize_per_group", "--shape", "4", "30"], "--group-size expected a positive divisor of the last "
+                                                          "dimension (30), got 32"),
+    (["run", "quantize_per_group", "--shape", "4", "32", "--group-size", "0"], "a positive divisor"),
+    (["run", "quantize_per_group", "--shape", "4", "30", "--out-dtype", "int4", "--group-size", "15"],
+     "a positive even divisor"),
+    (["run", "quantize_per_group", "--shape", "4", "31", "--out-dtype", "int4"], "an even last dimension"),
+    (["run", "quantize_per_tensor", "--out-dtype", "int4"], "--out-dtype expected one of int8, uint8, "
+                                                            "float8_e4m3fn, float8_e5m2 for quantize_per_tensor"),
+    (["run", "quantized_linear", "--out-dtype", "float8_e4m3fn"], "--out-dtype expected int8"),
+    (["run", "quantized_linear", "--shape", "4", "8", "16"], "--shape expected two dimensions M K"),
+    (["run", "quantize_per_tensor", "--repeats", "0"], "--repeats expected >= 1"),
+    (["run", "nope"], "invalid choice"),
+    (["demo", "--size", "0"], "--size expected a positive number of elements, got 0"),
+    (["demo", "--size", "-4"], "--size expected a positive number of elements, got -4"),
+    (["demo", "--group-size", "48"], "--group-size expected a positive divisor of the row length"),
+    (["demo", "--size", "x"], "invalid int value"),
+    (["bench", "--only", "nope"], "invalid choice"),
+    (["frob"], "invalid choice"),
+])
+def test_bad_arguments_are_one_line_exit_2(argv, message, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
+    assert err.startswith("baracuda-numba")
+
+
+def test_demo_rounds_a_small_size_up_to_a_whole_row(capsys):
+    assert cli.main(["demo", "--size", "5", "--dtype", "float32"]) == 0
+    out = capsys.readouterr().out
+    columns = cli.SIMULATED_COLUMNS if platform.SIMULATOR else cli.DEMO_COLUMNS
+    assert f"on 1 x {columns} elements (--size 5 rounded up to whole rows of {columns})" in out
+
+
+@pytest.mark.parametrize("command", ["demo", "run", "list", "catalog", "info", "bench", None])
+def test_every_command_has_a_help_without_markup(command, capsys):
+    assert cli.main([command, "--help"] if command else ["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: baracuda-numba")
+    assert "``" not in out and ":func:" not in out and ":mod:" not in out
+
+
+def test_bench_takes_its_documented_options():
+    from baracuda_numba import bench
+
+    args = cli._parser().parse_args(["bench", "--only", "per_tensor", "dynamic", "linear", "--out", "somewhere",
+                                     "--dtypes", "f32", "bf16", "--log2n", "24", "--repeats", "3"])
+    assert (args.only, args.out, args.dtypes, args.log2n, args.repeats) == (
+        ["per_tensor", "dynamic", "linear"], "somewhere", ["f32", "bf16"], 24, 3)
+    assert args.func is cli._bench
+    assert cli._parser().parse_args(["bench"]).only == [n for n, f in bench.FAMILIES.items() if f.default]
+    assert cli._parser().parse_args(["bench", "--only", "model"]).only == ["model"]
+
+
+def test_the_cli_quotes_no_source_line_and_names_the_simulator():
+    # A fresh process with no NUMBA_ENABLE_CUDASIM: the library's no-GPU warning is the command's to replace.
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-m", "baracuda_numba", "run", "quantize_per_tensor", "--shape", "4", "8"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert ("on the CUDA simulator, no GPU (" in done.stdout) == platform.SIMULATOR
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(platform.SIMULATOR, reason="needs a real GPU: the demo times ops only there")
+def test_demo_on_a_gpu_reads_no_row_above_the_copy(capsys):
+    assert cli.main(["demo", "--dtype", "float32", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    assert "device-to-device copy of 512 MiB" in out
+    percents = [float(word[:-1]) for line in out.splitlines() if line.split()[:1] and line.split()[0] in cli.DEMO_OPS
+                for word in line.split() if word.endswith("%")]
+    assert len(percents) == 2 * (len(cli.DEMO_OPS) - 1)  # every memory-bound row, both dtypes
+    assert max(percents) <= 102, out  # timed as the copy is: a row above it is a timing error
+
+
+@pytest.mark.parametrize(("op", "out_dtype", "dtype"), [
+    ("quantize_per_tensor", "float8_e4m3fn", "bfloat16"), ("dequantize_per_token", "float8_e5m2", "float32"),
+    ("quantize_per_group", "int4", "bfloat16"), ("dequantize_per_group", "uint4", "float16"),
+    ("fake_quantize_backward", "int8", "bfloat16"), ("dynamic_range_quantize", "float8_e4m3fn", "float32"),
+    ("quantized_linear", "int8", "bfloat16")])
+def test_the_timed_path_writes_the_reference_into_its_preallocated_device_output(op, out_dtype, dtype):
+    # What demo and run time on a GPU: device copies of the operands, a preallocated result (bf16 and FP8 as
+    # tagged views), the same call. Under the simulator the device arrays are simulated ones.
+    from baracuda_numba import recipes
+    from baracuda_numba.arrays import Operand
+    from baracuda_numba.vocabulary import element_kind
+
+    kind, q = element_kind(dtype), element_kind(out_dtype)
+    shape = (4, 32) if op.endswith("linear") else (4, 64)
+    case = recipes.make_case(op, kind, q, shape, recipes.check_problem(op, kind, q, shape, None),
+                             np.random.default_rng(0))
+    arrays = {name: cli._place(a) for name, a in case.operands.items()}
+    out = cli._device_out(case)
+    case.call(arrays, out)
+    storage = out.obj if isinstance(out, Operand) else getattr(out, "storage", out)
+    assert cli._compare(storage.copy_to_host().view(case.out_dtype), case.expected()) == (0, 0.0)
+    assert isinstance(cli._timed_on_device(case, 1), float)
 
 
 def test_info_and_bench_without_a_gpu(capsys):
-    from baracuda_numba import platform
-
     assert cli.main(["info"]) == 0
     assert "registry:" in capsys.readouterr().out
     if platform.SIMULATOR:
-        assert cli.main(["bench"]) == 2
-        assert "needs a CUDA GPU" in capsys.readouterr().err
+        assert cli.main(["bench", "--only", "linear"]) == 2
+        assert capsys.readouterr().err == "baracuda-numba bench: needs a CUDA GPU and PyTorch with CUDA\n"
 
 
 def _forbid_simulator(*command: str) -> subprocess.CompletedProcess:
@@ -89,7 +220,7 @@ def _forbid_simulator(*command: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env, timeout=300)
 
 
-needs_no_gpu = pytest.mark.skipif(platform._missing_gpu() is None,
+needs_no_gpu = pytest.mark.skipif(platform.probe() is None,
                                   reason="a GPU is present: NUMBA_ENABLE_CUDASIM=0 runs on it")
 
 

@@ -137,11 +137,14 @@ def test_llm_group_sizes(group_size, dtype):
 def test_zero_scale_quantizes_to_clamped_zero_point_with_zero_gradient():
     x = np.array([[1.0, -2.0, np.inf, np.nan], [1.0, 2.0, 3.0, 4.0]], np.float32)
     scales = np.array([0.0, 0.5], np.float32)
-    zps = np.array([300 - 300 + 5, 0], np.int32)
+    zps = np.array([3, 0], np.int32)
     q = bn.quantize_per_token(x, scales, zps, q_min=-2, q_max=3)
     np.testing.assert_array_equal(q, [[3, 3, 3, 3], [2, 3, 3, 3]])
     dx = bn.quantize_per_token_backward(np.ones_like(x), x, scales, zps, q_min=-2, q_max=3)
     np.testing.assert_array_equal(dx, [[0, 0, 0, 0], [2, 0, 0, 0]])
+    # a zero point outside [q_min, q_max] is refused (tests/test_validation.py), as PyTorch refuses it
+    with pytest.raises(bn.InvalidProblem, match=r"zero_points expected integers in \[-2, 3\], got 5 at index 0"):
+        bn.quantize_per_token(x, scales, np.array([5, 0], np.int32), q_min=-2, q_max=3)
 
 
 def test_inclusive_mask_matches_per_tensor_for_every_family():

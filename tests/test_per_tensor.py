@@ -15,13 +15,14 @@ from numba import cuda
 import baracuda_numba as bn
 from baracuda_numba import reference as ref
 from baracuda_numba import registry
+from baracuda_numba.kernels.elementwise import ScaleMode
 from baracuda_numba.vocabulary import QuantizeKind as K
 
 PER_TENSOR_KINDS = (K.PER_TENSOR, K.PER_TENSOR_BACKWARD, K.DEQUANTIZE_PER_TENSOR,
                     K.DEQUANTIZE_PER_TENSOR_BACKWARD, K.FAKE_QUANTIZE, K.FAKE_QUANTIZE_BACKWARD)
-# int8 / uint8 (FP8: test_fp8.py, 4-bit: test_int4.py)
+# int8 / uint8 (FP8: test_fp8.py, 4-bit: test_int4.py; fake quantize with array scales: test_fake_per_axis.py)
 ENTRIES = [e for e in registry.entries() if e.kind in PER_TENSOR_KINDS and isinstance(e, registry.RegistryEntry)
-           and e.grid is None and e.output_element not in registry.PACKED_ELEMENTS]
+           and e.grid is None and e.output_element not in registry.PACKED_ELEMENTS and e.mode is ScaleMode.SCALAR]
 
 
 def entry_id(entry) -> str:

@@ -9,7 +9,7 @@ from conftest import requires_gpu
 import baracuda_numba as bn
 
 torch = pytest.importorskip("torch")
-pytestmark = requires_gpu
+pytestmark = [requires_gpu, pytest.mark.gpu]
 
 TORCH_FLOATS = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -249,3 +249,130 @@ def test_channel_vector_kernels_with_parameter_views_off_their_vector_alignment(
         for _ in range(2):
             assert torch.equal(bn.dequantize_per_channel(q, scales, zps, 1), expected), offset
             assert torch.equal(bn.quantize_per_channel_backward(dy, x, scales, zps, 1), expected_grad), offset
+
+
+def _fake_inputs(shape, dtype, seed):
+    """Random values with ties (k + 0.5 steps of 0.01), signed zeros and large values past the range."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(shape, device="cuda", generator=g) * 3
+    flat = x.view(-1)
+    ties = (torch.randint(-200, 200, (flat.numel() // 7,), device="cuda", generator=g) + 0.5) * 0.01
+    flat[: ties.numel()] = ties
+    flat[-4:] = torch.tensor([0.0, -0.0, 1e4, -1e4], device="cuda")
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("name", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize(("shape", "axis"), [((4096, 4096), 0), ((512, 11008), 0), ((64, 4096), 1),
+                                             ((8, 16, 33), 1), ((3, 7, 5), 2), ((1, 1 << 20), 0), ((1, 4099), 0)])
+def test_fused_fake_quantize_per_channel_matches_torch_forward_and_autograd(name, shape, axis):
+    """One kernel forward, one backward (shift, tracking, thread-stationary and one-segment kernels across
+    the shapes): the bits of torch.fake_quantize_per_channel_affine and of its autograd, on CUDA."""
+    from baracuda_numba.torch import ops
+
+    dtype = TORCH_FLOATS[name]
+    x = _fake_inputs(shape, dtype, seed=sum(shape) + axis)
+    g = torch.Generator(device="cuda").manual_seed(axis)
+    channels = shape[axis]
+    scales = torch.rand(channels, device="cuda", generator=g) * 0.05 + 0.01
+    scales[0] = 0.01  # the ties' step
+    for q_min, q_max in ((-128, 127), (0, 255), (-127, 127)):
+        zps = torch.randint(q_min, min(q_max, q_min + 20), (channels,), device="cuda", generator=g,
+                            dtype=torch.int32)
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        expected = torch.fake_quantize_per_channel_affine(xb, scales, zps, axis, q_min, q_max)
+        dy = torch.randn_like(expected)
+        expected.backward(dy)
+        got = ops.fake_quantize_with_grad("channel", xa, scales, zps, axis, q_min, q_max)
+        got.backward(dy)
+        assert torch.equal(got, expected), (name, shape, q_min)
+        assert torch.equal(xa.grad, xb.grad), (name, shape, q_min)
+        op = torch.ops.baracuda.fake_quantize_per_channel(x, scales, zps, axis, q_min, q_max)
+        assert torch.equal(op, expected)
+
+
+@pytest.mark.parametrize("name", ["f32", "bf16"])
+def test_fused_fake_quantize_per_token_and_group_match_torch(name):
+    dtype = TORCH_FLOATS[name]
+    x = _fake_inputs((64, 4096), dtype, seed=3)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    rows = torch.rand(64, device="cuda", generator=g) * 0.05 + 0.01
+    zps = torch.randint(-9, 9, (64,), device="cuda", generator=g, dtype=torch.int32)
+    expected = torch.fake_quantize_per_channel_affine(x, rows, zps, 0, -128, 127)
+    assert torch.equal(bn.fake_quantize_per_token(x, rows, zps), expected)
+    groups = torch.rand(64 * 32, device="cuda", generator=g) * 0.05 + 0.01
+    gzps = torch.randint(-9, 9, (64 * 32,), device="cuda", generator=g, dtype=torch.int32)
+    expected = torch.fake_quantize_per_channel_affine(x.reshape(-1, 128), groups, gzps, 0, -128, 127).reshape(64, -1)
+    got = bn.fake_quantize_per_group(x, groups.reshape(64, 32), gzps.reshape(64, 32), 128, dtype="int8")
+    assert torch.equal(got, expected)
+    dy = torch.randn_like(x)
+    xr = x.clone().requires_grad_()
+    torch.fake_quantize_per_channel_affine(xr.reshape(-1, 128), groups, gzps, 0, -128, 127).backward(
+        dy.reshape(-1, 128))
+    grad = bn.fake_quantize_per_group_backward(dy, x, groups.reshape(64, 32), gzps.reshape(64, 32), 128,
+                                               dtype="int8")
+    assert torch.equal(grad, xr.grad)
+
+
+def test_fused_fake_quantize_saturates_infinities_and_propagates_nan_on_cuda():
+    # torch's CUDA kernel converts NaN to an integer: the README's semantics (NaN propagates, its mask is
+    # false; +-inf saturate with a true mask) are checked against the reference instead
+    from baracuda_numba import reference as ref
+
+    x = torch.tensor([[float("inf"), float("-inf"), float("nan"), 0.26, 1e30, -1e30]] * 3, device="cuda")
+    scales = torch.tensor([0.1, 0.0, 0.5], device="cuda")
+    zps = torch.tensor([3, 5, -2], device="cuda", dtype=torch.int32)
+    dy = torch.full_like(x, 2.0)
+    host = x.cpu().numpy()
+    full_s = ref.expand_channels(scales.cpu().numpy(), host.shape, 0)
+    full_z = ref.expand_channels(zps.cpu().numpy(), host.shape, 0)
+    np.testing.assert_array_equal(bn.fake_quantize_per_channel(x, scales, zps, 0).cpu().numpy(),
+                                  ref.fake_quantize(host, full_s, full_z, -128, 127))
+    np.testing.assert_array_equal(bn.fake_quantize_per_channel_backward(dy, x, scales, zps, 0).cpu().numpy(),
+                                  ref.fake_quantize_backward(dy.cpu().numpy(), host, full_s, full_z, -128, 127))
+
+
+@pytest.mark.parametrize("shape,name", [((4096, 4096), "bf16"), ((256, 1024), "f16"), ((256, 1024), "f32")])
+@pytest.mark.parametrize("case", ["channel-symmetric-ma", "channel-affine-minmax", "tensor-affine-ma",
+                                  "tensor-symmetric-minmax"])
+def test_fake_quantize_module_matches_torch_ao_on_cuda(shape, name, case):
+    """The QAT module against torch.ao's FakeQuantize on CUDA over a few training steps: the observed
+    scales and zero points, the output and the gradient, bit for bit."""
+    from torch.ao.quantization import FakeQuantize as TorchFakeQuantize
+    from torch.ao.quantization import observer as obs
+
+    from baracuda_numba.torch import FakeQuantize
+
+    granularity, scheme, observer = case.split("-")
+    per_channel, symmetric, moving = granularity == "channel", scheme == "symmetric", observer == "ma"
+    torch_observer = {(True, True): obs.MovingAveragePerChannelMinMaxObserver,
+                      (True, False): obs.PerChannelMinMaxObserver,
+                      (False, True): obs.MovingAverageMinMaxObserver,
+                      (False, False): obs.MinMaxObserver}[per_channel, moving]
+    qscheme = {(True, True): torch.per_channel_symmetric, (True, False): torch.per_channel_affine,
+               (False, True): torch.per_tensor_symmetric, (False, False): torch.per_tensor_affine}[
+        per_channel, symmetric]
+    int8 = symmetric
+    low, high = (-128, 127) if int8 else (0, 255)
+    kwargs = {"quant_min": low, "quant_max": high, "dtype": torch.qint8 if int8 else torch.quint8,
+              "qscheme": qscheme}
+    if per_channel:
+        kwargs["ch_axis"] = 0
+    if moving:
+        kwargs["averaging_constant"] = 0.1
+    theirs = TorchFakeQuantize(observer=torch_observer, **kwargs).cuda()
+    ours = FakeQuantize(dtype=torch.int8 if int8 else torch.uint8, granularity=f"per_{granularity}", ch_axis=0,
+                        observer="moving_average" if moving else "minmax", averaging_constant=0.1,
+                        symmetric=symmetric, q_min=low, q_max=high).cuda()
+    dtype = TORCH_FLOATS[name]
+    for step in range(3):
+        w = _fake_inputs(shape, dtype, seed=step) + 0.3 * step
+        wa, wb = w.clone().requires_grad_(), w.clone().requires_grad_()
+        ya, yb = ours(wa), theirs(wb)
+        dy = torch.randn_like(ya)
+        ya.backward(dy)
+        yb.backward(dy)
+        assert torch.equal(ours.scale, theirs.scale.float()), step
+        assert torch.equal(ours.zero_point, theirs.zero_point.to(torch.int32)), step
+        assert torch.equal(ya, yb), step
+        assert torch.equal(wa.grad, wb.grad), step

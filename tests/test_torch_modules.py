@@ -18,7 +18,16 @@ from torch.ao.quantization.observer import (  # noqa: E402
 )
 
 from baracuda_numba import InvalidProblem  # noqa: E402
-from baracuda_numba.torch import FakeQuantize, QuantizeConfig, W8A8Linear, calibrate, quantize_model, smooth  # noqa: E402
+from baracuda_numba.torch import (  # noqa: E402
+    EmulatedW8A8Linear,
+    FakeQuantize,
+    QuantizeConfig,
+    StateDictMismatch,
+    W8A8Linear,
+    calibrate,
+    quantize_model,
+    smooth,
+)
 from tests.conftest import SIMULATOR  # noqa: E402
 
 DEVICE = "cpu" if SIMULATOR else "cuda"
@@ -160,6 +169,123 @@ def test_w8a8_linear_state_dict_round_trip():
     x = _batches(1, (2, 32))[0]
     assert fresh._act_scale == pytest.approx(0.02, rel=1e-7)
     assert torch.equal(fresh(x), module(x))
+
+
+def _state(module):
+    return {k: v.clone() for k, v in module.state_dict().items()}
+
+
+# The state dicts below come from EmulatedW8A8Linear.from_float: the same buffers as W8A8Linear's, bit for bit
+# (test_emulated_w8a8_linear_is_the_kernel_bit_for_bit), without a simulated kernel per test.
+
+
+def test_w8a8_state_dict_keys_follow_the_activation_mode():
+    dynamic = EmulatedW8A8Linear.from_float(_linear(), name="fc")
+    static = EmulatedW8A8Linear.from_float(_linear(), activation="static", act_scale=0.02, name="fc")
+    assert set(dynamic.state_dict()) == {"weight_q", "weight_scale", "bias"}
+    assert set(static.state_dict()) == {"weight_q", "weight_scale", "bias", "act_scale"}
+    assert {k: v.dtype for k, v in static.state_dict().items()} == {
+        "weight_q": torch.int8, "weight_scale": torch.float32, "bias": torch.float32, "act_scale": torch.float32}
+    with pytest.raises(StateDictMismatch, match=r"fc: act_scale expected no act_scale \(dynamic activations\)"):
+        W8A8Linear(32, 8, name="fc").load_state_dict(_state(static))
+    with pytest.raises(StateDictMismatch, match=r"fc: act_scale expected a static layer's activation scale, got no"):
+        W8A8Linear(32, 8, activation="static", act_scale=1.0, name="fc").load_state_dict(_state(dynamic))
+    # strict=False does not make a mismatch load silently
+    with pytest.raises(StateDictMismatch, match=r"act_scale"):
+        W8A8Linear(32, 8, name="fc").load_state_dict(_state(static), strict=False)
+
+
+def _perturb(state, kind):
+    """One way a state dict can fail to fit; returns the key the error must name."""
+    if kind == "shape":
+        state["weight_q"] = state["weight_q"][:, :-1].contiguous()
+        return "weight_q"
+    if kind == "rows":
+        state["weight_scale"] = state["weight_scale"][:-1].clone()
+        return "weight_scale"
+    if kind == "weight_dtype":
+        state["weight_q"] = state["weight_q"].to(torch.int32)
+        return "weight_q"
+    if kind == "scale_dtype":
+        state["weight_scale"] = state["weight_scale"].half()
+        return "weight_scale"
+    if kind == "missing_bias":
+        del state["bias"]
+        return "bias"
+    if kind == "float_weight":
+        state["weight"] = state["weight_q"].float()
+        return "weight"
+    if kind in ("nan_scale", "zero_scale", "negative_scale"):
+        state["weight_scale"][1] = {"nan_scale": float("nan"), "zero_scale": 0.0, "negative_scale": -0.5}[kind]
+        return "weight_scale"
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["shape", "rows", "weight_dtype", "scale_dtype", "missing_bias", "float_weight",
+                                  "nan_scale", "zero_scale", "negative_scale"])
+@pytest.mark.parametrize("activation", ["dynamic", "static"])
+def test_w8a8_state_dict_mismatch_names_the_key(kind, activation):
+    act_scale = 0.02 if activation == "static" else None
+    module = EmulatedW8A8Linear.from_float(_linear(), activation=activation, act_scale=act_scale, name="layers.0.fc")
+    state = _state(module)
+    key = _perturb(state, kind)
+    fresh = W8A8Linear(32, 8, activation=activation, act_scale=act_scale and 1.0, name="layers.0.fc").to(DEVICE)
+    before = _state(fresh)
+    with pytest.raises(StateDictMismatch, match=rf"layers\.0\.fc: {key} expected"):
+        fresh.load_state_dict(state)
+    for name, value in before.items():  # nothing was loaded
+        assert torch.equal(fresh.state_dict()[name], value), name
+    # one level down, the error names the prefixed key
+    parent = nn.Sequential(W8A8Linear(32, 8, activation=activation, act_scale=act_scale and 1.0, name="0"))
+    with pytest.raises(StateDictMismatch, match=rf"0: 0\.{key} expected"):
+        parent.load_state_dict({f"0.{k}": v for k, v in state.items()})
+
+
+def test_w8a8_zero_scale_is_fine_on_an_all_zero_row():
+    module = EmulatedW8A8Linear.from_float(_linear(), name="fc")
+    state = _state(module)
+    state["weight_q"][2] = 0
+    state["weight_scale"][2] = 0.0
+    fresh = W8A8Linear(32, 8, name="fc").to(DEVICE)
+    fresh.load_state_dict(state)
+    assert float(fresh.weight_scale[2]) == 0.0
+
+
+def test_w8a8_bad_static_scale_in_a_state_dict_names_the_key():
+    module = EmulatedW8A8Linear.from_float(_linear(), activation="static", act_scale=0.02, name="fc")
+    for bad in (0.0, float("inf"), float("nan")):
+        state = _state(module)
+        state["act_scale"].fill_(bad)
+        with pytest.raises(StateDictMismatch, match=r"fc: act_scale expected a finite scale > 0"):
+            W8A8Linear(32, 8, activation="static", act_scale=1.0, name="fc").load_state_dict(state)
+
+
+def test_w8a8_scales_stay_float32_when_the_model_is_cast():
+    linear = _linear()
+    module = W8A8Linear.from_float(linear, activation="static", act_scale=0.02)
+    x = _batches(1, (2, 32))[0]
+    expected = module(x.to(torch.bfloat16)) if not SIMULATOR else None
+    module.to(torch.bfloat16)
+    for name in ("weight_scale", "bias", "act_scale"):
+        assert getattr(module, name).dtype == torch.float32, name
+    assert module.weight_q.dtype == torch.int8
+    if expected is not None:
+        assert torch.equal(module(x.to(torch.bfloat16)), expected)
+    module.half()
+    assert module.weight_scale.dtype == torch.float32
+
+
+def test_emulated_w8a8_linear_is_the_kernel_bit_for_bit():
+    # the pure-PyTorch emulation (the reference of the model-level tests) against the project's kernels
+    linear = _linear(k=48, n=24, seed=3)
+    x = _batches(1, (5, 48), seed=6, outlier=7)[0]
+    for activation, act_scale in (("dynamic", None), ("static", float(x.abs().max()) / 127 * 0.5)):
+        ours = W8A8Linear.from_float(linear, activation=activation, act_scale=act_scale)
+        emulated = EmulatedW8A8Linear.from_float(linear, activation=activation, act_scale=act_scale)
+        assert torch.equal(ours.weight_q, emulated.weight_q)
+        assert torch.equal(ours.weight_scale, emulated.weight_scale)
+        assert torch.equal(ours(x), emulated(x)), activation
+        torch.testing.assert_close(emulated(x).double(), _w8a8_reference(x, linear, act_scale), rtol=2e-6, atol=2e-6)
 
 
 def test_w8a8_linear_errors_name_the_layer():

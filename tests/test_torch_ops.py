@@ -291,3 +291,108 @@ def test_the_package_imports_without_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "ERR baracuda_numba.torch needs PyTorch" in result.stdout
+
+
+# -- the fused fake quantize in eager mode and under torch.compile ----------------------------------
+
+
+def _launch_counter(monkeypatch):
+    from baracuda_numba.launch import KernelLauncher
+
+    launches = []
+    for method in ("launch", "launch_patched", "launch_values"):
+        original = getattr(KernelLauncher, method)
+        monkeypatch.setattr(KernelLauncher, method, (lambda fn: lambda self, *a, **k: launches.append(fn.__name__)
+                                                     or fn(self, *a, **k))(original))
+    return launches
+
+
+@pytest.mark.parametrize("family", ["channel", "token", "group"])
+def test_eager_function_and_custom_op_give_the_same_bits(family):
+    x = _special(_x((6, 8), torch.bfloat16, seed=4), infinities=False)
+    upstream = _x((6, 8), torch.bfloat16, seed=5)
+    count, layout = {"channel": (8, 1), "token": (6, None), "group": (12, 4)}[family]
+    scales, zps = _scales(count, seed=6), _zps(count, seed=7)
+    if family == "group":
+        scales, zps = scales.reshape(6, 2), zps.reshape(6, 2)
+    op = ops._FAMILIES[family]["fake_quantize"]
+    args = (scales, zps, -128, 127) if family == "token" else (scales, zps, layout, -128, 127)
+    ya, yb, ga, gb = _both_grads(lambda t: ops.fake_quantize_with_grad(family, t, scales, zps, layout, -128, 127),
+                                 lambda t: op(t, *args), x, upstream)
+    assert torch.equal(_bits(ya), _bits(yb)) and torch.equal(_bits(ga), _bits(gb))
+
+
+def test_fake_quantize_module_is_one_kernel_forward_and_one_backward(monkeypatch):
+    from baracuda_numba.torch import FakeQuantize
+
+    launches = _launch_counter(monkeypatch)
+    for granularity in ("per_channel", "per_tensor"):
+        fq = FakeQuantize(granularity=granularity, ch_axis=0, observer="minmax").to(DEVICE)
+        w = _x((16, 8), torch.float32).requires_grad_()
+        launches.clear()
+        y = fq(w)
+        assert len(launches) == 1, (granularity, launches)
+        y.backward(torch.ones_like(y))
+        assert len(launches) == 2, (granularity, launches)
+
+
+def test_fake_quantize_module_compiles_fullgraph_and_matches_eager():
+    # No host read of a device value in forward (the switches are host values): one graph, the
+    # custom op inside it, the same bits and gradients as eager.
+    from baracuda_numba.torch import FakeQuantize
+
+    for granularity, observer in (("per_channel", "minmax"), ("per_tensor", "moving_average")):
+        eager = FakeQuantize(granularity=granularity, ch_axis=1, observer=observer, symmetric=False).to(DEVICE)
+        compiled_module = FakeQuantize(granularity=granularity, ch_axis=1, observer=observer,
+                                       symmetric=False).to(DEVICE)
+        compiled = torch.compile(compiled_module, fullgraph=True, backend="aot_eager")
+        for step in range(3):
+            x = _x((4, 6), seed=10 + step) + 0.5
+            xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+            ya, yb = eager(xa), compiled(xb)
+            ya.backward(torch.ones_like(ya))
+            yb.backward(torch.ones_like(yb))
+            assert torch.equal(ya, yb) and torch.equal(xa.grad, xb.grad), (granularity, step)
+            assert torch.equal(eager.scale, compiled_module.scale)
+            assert torch.equal(eager.zero_point, compiled_module.zero_point)
+        compiled_module.disable_fake_quant()
+        assert torch.equal(compiled(x), x)  # a switch recompiles (a guard on the host value)
+
+
+@pytest.mark.parametrize("case", ["tensor-affine-moving_average", "channel-symmetric-minmax",
+                                  "channel-affine-moving_average"])
+def test_fake_quantize_module_on_bf16_matches_torch_ao(case):
+    # The range reduced in bf16 (no float32 copy), promoted exactly into the float32 state: torch.ao's
+    # scales, zero points, outputs and gradients over a few steps of a bf16 weight.
+    from torch.ao.quantization import FakeQuantize as TorchFakeQuantize
+    from torch.ao.quantization import observer as obs
+
+    from baracuda_numba.torch import FakeQuantize
+
+    granularity, scheme, observer = case.split("-")
+    per_channel, symmetric, moving = granularity == "channel", scheme == "symmetric", observer == "moving_average"
+    torch_observer = {(True, True): obs.MovingAveragePerChannelMinMaxObserver,
+                      (True, False): obs.PerChannelMinMaxObserver, (False, True): obs.MovingAverageMinMaxObserver,
+                      (False, False): obs.MinMaxObserver}[per_channel, moving]
+    qscheme = {(True, True): torch.per_channel_symmetric, (True, False): torch.per_channel_affine,
+               (False, True): torch.per_tensor_symmetric, (False, False): torch.per_tensor_affine}[
+        per_channel, symmetric]
+    low, high = (-128, 127) if symmetric else (0, 255)
+    extra = {"ch_axis": 0} if per_channel else {}
+    if moving:
+        extra["averaging_constant"] = 0.1
+    theirs = TorchFakeQuantize(observer=torch_observer, quant_min=low, quant_max=high, qscheme=qscheme,
+                               dtype=torch.qint8 if symmetric else torch.quint8, **extra).to(DEVICE)
+    ours = FakeQuantize(dtype=torch.int8 if symmetric else torch.uint8, granularity=f"per_{granularity}", ch_axis=0,
+                        observer=observer, averaging_constant=0.1, symmetric=symmetric, q_min=low,
+                        q_max=high).to(DEVICE)
+    for step in range(3):
+        w = (_x((8, 16), seed=20 + step) + 0.3 * step).to(torch.bfloat16)
+        upstream = _x((8, 16), torch.bfloat16, seed=30 + step)
+        wa, wb = w.clone().requires_grad_(), w.clone().requires_grad_()
+        ya, yb = ours(wa), theirs(wb)
+        ya.backward(upstream)
+        yb.backward(upstream)
+        assert torch.equal(ours.scale, theirs.scale.float()), step
+        assert torch.equal(ours.zero_point, theirs.zero_point.to(torch.int32)), step
+        assert torch.equal(_bits(ya), _bits(yb)) and torch.equal(_bits(wa.grad), _bits(wb.grad)), step

@@ -13,6 +13,7 @@ from ..arrays import Operand, adapt, allocate_like, require_contiguous
 from ..errors import InvalidOperand, InvalidProblem, problem_message
 from ..plans.base import Plan
 from ..vocabulary import ElementKind, element_kind
+from .checks import check_operands
 
 __all__ = ["coerced", "operand", "scale_operands", "select_plan", "resolve_dtype", "default_q_range",
            "scalar_zero_point", "output_operand", "clear_plan_cache", "zeros_like_kind", "fast_key", "fast_run",
@@ -200,15 +201,27 @@ def zeros_like_kind(like: Operand, count: int, element: ElementKind) -> Operand:
 
 
 def scale_operands(scales: Any, zero_points: Any, count: int, float_element: ElementKind, like: Operand,
-                   where: str, quantized_element: ElementKind | None = None) -> tuple[Operand, Operand]:
+                   where: str, quantized_element: ElementKind | None = None, *, validate: str = "host",
+                   reciprocal: bool = True, q_range: tuple[int, int] | None = None,
+                   stream: Any = None) -> tuple[Operand, Operand]:
     """``scales`` in the math precision of ``float_element`` and ``zero_points`` as int32, each of
     ``count`` elements; converted by their own framework when needed (``zero_points=None``: zeros).
     An FP8 ``quantized_element`` has no zero points: ``zero_points`` passes through untouched for
-    the plan to accept (None) or reject."""
+    the plan to accept (None) or reject.
+
+    Both are checked as ``validate`` says (:mod:`.checks`): scales finite and >= 0 (with a finite
+    reciprocal where > 0 when ``reciprocal``), given zero points within ``q_range`` (None: the
+    quantized element's integer range)."""
     scale_element = ElementKind.F64 if float_element is ElementKind.F64 else ElementKind.F32
     scale = coerced(scales, scale_element, count, where, "scales")
     if quantized_element is not None and quantized_element.is_fp8:
+        check_operands(scale, None, where, validate, reciprocal, None, stream=stream)
         return scale, zero_points
     if zero_points is None:
+        check_operands(scale, None, where, validate, reciprocal, None, stream=stream)
         return scale, zeros_like_kind(like, count, ElementKind.I32)
-    return scale, coerced(zero_points, ElementKind.I32, count, where, "zero_points")
+    zero_point = coerced(zero_points, ElementKind.I32, count, where, "zero_points")
+    if q_range is None and quantized_element is not None and quantized_element.is_integer:
+        q_range = quantized_element.int_range
+    check_operands(scale, zero_point, where, validate, reciprocal, q_range, stream=stream)
+    return scale, zero_point

@@ -1,5 +1,6 @@
 """Packed 4-bit dispatch functions (``"int4"`` = S4, ``"uint4"`` = U4): per-group quantize,
-dequantize, fake-quantize with its straight-through backward, dynamic-range quantize.
+dequantize, dynamic-range quantize. (Fake quantize per group onto a 4-bit grid, float to float, and its
+straight-through backward are in :mod:`.fake`, imported here too.)
 
 Packing: two values per byte along the last axis, the even-indexed value in the low nibble
 (``byte = (v[2k] & 0xF) | (v[2k + 1] & 0xF) << 4``; S4 as 4-bit two's complement). A float tensor
@@ -12,6 +13,10 @@ Scales per group of ``group_size`` (even) consecutive elements along the last ax
 (float64 for float64 data), shape ``[..., D / group_size]``; zero points int32 of the same shape
 for ``uint4`` (None: zeros) and none for ``int4`` (symmetric: pass None). ``D`` odd is an
 :class:`InvalidProblem` naming ``x`` (or ``q``), an odd ``group_size`` one naming ``group_size``.
+
+Checks of ``scales`` and ``zero_points`` as in :mod:`.per_axis` (:mod:`.checks`): scales finite and >= 0
+(and invertible where > 0, except for dequantize), zero points in ``[q_min, q_max]`` (dequantize: the
+4-bit range); host arrays always, device arrays with ``validate="device"`` (one host synchronization).
 """
 
 from __future__ import annotations
@@ -26,12 +31,6 @@ from ..plans.packed import (
     DynamicRangePackedArgs,
     DynamicRangePackedDescriptor,
     DynamicRangePackedPlan,
-    FakeQuantizePerGroupArgs,
-    FakeQuantizePerGroupBackwardArgs,
-    FakeQuantizePerGroupBackwardDescriptor,
-    FakeQuantizePerGroupBackwardPlan,
-    FakeQuantizePerGroupDescriptor,
-    FakeQuantizePerGroupPlan,
     PackedArgs,
     PackedDequantizePerGroupDescriptor,
     PackedPerGroupDescriptor,
@@ -40,10 +39,11 @@ from ..plans.packed import (
     packed_shape,
 )
 from ..vocabulary import ElementKind
+from .checks import check_validate
 from .common import default_q_range, operand, output_operand, resolve_dtype, scale_operands, select_plan
+from .fake import fake_quantize_per_group, fake_quantize_per_group_backward  # noqa: F401  (the fake family's)
 
-__all__ = ["quantize_per_group_packed", "dequantize_per_group_packed", "fake_quantize_per_group",
-           "fake_quantize_per_group_backward", "dynamic_range_quantize_packed"]
+__all__ = ["quantize_per_group_packed", "dequantize_per_group_packed", "dynamic_range_quantize_packed"]
 
 _PACKED = (ElementKind.S4, ElementKind.U4)
 
@@ -66,21 +66,25 @@ def _groups(shape: tuple[int, ...], group_size: int) -> int:
     return outer_size(shape) * (shape[-1] // group_size) if group_size > 0 else 0
 
 
-def _params(scales, zero_points, count, float_element, element, like, where):
-    """Scales coerced; U4 zero points coerced (None: zeros); S4 zero points passed through for the plan."""
+def _params(scales, zero_points, count, float_element, element, like, where, validate, reciprocal, q_range, stream):
+    """Scales coerced; U4 zero points coerced (None: zeros); S4 zero points passed through for the plan;
+    both checked as ``validate`` says."""
+    check_validate(validate, where)
+    checks = {"validate": validate, "reciprocal": reciprocal, "q_range": q_range, "stream": stream}
     if element is ElementKind.S4:
-        scale, _ = scale_operands(scales, None, count, float_element, like, where)
+        scale, _ = scale_operands(scales, None, count, float_element, like, where, **checks)
         return scale, zero_points
-    return scale_operands(scales, zero_points, count, float_element, like, where)
+    return scale_operands(scales, zero_points, count, float_element, like, where, **checks)
 
 
 def quantize_per_group_packed(x: Any, scales: Any, zero_points: Any = None, group_size: int = 128, *,
                               dtype: Any = "int4", q_min: int | None = None, q_max: int | None = None,
-                              out: Any = None, stream: Any = None) -> Any:
+                              out: Any = None, stream: Any = None, validate: str = "host") -> Any:
     """``q = clamp(rint(x * (1/scales[.., g])) + zero_points[.., g], q_min, q_max)``, packed two per byte.
 
     Returns ``uint8 [..., D / 2]`` of ``x``'s kind; ``q_min, q_max`` default to [-8, 7] (int4) or
-    [0, 15] (uint4).
+    [0, 15] (uint4). Checks: ``scales`` finite, >= 0 and invertible where > 0, ``zero_points`` in
+    ``[q_min, q_max]`` (module docstring).
     """
     where = "quantize_per_group_packed"
     xo = operand(x, where, "x")
@@ -89,7 +93,8 @@ def quantize_per_group_packed(x: Any, scales: Any, zero_points: Any = None, grou
     q_min, q_max = default_q_range(element, q_min, q_max)
     plan = select_plan(QuantizePackedPerGroupPlan, PackedPerGroupDescriptor(
         outer_size(xo.shape), d, group_size, q_min, q_max, xo.element, element))
-    scale, zero_point = _params(scales, zero_points, _groups(xo.shape, group_size), xo.element, element, xo, where)
+    scale, zero_point = _params(scales, zero_points, _groups(xo.shape, group_size), xo.element, element, xo, where,
+                                validate, True, (q_min, q_max), stream)
     result = output_operand(out, xo, packed_shape(xo.shape), ElementKind.U8, where)
     plan.run(PackedArgs(xo, scale, zero_point, result), stream=stream)
     return result.obj
@@ -97,9 +102,10 @@ def quantize_per_group_packed(x: Any, scales: Any, zero_points: Any = None, grou
 
 def dequantize_per_group_packed(q: Any, scales: Any, zero_points: Any = None, group_size: int = 128, *,
                                 q_dtype: Any = "int4", dtype: Any = "float32", out: Any = None,
-                                stream: Any = None) -> Any:
+                                stream: Any = None, validate: str = "host") -> Any:
     """``x = (q - zero_points[.., g]) * scales[.., g]`` from packed ``uint8 [..., D / 2]`` of ``q_dtype``
-    (``"int4"`` / ``"uint4"``), in ``dtype``; returns ``[..., D]``."""
+    (``"int4"`` / ``"uint4"``), in ``dtype``; returns ``[..., D]``. Checks: ``scales`` finite and >= 0,
+    ``zero_points`` in the 4-bit range (module docstring)."""
     where = "dequantize_per_group_packed"
     qo = operand(q, where, "q")
     element = _packed_element(q_dtype, where, "q_dtype")
@@ -111,49 +117,11 @@ def dequantize_per_group_packed(q: Any, scales: Any, zero_points: Any = None, gr
     shape = (*qo.shape[:-1], 2 * qo.shape[-1])
     plan = select_plan(DequantizePackedPerGroupPlan, PackedDequantizePerGroupDescriptor(
         outer_size(shape), shape[-1], group_size, float_element, element))
-    scale, zero_point = _params(scales, zero_points, _groups(shape, group_size), float_element, element, qo, where)
+    scale, zero_point = _params(scales, zero_points, _groups(shape, group_size), float_element, element, qo, where,
+                                validate, False, element.int_range, stream)
     result = output_operand(out, qo, shape, float_element, where)
     plan.run(PackedArgs(qo, scale, zero_point, result), stream=stream)
     return result.obj
-
-
-def _fake(where, x, scales, zero_points, group_size, dtype, q_min, q_max, grad_output, out, stream):
-    xo = operand(x, where, "x")
-    element = _packed_element(dtype, where)
-    if not xo.shape:
-        raise InvalidProblem(problem_message(where, "x", "an array of rank >= 1", "a 0-d array"))
-    q_min, q_max = default_q_range(element, q_min, q_max)
-    fields = (outer_size(xo.shape), xo.shape[-1], group_size, q_min, q_max, xo.element, element)
-    if grad_output is None:
-        plan = select_plan(FakeQuantizePerGroupPlan, FakeQuantizePerGroupDescriptor(*fields))
-    else:
-        plan = select_plan(FakeQuantizePerGroupBackwardPlan, FakeQuantizePerGroupBackwardDescriptor(*fields))
-    if element is ElementKind.S4 and zero_points is not None:
-        raise InvalidProblem(problem_message(where, "zero_points", "None (int4 is symmetric)", "an array"))
-    scale, zero_point = scale_operands(scales, zero_points, plan._segment_count(), xo.element, xo, where)
-    result = output_operand(out, xo, xo.shape, xo.element, where)
-    if grad_output is None:
-        plan.run(FakeQuantizePerGroupArgs(xo, scale, zero_point, result), stream=stream)
-    else:
-        go = operand(grad_output, where, "grad_output")
-        plan.run(FakeQuantizePerGroupBackwardArgs(xo, scale, zero_point, go, result), stream=stream)
-    return result.obj
-
-
-def fake_quantize_per_group(x: Any, scales: Any, zero_points: Any = None, group_size: int = 128, *,
-                            dtype: Any = "int4", q_min: int | None = None, q_max: int | None = None,
-                            out: Any = None, stream: Any = None) -> Any:
-    """``y = (clamp(rint(x / s) + zp, q_min, q_max) - zp) * s`` per group, in ``x``'s dtype (4-bit QAT)."""
-    return _fake("fake_quantize_per_group", x, scales, zero_points, group_size, dtype, q_min, q_max, None, out,
-                 stream)
-
-
-def fake_quantize_per_group_backward(grad_output: Any, x: Any, scales: Any, zero_points: Any = None,
-                                     group_size: int = 128, *, dtype: Any = "int4", q_min: int | None = None,
-                                     q_max: int | None = None, out: Any = None, stream: Any = None) -> Any:
-    """Straight-through gradient: ``dx = grad_output * [q_min <= rint(x / s) + zp <= q_max]`` (inclusive)."""
-    return _fake("fake_quantize_per_group_backward", x, scales, zero_points, group_size, dtype, q_min, q_max,
-                 grad_output, out, stream)
 
 
 def dynamic_range_quantize_packed(x: Any, *, group_size: int = 128, dtype: Any = "int4", mode: Any = None,

@@ -3,6 +3,8 @@
 from .base import Plan, Verdict
 from .dynamic import *  # noqa: F403
 from .dynamic import __all__ as _dynamic
+from .fake import *  # noqa: F403
+from .fake import __all__ as _fake
 from .linear import *  # noqa: F403
 from .linear import __all__ as _linear
 from .packed import *  # noqa: F403
@@ -12,4 +14,4 @@ from .per_axis import __all__ as _per_axis
 from .per_tensor import *  # noqa: F403
 from .per_tensor import __all__ as _per_tensor
 
-__all__ = ["Plan", "Verdict", *_per_tensor, *_per_axis, *_dynamic, *_linear, *_packed]
+__all__ = ["Plan", "Verdict", *_per_tensor, *_per_axis, *_dynamic, *_linear, *_packed, *_fake]

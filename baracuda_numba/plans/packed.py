@@ -1,5 +1,6 @@
 """Packed 4-bit plans (S4 / U4, two elements per byte, even index in the low nibble): per-group
-quantize, dequantize, fake-quantize (and its straight-through backward) and dynamic-range quantize.
+quantize, dequantize and dynamic-range quantize. (Fake quantize per group onto a 4-bit grid, float to
+float, is :class:`~baracuda_numba.plans.fake.FakeQuantizePerGroupPlan`, imported here too.)
 
 Shapes: the float tensor is ``[outer_size, axis_size]`` (any leading dimensions flattened), the
 packed one ``uint8 [outer_size, axis_size / 2]``; ``axis_size`` and ``group_size`` even (no byte
@@ -43,19 +44,18 @@ from .dynamic import (
     DynamicRangeScope,
     symmetric_zero_point,
 )
-from .per_axis import (
-    QuantizeArrayArgs,
-    QuantizeBackwardArrayArgs,
-    _PerGroup,
-    _Quantize,
-    _QuantizeBackward,
+from .fake import (  # noqa: F401  (the per-group fake quantize, 4-bit grids included, lives with its family)
+    FakeQuantizePerGroupArgs,
+    FakeQuantizePerGroupBackwardArgs,
+    FakeQuantizePerGroupBackwardDescriptor,
+    FakeQuantizePerGroupBackwardPlan,
+    FakeQuantizePerGroupDescriptor,
+    FakeQuantizePerGroupPlan,
 )
 
 __all__ = [
     "PackedPerGroupDescriptor", "PackedDequantizePerGroupDescriptor", "PackedArgs",
     "QuantizePackedPerGroupPlan", "DequantizePackedPerGroupPlan",
-    "FakeQuantizePerGroupDescriptor", "FakeQuantizePerGroupArgs", "FakeQuantizePerGroupPlan",
-    "FakeQuantizePerGroupBackwardDescriptor", "FakeQuantizePerGroupBackwardArgs", "FakeQuantizePerGroupBackwardPlan",
     "DynamicRangePackedDescriptor", "DynamicRangePackedArgs", "DynamicRangePackedPlan", "UNPACKED",
 ]
 
@@ -176,10 +176,23 @@ class _PackedPlan(Plan):
         scale = checked_operand(name, args.scale, "scale", self._scale_element, self._groups)
         if desc.output_element is ElementKind.S4:
             check_no_zero_point(name, args.zero_point, desc.output_element)
-            return x, packed, scale, None
-        if args.zero_point is None:
+            zero_point = None
+        elif args.zero_point is None:
             raise InvalidProblem(problem_message(name, "zero_point", "an int32 array (U4 has zero points)", None))
-        return x, packed, scale, checked_operand(name, args.zero_point, "zero_point", ElementKind.I32, self._groups)
+        else:
+            zero_point = checked_operand(name, args.zero_point, "zero_point", ElementKind.I32, self._groups)
+        self._check_host_parameters(scale, zero_point)
+        return x, packed, scale, zero_point
+
+    def _check_host_parameters(self, scale: Operand, zero_point: Operand | None) -> None:
+        """Host scales and zero points checked as in ``baracuda_numba/ops/checks.py`` (device ones are the
+        caller's: the dispatch functions' ``validate="device"``)."""
+        if scale.host is None and (zero_point is None or zero_point.host is None):
+            return
+        from ..ops.checks import check_operands  # ops imports plans: bound here, not at import
+
+        q_range = (self.desc.q_min, self.desc.q_max) if self.QUANTIZE else self.desc.output_element.int_range
+        check_operands(scale, zero_point, self.name, "host", self.QUANTIZE, q_range, names=("scale", "zero_point"))
 
 
 class QuantizePackedPerGroupPlan(_PackedPlan):
@@ -194,54 +207,6 @@ class DequantizePackedPerGroupPlan(_PackedPlan):
 
     KIND, Descriptor, Args = QuantizeKind.DEQUANTIZE_PER_GROUP, PackedDequantizePerGroupDescriptor, PackedArgs
     QUANTIZE = False
-
-
-# -- fake quantize per group (float -> float, the 4-bit grid) -------------------------------------------
-
-
-@dataclass(frozen=True)
-class FakeQuantizePerGroupDescriptor:
-    """``y = (clamp(rint(x / scale[o, g]) + zp[o, g], q_min, q_max) - zp[o, g]) * scale[o, g]``;
-    ``output_element`` names the simulated 4-bit element (S4 / U4) and the default range."""
-
-    outer_size: int
-    axis_size: int
-    group_size: int
-    q_min: int
-    q_max: int
-    input_element: ElementKind
-    output_element: ElementKind
-
-    @property
-    def num_groups(self) -> int:
-        return self.axis_size // self.group_size if self.group_size > 0 else 0
-
-
-@dataclass(frozen=True)
-class FakeQuantizePerGroupBackwardDescriptor(FakeQuantizePerGroupDescriptor):
-    """``dx = dy * [q_min <= rint(x / scale[o, g]) + zp[o, g] <= q_max]`` (the straight-through estimator)."""
-
-
-class FakeQuantizePerGroupArgs(QuantizeArrayArgs):
-    pass
-
-
-class FakeQuantizePerGroupBackwardArgs(QuantizeBackwardArrayArgs):
-    pass
-
-
-class FakeQuantizePerGroupPlan(_PerGroup, _Quantize):
-    """Fake-quantize to a 4-bit grid per group, in the input's dtype (QAT of int4 weights)."""
-
-    KIND, Descriptor, Args = QuantizeKind.FAKE_QUANTIZE, FakeQuantizePerGroupDescriptor, FakeQuantizePerGroupArgs
-    OUT_FIELD = "output"
-
-
-class FakeQuantizePerGroupBackwardPlan(_PerGroup, _QuantizeBackward):
-    """Straight-through gradient of :class:`FakeQuantizePerGroupPlan`: ``dy`` where ``x`` was in range."""
-
-    KIND, Descriptor, Args = (QuantizeKind.FAKE_QUANTIZE_BACKWARD, FakeQuantizePerGroupBackwardDescriptor,
-                              FakeQuantizePerGroupBackwardArgs)
 
 
 # -- dynamic range per group ----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import InvalidProblem, problem_message
 from ..vocabulary import ElementKind, QuantizeKind
@@ -79,23 +79,47 @@ class DequantizeBackwardArrayArgs:
 # -- the four ops, as roles over the Args fields --------------------------------------------------
 
 
-class _Quantize(ArrayScalePlan):
+class _CheckedScales(ArrayScalePlan):
+    """Scales and zero points whose bytes are on the host are checked when the arguments are bound (so
+    ``can_implement`` reports them too): scales finite and >= 0, invertible where > 0 when the op multiplies
+    by the reciprocal, zero points in the q range (``baracuda_numba/ops/checks.py``). Device arrays are
+    the caller's to check (``check_scales``, or the dispatch functions' ``validate="device"``): a plan's
+    ``run`` never waits for the GPU."""
+
+    RECIPROCAL: ClassVar[bool] = True
+
+    def _scale_operands(self, args: Any) -> tuple[Any, Any]:
+        scale, zero_point = super()._scale_operands(args)
+        if scale.host is not None or (zero_point is not None and zero_point.host is not None):
+            from ..ops.checks import check_operands  # ops imports plans: bound here, not at import
+
+            element = self.desc.output_element
+            q_range = ((self.desc.q_min, self.desc.q_max) if self.HAS_Q_RANGE
+                       else element.int_range if element.is_integer else None)
+            check_operands(scale, zero_point, self.name, "host", self.RECIPROCAL, q_range,
+                           names=("scale", "zero_point"))
+        return scale, zero_point
+
+
+class _Quantize(_CheckedScales):
     A_FIELD, OUT_FIELD = "input", "output"
 
 
-class _QuantizeBackward(ArrayScalePlan):
+class _QuantizeBackward(_CheckedScales):
     A_FIELD, B_FIELD, OUT_FIELD = "d_output", "input", "d_input"
 
 
-class _Dequantize(ArrayScalePlan):
+class _Dequantize(_CheckedScales):
     A_FIELD, OUT_FIELD = "input", "output"
     HAS_Q_RANGE = False
+    RECIPROCAL = False
 
 
-class _DequantizeBackward(ArrayScalePlan):
+class _DequantizeBackward(_CheckedScales):
     A_FIELD, OUT_FIELD = "d_output", "d_input"
     HAS_Q_RANGE = False
     READS_ZERO_POINT = False
+    RECIPROCAL = False
 
 
 def _non_negative(plan: str, name: str, value: int) -> None:

@@ -9,6 +9,10 @@ baracuda_numba`` alone never does. ``import torch`` inside it is absolute and re
   :class:`W8A8Linear` (``from_float(nn.Linear)``; dynamic per-token or static SmoothQuant activations).
 - :mod:`.convert`: :func:`calibrate`, :func:`smooth`, :func:`quantize_model` (calibrate, smooth
   and swap ``nn.Linear`` for ``W8A8Linear`` in one call with a :class:`QuantizeConfig`).
+- :mod:`.hf`: :class:`BaracudaConfig`, registered with transformers on import: quantize on load
+  (``from_pretrained(..., quantization_config=BaracudaConfig())``), ``save_pretrained`` / ``from_pretrained``
+  of quantized models.
+- :mod:`.emulate`: the W8A8 recipe in pure PyTorch (the reference; :class:`EmulatedW8A8Linear` for CPUs).
 - :mod:`.qat`: :class:`FakeQuantLinear` and :func:`prepare_qat` for quantization-aware training;
   :func:`compare_logits` (relative error, top-1 agreement).
 """
@@ -20,10 +24,15 @@ try:
 except ImportError as error:  # pragma: no cover - exercised only without torch
     raise ImportError("baracuda_numba.torch needs PyTorch: pip install 'baracuda-numba[torch]'") from error
 
-from . import ops
+from . import hf, ops
 from .convert import QuantizeConfig, calibrate, quantize_model, smooth
-from .modules import FakeQuantize, W8A8Linear
+from .emulate import EmulatedW8A8Linear
+from .hf import BaracudaConfig
+from .modules import FakeQuantize, StateDictMismatch, W8A8Linear
 from .qat import FakeQuantLinear, compare_logits, prepare_qat
 
-__all__ = ["ops", "FakeQuantize", "W8A8Linear", "QuantizeConfig", "calibrate", "smooth", "quantize_model",
-           "FakeQuantLinear", "prepare_qat", "compare_logits"]
+hf.register()  # transformers (if installed) knows quant_method "baracuda" from here on
+
+__all__ = ["ops", "FakeQuantize", "W8A8Linear", "EmulatedW8A8Linear", "StateDictMismatch", "QuantizeConfig",
+           "calibrate", "smooth", "quantize_model", "FakeQuantLinear", "prepare_qat", "compare_logits",
+           "BaracudaConfig"]

@@ -8,9 +8,10 @@ import torch
 from torch import nn
 
 from ..errors import InvalidProblem, problem_message
-from . import ops as _ops  # noqa: F401  (registers torch.ops.baracuda)
+from . import ops as _ops  # registers torch.ops.baracuda
 
-__all__ = ["FakeQuantize", "W8A8Linear"]
+__all__ = ["FakeQuantize", "W8A8Linear", "StateDictMismatch", "w8a8_state_dict_spec", "check_w8a8_scales",
+           "check_w8a8_entries"]
 
 _baracuda = torch.ops.baracuda
 _RANGES = {torch.int8: (-128, 127), torch.uint8: (0, 255)}
@@ -24,7 +25,7 @@ def _check(where: str, argument: str, ok: bool, expected: str, given) -> None:
 class FakeQuantize(nn.Module):
     """Quantize-dequantize in the forward pass with an observer, as ``torch.ao.quantization.FakeQuantize``.
 
-    While ``observer_enabled`` (and the module is training), each forward folds ``x``'s range into
+    While the observer is enabled (and the module is training), each forward folds ``x``'s range into
     ``min_val`` / ``max_val`` (``observer="minmax"``: running min / max; ``"moving_average"``:
     ``v += averaging_constant * (batch_v - v)`` after the first batch) and recomputes ``scale`` /
     ``zero_point`` the way PyTorch's observers do:
@@ -33,9 +34,18 @@ class FakeQuantize(nn.Module):
       128 (uint8; ``(q_min + q_max) // 2`` for a custom range, as torch.ao does);
     - affine: ``scale = (max - min) / (q_max - q_min)``, ``zero_point = clamp(q_min - round(min / scale))``;
 
-    with ``min <= 0 <= max`` and ``scale >= eps`` (float32 epsilon). While ``fake_quant_enabled``
-    the output is ``(clamp(round(x / scale) + zp, q_min, q_max) - zp) * scale`` from the project's
-    kernels, differentiated straight through (``dx = dy * mask``, the inclusive mask).
+    with ``min <= 0 <= max`` and ``scale >= eps`` (float32 epsilon). While fake quantization is enabled
+    the output is ``(clamp(round(x / scale) + zp, q_min, q_max) - zp) * scale``, one kernel per channel
+    or for the whole tensor (:func:`baracuda_numba.fake_quantize_per_channel`), differentiated straight
+    through by one kernel (``dx = dy * mask``, the inclusive mask): the bits of torch.ao's module on
+    finite inputs.
+
+    The range is reduced in ``x``'s own dtype (one ``torch.aminmax``, no float32 copy of ``x``: the
+    extremes of bf16 / f16 values are exact in float32) and no step reads a device value on the host,
+    so a training step is never synchronised by this module. Switch the observer and the fake
+    quantization with :meth:`enable_observer` / :meth:`enable_fake_quant` (and the ``disable_*``
+    methods); the ``observer_enabled`` / ``fake_quant_enabled`` buffers record the switches for state
+    dicts and are read back by ``load_state_dict``.
 
     Parameters
     ----------
@@ -75,9 +85,12 @@ class FakeQuantize(nn.Module):
         self.register_buffer("max_val", torch.full((count,), float("-inf")))
         self.register_buffer("fake_quant_enabled", torch.tensor([1], dtype=torch.uint8))
         self.register_buffer("observer_enabled", torch.tensor([1], dtype=torch.uint8))
+        # The switches as host values: forward never reads a device buffer (a synchronisation each call).
+        self._observing = self._fake_quantizing = True
 
     def enable_observer(self, enabled: bool = True) -> FakeQuantize:
         self.observer_enabled[0] = int(enabled)
+        self._observing = bool(enabled)
         return self
 
     def disable_observer(self) -> FakeQuantize:
@@ -85,64 +98,80 @@ class FakeQuantize(nn.Module):
 
     def enable_fake_quant(self, enabled: bool = True) -> FakeQuantize:
         self.fake_quant_enabled[0] = int(enabled)
+        self._fake_quantizing = bool(enabled)
         return self
 
     def disable_fake_quant(self) -> FakeQuantize:
         return self.enable_fake_quant(False)
 
     def _batch_range(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = x.detach().float()
+        """``(min, max)`` of ``x`` (per channel: of each channel), shaped like ``min_val``, in ``x``'s dtype
+        (float32 for float64 data, as torch.ao rounds ``x`` to float32 first: the same extremes)."""
+        x = x.detach()
         if self.granularity == "per_tensor":
-            return x.amin().reshape(1), x.amax().reshape(1)
-        rows = x.movedim(self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)
-        return rows.amin(dim=1), rows.amax(dim=1)
+            low, high = torch.aminmax(x)
+            low, high = low.reshape(1), high.reshape(1)
+        else:
+            rows = x.movedim(self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)  # a view for ch_axis 0
+            low, high = torch.aminmax(rows, dim=1)
+        if low.dtype == torch.float64:
+            low, high = low.float(), high.float()
+        return low, high
 
     @torch.no_grad()
     def observe(self, x: torch.Tensor) -> None:
-        """Fold ``x``'s range into ``min_val`` / ``max_val`` and recompute ``scale`` / ``zero_point``."""
+        """Fold ``x``'s range into ``min_val`` / ``max_val`` and recompute ``scale`` / ``zero_point``
+        (in place; the batch extremes are promoted to float32 by each operation, exactly)."""
+        if x.numel() == 0:  # no range to fold (as torch.ao's observers)
+            return
         low, high = self._batch_range(x)
         if self.min_val.shape != low.shape:  # first per-channel batch: size the buffers
             for name in ("scale", "zero_point", "min_val", "max_val"):
                 old = getattr(self, name)
                 setattr(self, name, old.new_empty(low.shape).fill_(old.flatten()[0]))
-        first = torch.isinf(self.min_val)
         if self.observer == "minmax":
-            self.min_val.copy_(torch.minimum(self.min_val, low))
-            self.max_val.copy_(torch.maximum(self.max_val, high))
+            torch.minimum(self.min_val, low, out=self.min_val)
+            torch.maximum(self.max_val, high, out=self.max_val)
         else:
             c = self.averaging_constant
-            self.min_val.copy_(torch.where(first, low, self.min_val + c * (low - self.min_val)))
-            self.max_val.copy_(torch.where(first, high, self.max_val + c * (high - self.max_val)))
-        self.scale.copy_(self.calculate_qparams()[0])
-        self.zero_point.copy_(self.calculate_qparams()[1])
+            first = torch.isinf(self.min_val)
+            torch.where(first, low, self.min_val + c * (low - self.min_val), out=self.min_val)
+            torch.where(first, high, self.max_val + c * (high - self.max_val), out=self.max_val)
+        self._qparams(self.scale, self.zero_point)
 
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scale, zero_point)`` from ``min_val`` / ``max_val`` (see the class docstring)."""
+        scale, zero_point = torch.empty_like(self.scale), torch.empty_like(self.zero_point)
+        self._qparams(scale, zero_point)
+        return scale, zero_point
+
+    def _qparams(self, scale: torch.Tensor, zero_point: torch.Tensor) -> None:
+        """Write the parameters of the observed range into ``scale`` / ``zero_point`` (float32 / int32)."""
         low = torch.clamp(self.min_val, max=0.0)
         high = torch.clamp(self.max_val, min=0.0)
         eps = torch.finfo(torch.float32).eps
         if self.symmetric:
-            scale = torch.maximum(-low, high) / ((self.q_max - self.q_min) / 2)
-            scale = torch.clamp(scale, min=eps)
-            zero_point = torch.full_like(scale, self._symmetric_zero_point, dtype=torch.int32)
+            torch.div(torch.maximum(-low, high), (self.q_max - self.q_min) / 2, out=scale)
+            scale.clamp_(min=eps)
+            zero_point.fill_(self._symmetric_zero_point)
         else:
-            scale = torch.clamp((high - low) / float(self.q_max - self.q_min), min=eps)
-            zero_point = torch.clamp(self.q_min - torch.round(low / scale), self.q_min, self.q_max).to(torch.int32)
-        return scale, zero_point
+            torch.div(high - low, float(self.q_max - self.q_min), out=scale)
+            scale.clamp_(min=eps)
+            zero_point.copy_(torch.clamp(self.q_min - torch.round(low / scale), self.q_min, self.q_max))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training and bool(self.observer_enabled[0]):
+        if self.training and self._observing:
             self.observe(x)
-        if not bool(self.fake_quant_enabled[0]):
+        if not self._fake_quantizing:
             return x
         if self.granularity == "per_tensor":
             # One scale as a one-channel per-channel op: tensor arguments keep torch.compile from
             # specialising on (and recompiling for) every new scale value.
-            flat = x.reshape(1, -1)
-            y = _baracuda.fake_quantize_per_channel(flat, self.scale, self.zero_point, 0, self.q_min, self.q_max)
+            y = _ops.fake_quantize_with_grad("channel", x.reshape(1, -1), self.scale, self.zero_point, 0, self.q_min,
+                                             self.q_max)
             return y.reshape(x.shape)
-        return _baracuda.fake_quantize_per_channel(x, self.scale, self.zero_point, self.ch_axis % x.dim(),
-                                                   self.q_min, self.q_max)
+        return _ops.fake_quantize_with_grad("channel", x, self.scale, self.zero_point, self.ch_axis % x.dim(),
+                                            self.q_min, self.q_max)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # Per-channel buffers take the saved size (they are sized on the first observed batch).
@@ -151,10 +180,85 @@ class FakeQuantize(nn.Module):
             if saved is not None and saved.shape != getattr(self, name).shape:
                 setattr(self, name, torch.empty_like(saved))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._observing = bool(self.observer_enabled[0])
+        self._fake_quantizing = bool(self.fake_quant_enabled[0])
 
     def extra_repr(self) -> str:
         return (f"dtype={self.dtype}, granularity={self.granularity!r}, observer={self.observer!r}, "
                 f"symmetric={self.symmetric}, q_range=({self.q_min}, {self.q_max})")
+
+
+class StateDictMismatch(InvalidProblem):
+    """A state dict or checkpoint that does not fit the quantized module it is loaded into: a key of the
+    other activation mode, a missing key, a wrong shape or dtype, or scales that cannot be right. The
+    message names the key (``"{layer}: {key} expected ..., got ..."``)."""
+
+
+_FLOAT32_BUFFERS = ("weight_scale", "bias", "act_scale")
+
+
+def w8a8_state_dict_spec(in_features: int, out_features: int, bias: bool,
+                         activation: str) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """The state dict of a :class:`W8A8Linear`: ``{key: (shape, dtype)}``.
+
+    ``weight_q`` int8 ``[N, K]`` (``nn.Linear.weight``'s layout), ``weight_scale`` float32 ``[N]``,
+    ``bias`` float32 ``[N]`` when the layer has one, ``act_scale`` float32 ``[]`` for static activations
+    only: a dynamic layer has no activation scale, so a state dict of the other mode cannot load.
+    """
+    spec = {"weight_q": ((out_features, in_features), torch.int8), "weight_scale": ((out_features,), torch.float32)}
+    if bias:
+        spec["bias"] = ((out_features,), torch.float32)
+    if activation == "static":
+        spec["act_scale"] = ((), torch.float32)
+    return spec
+
+
+def check_w8a8_scales(where: str, prefix: str, weight_q: torch.Tensor, weight_scale: torch.Tensor,
+                      act_scale: torch.Tensor | None, names: tuple[str, str] = ("weight_scale", "act_scale")) -> None:
+    """Raise :class:`StateDictMismatch` unless every weight scale is finite and ``>= 0``, ``> 0`` on each
+    row of ``weight_q`` holding a nonzero value, and ``act_scale`` (static) is finite and ``> 0``.
+
+    Checked once per weight, where it is loaded (``from_float``, ``load_state_dict``, checkpoints),
+    so that the GEMM can take the device arrays as they are. ``names``: the keys the error names (a
+    checkpoint of another format calls them otherwise).
+    """
+    if weight_scale.is_meta or weight_q.is_meta:
+        return
+    scale = weight_scale.detach().float()
+    bad = ~torch.isfinite(scale) | (scale < 0) | ((scale == 0) & (weight_q != 0).any(dim=1))
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise StateDictMismatch(problem_message(
+            where, prefix + names[0], "finite scales, > 0 on rows with nonzero weights",
+            f"{float(scale[row])} at row {row} ({int(bad.sum())} such rows)"))
+    if act_scale is not None and not act_scale.is_meta:
+        value = float(act_scale)
+        if not 0.0 < value < float("inf"):
+            raise StateDictMismatch(problem_message(where, prefix + names[1], "a finite scale > 0", value))
+
+
+def check_w8a8_entries(where: str, prefix: str, spec: dict[str, tuple[tuple[int, ...], torch.dtype]],
+                       entries: dict[str, tuple[tuple[int, ...], torch.dtype]], activation: str) -> None:
+    """Compare the ``{key: (shape, dtype)}`` found for one layer (keys without ``prefix``) with its ``spec``
+    (:func:`w8a8_state_dict_spec`); raise :class:`StateDictMismatch` naming ``prefix + key`` at the first
+    key missing, of another shape or dtype, or present though the layer has no such buffer (``act_scale`` of
+    a static layer loaded into a dynamic one, a bias into a layer without one, a float ``weight``)."""
+    for key, (shape, dtype) in spec.items():
+        if key not in entries:
+            expected = ("a static layer's activation scale" if key == "act_scale" else
+                        f"{tuple(shape)} {str(dtype).removeprefix('torch.')}")
+            raise StateDictMismatch(problem_message(where, prefix + key, expected, "no such key"))
+        got_shape, got_dtype = entries[key]
+        if tuple(got_shape) != tuple(shape) or got_dtype != dtype:
+            raise StateDictMismatch(problem_message(
+                where, prefix + key, f"{tuple(shape)} {str(dtype).removeprefix('torch.')}",
+                f"{tuple(got_shape)} {str(got_dtype).removeprefix('torch.')}"))
+    for key in entries:
+        if key not in spec:
+            expected = (f"no act_scale ({activation} activations)" if key == "act_scale" else
+                        "no bias (the layer has none)" if key == "bias" else
+                        f"only {', '.join(spec)} (a W8A8 layer)")
+            raise StateDictMismatch(problem_message(where, prefix + key, expected, "that key"))
 
 
 class W8A8Linear(nn.Module):
@@ -172,6 +276,12 @@ class W8A8Linear(nn.Module):
     (:func:`baracuda_numba.quantized_linear`, :func:`baracuda_numba.smoothquant_linear`). A copy into the
     buffers (``copy_``, ``load_state_dict``) right before a forward is safe: copies let no dependent start
     before they end.
+
+    State dict (:func:`w8a8_state_dict_spec`): ``weight_q`` int8 ``[N, K]``, ``weight_scale`` float32
+    ``[N]``, ``bias`` float32 ``[N]`` (if any), ``act_scale`` float32 ``[]`` (static only). Loading checks
+    every key, shape and dtype and the scales (:func:`check_w8a8_scales`) and raises
+    :class:`StateDictMismatch` naming the key, whatever ``strict`` says. The scales and the bias stay
+    float32 (the epilogue's precision) when the model is cast with ``.to(dtype)`` / ``.half()``.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
@@ -183,29 +293,38 @@ class W8A8Linear(nn.Module):
             _check(name, "act_scale", act_scale is not None and 0.0 < float(act_scale) < float("inf"),
                    "a finite positive scale for static activations", act_scale)
         self.in_features, self.out_features, self.activation, self.name = in_features, out_features, activation, name
+        f32 = torch.float32  # explicit: transformers builds models under another default dtype
         self.register_buffer("weight_q", torch.zeros(out_features, in_features, dtype=torch.int8))
-        self.register_buffer("weight_scale", torch.ones(out_features))
-        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
-        self.register_buffer("act_scale", torch.tensor(float(act_scale or 1.0), dtype=torch.float32))
-        self._act_scale = float(act_scale or 1.0)  # a Python float: a constant for torch.compile
+        self.register_buffer("weight_scale", torch.ones(out_features, dtype=f32))
+        self.register_buffer("bias", torch.zeros(out_features, dtype=f32) if bias else None)
+        self.register_buffer("act_scale", torch.tensor(float(act_scale), dtype=f32) if activation == "static" else None)
+        self._act_scale = float(act_scale) if activation == "static" else None  # a constant for torch.compile
+
+    @staticmethod
+    def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(wq, s)``: ``s[n] = max(max_k |W[n, k]| / 127, tiny)`` (float32) and
+        ``wq = clamp(round(W * (1/s)), -127, 127)`` (int8), on ``weight``'s device by the project's kernel."""
+        weight = weight.detach().float().contiguous()
+        scale = (weight.abs().amax(dim=1) / 127.0).clamp(min=torch.finfo(torch.float32).tiny)
+        zeros = torch.zeros(weight.shape[0], dtype=torch.int32, device=weight.device)
+        return _baracuda.quantize_per_channel(weight, scale, zeros, 0, torch.int8, -127, 127), scale
 
     @classmethod
     @torch.no_grad()
     def from_float(cls, linear: nn.Linear, *, activation: Literal["dynamic", "static"] = "dynamic",
                    act_scale: float | None = None, name: str = "W8A8Linear") -> W8A8Linear:
-        """Quantize ``linear``'s weight per output channel: ``s[n] = max_k |W[n, k]| / 127``,
-        ``wq = clamp(round(W / s), -127, 127)`` (on ``linear``'s device, by the project's kernel)."""
+        """Quantize ``linear``'s weight per output channel (:meth:`quantize_weight`)."""
         _check(name, "linear", isinstance(linear, nn.Linear), "an nn.Linear", type(linear).__name__)
-        weight = linear.weight.detach().float().contiguous()
+        weight = linear.weight.detach()
         _check(name, "linear.weight", bool(torch.isfinite(weight).all()), "finite weights", "inf or NaN")
         module = cls(linear.in_features, linear.out_features, linear.bias is not None, activation=activation,
                      act_scale=act_scale, name=name).to(weight.device)
-        scale = (weight.abs().amax(dim=1) / 127.0).clamp(min=torch.finfo(torch.float32).tiny)
-        zeros = torch.zeros(linear.out_features, dtype=torch.int32, device=weight.device)
-        module.weight_q.copy_(_baracuda.quantize_per_channel(weight, scale, zeros, 0, torch.int8, -127, 127))
+        weight_q, scale = cls.quantize_weight(weight)
+        module.weight_q.copy_(weight_q)
         module.weight_scale.copy_(scale)
         if linear.bias is not None:
             module.bias.copy_(linear.bias.detach().float())
+        check_w8a8_scales(name, "", module.weight_q, module.weight_scale, module.act_scale)
         return module
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -220,9 +339,42 @@ class W8A8Linear(nn.Module):
         return _baracuda.smoothquant_linear(act_q, self.weight_q, self.weight_scale, self._act_scale, self.bias,
                                             x.dtype, True)
 
+    def state_dict_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """``{key: (shape, dtype)}`` of this layer's state dict (:func:`w8a8_state_dict_spec`)."""
+        return w8a8_state_dict_spec(self.in_features, self.out_features, self.bias is not None, self.activation)
+
+    def check_state_dict(self, state_dict: dict[str, torch.Tensor], prefix: str = "") -> None:
+        """Raise :class:`StateDictMismatch` naming the first key of ``state_dict`` under ``prefix`` that is
+        missing, unexpected (the other activation mode's) or of another shape or dtype
+        (:func:`check_w8a8_entries`); then check the scales (:func:`check_w8a8_scales`)."""
+        entries = {key[len(prefix):]: (tuple(value.shape), value.dtype) for key, value in state_dict.items()
+                   if key.startswith(prefix) and "." not in key[len(prefix):]}
+        check_w8a8_entries(self.name, prefix, self.state_dict_spec(), entries, self.activation)
+        check_w8a8_scales(self.name, prefix, state_dict[prefix + "weight_q"], state_dict[prefix + "weight_scale"],
+                          state_dict.get(prefix + "act_scale"))
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        self.check_state_dict(state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        self._act_scale = float(self.act_scale)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read the static activation scale into the Python float the forward passes to the op
+        (after the buffers were written other than through ``load_state_dict``, e.g. by a checkpoint loader)."""
+        if self.act_scale is not None and not self.act_scale.is_meta:
+            self._act_scale = float(self.act_scale)
+
+    def _apply(self, fn, recurse=True):
+        # `.to(dtype)` / `.half()` move the float32 scales and bias but keep their dtype: the epilogue is
+        # float32 (docs: README "W8A8 linear"), and a bf16 scale would change the numerics silently.
+        kept = {name: self._buffers[name] for name in _FLOAT32_BUFFERS if self._buffers.get(name) is not None}
+        super()._apply(fn, recurse)
+        for name, old in kept.items():
+            new = self._buffers[name]
+            if new.dtype != old.dtype:
+                self._buffers[name] = (torch.empty_like(old, device=new.device) if old.is_meta and not new.is_meta
+                                       else old.to(new.device))
+        return self
 
     def extra_repr(self) -> str:
         scale = f", act_scale={self._act_scale:.6g}" if self.activation == "static" else ""

@@ -14,7 +14,9 @@ __all__ = ["FakeQuantLinear", "prepare_qat", "compare_logits"]
 class FakeQuantLinear(nn.Linear):
     """``nn.Linear`` whose weight (per output channel, symmetric int8 [-127, 127], min-max) and input
     (per tensor, symmetric int8, moving average) pass through :class:`FakeQuantize` in ``forward``:
-    the W8A8 numerics seen during training, with straight-through gradients."""
+    the W8A8 numerics seen during training, with straight-through gradients. Each fake quantize is one
+    kernel forward and one backward (:func:`baracuda_numba.fake_quantize_per_channel`, the whole input
+    as one channel), after a one-pass range reduction when observing."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None) -> None:
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
