@@ -29,7 +29,8 @@ from .errors import BaracudaError, InvalidOperand, problem_message
 from .platform import SIMULATOR
 
 __all__ = ["ArrayArg", "KernelLauncher", "LaunchPair", "ParameterBlock", "array_values", "make_record_launch",
-           "record_bytes", "stream_handle", "synchronize", "torch_current_stream", "zero_words", "fill_words"]
+           "record_bytes", "stream_handle", "synchronize", "torch_current_stream", "zero_words", "fill_words",
+           "driver_memory"]
 
 # Each kernel parameter's struct code and size; parameters sit at their natural alignment, as in the
 # kernel's .param space (what cuLaunchKernel's CU_LAUNCH_PARAM_BUFFER_POINTER takes).
@@ -457,6 +458,17 @@ class _Driver:
         self.memset_d32_async = libcuda.cuMemsetD32Async
         self.memset_d32_async.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
         self.memset_d32_async.restype = ctypes.c_int
+        self.mem_alloc = libcuda.cuMemAlloc_v2
+        self.mem_alloc.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+        self.mem_alloc.restype = ctypes.c_int
+        self.mem_free = libcuda.cuMemFree_v2
+        self.mem_free.argtypes = [ctypes.c_uint64]
+        self.mem_free.restype = ctypes.c_int
+        self.memset_d32 = libcuda.cuMemsetD32_v2
+        self.memset_d32.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t]
+        self.memset_d32.restype = ctypes.c_int
+        self.ctx_synchronize = libcuda.cuCtxSynchronize
+        self.ctx_synchronize.restype = ctypes.c_int
 
     def set_max_dynamic_shared(self, function: int, nbytes: int, device_id: int) -> int:
         """Let ``function`` launch with up to ``nbytes`` of dynamic shared memory (a CUresult). numba
@@ -536,6 +548,47 @@ def fill_words(ptr: int, value: int, count: int, stream: int) -> None:
     error = _driver().memset_d32_async(ptr, value, count, stream)
     if error:
         raise BaracudaError(f"cuMemsetD32Async failed with CUresult {error}")
+
+
+def _in_context(device: int, call: Callable[[], Any]) -> Any:
+    """``call()`` with ``device``'s (primary) context current."""
+    if _driver().current_device() == device:
+        return call()
+    from numba import cuda
+
+    with cuda.gpus[device]:
+        return call()
+
+
+def _checked(status: int, what: str) -> None:
+    if status:
+        raise BaracudaError(f"{what} failed with CUresult {status}")
+
+
+def driver_memory() -> Any:
+    """:class:`~baracuda_numba.workspace.DeviceMemory` through the driver: ``cuMemAlloc`` (then zeroed),
+    ``cuMemFree``, ``cuStreamSynchronize`` and ``cuCtxSynchronize``, each in the device's context."""
+    from .workspace import DeviceMemory
+
+    def allocate(device: int, nbytes: int) -> int:
+        def call() -> int:
+            driver, pointer = _driver(), ctypes.c_uint64()
+            _checked(driver.mem_alloc(ctypes.byref(pointer), nbytes), f"cuMemAlloc({nbytes})")
+            _checked(driver.memset_d32(pointer.value, 0, nbytes // 4), "cuMemsetD32")
+            return pointer.value
+
+        return _in_context(device, call)
+
+    def free(device: int, pointer: int) -> None:
+        _in_context(device, lambda: _checked(_driver().mem_free(pointer), "cuMemFree"))
+
+    def synchronize_stream(device: int, stream: int) -> None:
+        _in_context(device, lambda: synchronize(stream))
+
+    def synchronize_device(device: int) -> None:
+        _in_context(device, lambda: _checked(_driver().ctx_synchronize(), "cuCtxSynchronize"))
+
+    return DeviceMemory(allocate, free, synchronize_stream, synchronize_device)
 
 
 @functools.cache

@@ -238,3 +238,63 @@ def test_capture_query_is_skipped_on_the_legacy_default_stream(monkeypatch):
     assert fast.capturing(0x7F00) and asked == [1]
     monkeypatch.delitem(sys.modules, "torch")
     assert not fast.capturing(0x7F00) and asked == [1]
+
+
+def test_eager_calls_share_their_streams_driver_buffer_and_captured_calls_keep_no_torch_memory():
+    """Where a W8A8 call's scratch memory comes from (``docs/design-linear.md``, "Graph capture"): eager calls on a
+    stream take that stream's buffer of :mod:`baracuda_numba.workspace` (driver memory, one for every plan on the
+    stream, never torch's caching allocator, whose blocks a warm-up under ``torch.compile(mode="reduce-overhead")``
+    puts in the graph's pool); a call being captured takes bytes of torch's allocator (the graph's pool) and keeps
+    no reference to them once it returns. The launches read the pointer of the buffer each was given."""
+    import gc
+    import struct
+    import weakref
+
+    torch = pytest.importorskip("torch")
+    from test_workspace import Memory
+
+    from baracuda_numba.plans.linear import quantized
+    from baracuda_numba.workspace import StreamWorkspaces
+
+    plans = [bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(m, 4096, 4096, "bf16", "bf16", False, True),
+                                           tuning=forced("two")) for m in (16, 4)]
+    memory = Memory()
+    workspaces = StreamWorkspaces(memory.memory())
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for plan in plans:
+            driver = _gpu_linear_plan(monkeypatch, plan)
+        monkeypatch.setattr(quantized, "stream_workspaces", lambda: workspaces)
+        monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))
+        monkeypatch.setattr(torch.Tensor, "get_device", lambda t: 0)
+        w, scales = torch.empty(4096, 4096, dtype=torch.int8), torch.empty(4096)
+        args = [bn.QuantizedLinearArgs(torch.empty(m, 4096, dtype=torch.bfloat16), w, scales,
+                                       torch.empty(m, 4096, dtype=torch.bfloat16)) for m in (16, 4)]
+
+        def launched_with(pointer):
+            return [struct.pack("<Q", pointer) in params for _, params in driver.calls]
+
+        for _ in range(2):
+            for plan, a in zip(plans, args, strict=True):
+                plan.run(a)
+        assert [e[0] for e in memory.events] == ["allocate"]  # one buffer, for the stream, both plans on it
+        buffer = memory.events[0][2]
+        assert all(launched_with(buffer)) and len(driver.calls) == 8
+        assert workspaces.held() == {(0, 0x77): 128 * 1024}
+
+        driver.calls.clear()
+        kept = []
+        real_empty = torch.empty
+
+        def graph_pool_bytes(*shape, **kwargs):  # the bytes a capture takes from torch's allocator
+            kwargs.pop("device")
+            tensor = real_empty(*shape, **kwargs)
+            kept.append(weakref.ref(tensor))
+            return tensor
+
+        monkeypatch.setattr(quantized, "capturing", lambda stream: True)
+        monkeypatch.setattr(torch, "empty", graph_pool_bytes)
+        plans[0].run(args[0])
+        gc.collect()
+        assert len(kept) == 1 and kept[0]() is None  # nothing of the graph's pool outlives the call
+        assert len(driver.calls) == 2 and not any(launched_with(buffer))
+        assert [e[0] for e in memory.events] == ["allocate"]  # the stream's buffer untouched

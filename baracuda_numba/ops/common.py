@@ -31,6 +31,9 @@ def clear_plan_cache() -> None:
     """Forget every cached plan (compiled kernels stay cached in the registry)."""
     select_plan.cache_clear()
     _FAST_PLANS.clear()
+    from .linear_bound import clear_bound_launches  # here: that module imports this one
+
+    clear_bound_launches()
 
 
 # Repeat calls on plain CUDA torch tensors skip adaptation, dtype resolution and plan lookup: the

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ..errors import InvalidProblem, problem_message
+from ..ops.linear_bound import BoundQuantizedLinear, bind_quantized_linear
 from . import ops as _ops  # registers torch.ops.baracuda
 
 __all__ = ["FakeQuantize", "W8A8Linear", "StateDictMismatch", "w8a8_state_dict_spec", "check_w8a8_scales",
@@ -299,6 +300,7 @@ class W8A8Linear(nn.Module):
         self.register_buffer("bias", torch.zeros(out_features, dtype=f32) if bias else None)
         self.register_buffer("act_scale", torch.tensor(float(act_scale), dtype=f32) if activation == "static" else None)
         self._act_scale = float(act_scale) if activation == "static" else None  # a constant for torch.compile
+        self._bound: BoundQuantizedLinear | None = None  # the eager call over the buffers (forward)
 
     @staticmethod
     def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -328,16 +330,37 @@ class W8A8Linear(nn.Module):
         return module
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (not torch.compiler.is_compiling() and type(x) is torch.Tensor
+                and not (x.requires_grad and torch.is_grad_enabled())):
+            # eager: the bound call, no custom-op dispatch (ops.linear_bound); rebound where a buffer was replaced
+            buffers, bound = self._buffers, self._bound
+            if (bound is None or bound.weight_q is not buffers["weight_q"]
+                    or bound.weight_scale is not buffers["weight_scale"] or bound.bias is not buffers["bias"]):
+                bound = self._bind()
+            return bound(x)
+        return self._op_forward(x)
+
+    def _op_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The forward through the custom ops (what ``torch.compile`` traces, and the full way of an eager call)."""
         if x.shape[-1] != self.in_features:
             raise InvalidProblem(problem_message(self.name, "x", f"[..., {self.in_features}]", tuple(x.shape)))
         if self.activation == "dynamic":
             # the buffers are written at load and by from_float, never by the kernel before a forward
-            return _baracuda.quantized_linear(x, self.weight_q, self.weight_scale, self.bias, True)
+            return _ops.quantized_linear(x, self.weight_q, self.weight_scale, self.bias, True)
         if x.dtype != torch.float64:  # the quantize and the GEMM in one call (one kernel at decode)
-            return _baracuda.quantized_linear(x, self.weight_q, self.weight_scale, self.bias, True, self._act_scale)
+            return _ops.quantized_linear(x, self.weight_q, self.weight_scale, self.bias, True, self._act_scale)
         act_q = _baracuda.quantize_per_tensor(x, self._act_scale, 0, torch.int8, -127, 127)
-        return _baracuda.smoothquant_linear(act_q, self.weight_q, self.weight_scale, self._act_scale, self.bias,
-                                            x.dtype, True)
+        return _ops.smoothquant_linear(act_q, self.weight_q, self.weight_scale, self._act_scale, self.bias, x.dtype,
+                                       True)
+
+    def _bind(self) -> BoundQuantizedLinear:
+        """The layer's eager call over its current buffers
+        (:func:`~baracuda_numba.ops.linear_bound.bind_quantized_linear`: a shape seen before launches its
+        remembered plan; any other call goes through :meth:`_op_forward`)."""
+        bound = bind_quantized_linear(self.weight_q, self.weight_scale, self.bias, static_weight=True,
+                                      act_scale=self._act_scale, fallback=self._op_forward, name=self.name)
+        self._bound = bound
+        return bound
 
     def state_dict_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """``{key: (shape, dtype)}`` of this layer's state dict (:func:`w8a8_state_dict_spec`)."""
@@ -363,6 +386,16 @@ class W8A8Linear(nn.Module):
         (after the buffers were written other than through ``load_state_dict``, e.g. by a checkpoint loader)."""
         if self.act_scale is not None and not self.act_scale.is_meta:
             self._act_scale = float(self.act_scale)
+        self._bound = None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_bound"] = None  # rebuilt by the first forward (it holds compiled launches)
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self.__dict__.setdefault("_bound", None)
 
     def _apply(self, fn, recurse=True):
         # `.to(dtype)` / `.half()` move the float32 scales and bias but keep their dtype: the epilogue is

@@ -14,6 +14,7 @@ from ...kernels.linear import gemm_kernel
 from ...launch import ArrayArg, KernelLauncher, array_values, fill_words, stream_handle, zero_words
 from ...platform import SIMULATOR
 from ...vocabulary import ElementKind
+from ...workspace import stream_workspaces
 from ..base import _torch_tensor_type, checked_operand, checked_scale
 from ..dynamic import (
     DynamicRangeMode,
@@ -31,7 +32,6 @@ from .problem import QuantizedLinearArgs, QuantizedLinearDescriptor
 __all__ = ["QuantizedLinearPlan"]
 
 _ZERO_F32 = np.float32(0.0)
-_STREAM_WORKSPACES = 16  # per plan: the streams whose workspace the plan keeps
 
 
 class QuantizedLinearPlan(LinearPlan):
@@ -49,7 +49,6 @@ class QuantizedLinearPlan(LinearPlan):
         self.spec = self._choose(self._quantizer.workspace_size())
         self._scale_element = ElementKind.F64 if d.input_element is ElementKind.F64 else ElementKind.F32
         self._scale_offset, self._quantizer_offset, _ = workspace_layout(d.m, d.k, d.input_element)
-        self._workspaces: dict[tuple[int, int], Any] = {}
         # static_activation, where the fused kernel does not run: x quantized with the given scale by the static
         # quantizer (x as whole 16-byte pieces), the GEMM its programmatic dependent as after the per-token one;
         # else by the per-tensor plan, then a fill of the row scales
@@ -115,21 +114,17 @@ class QuantizedLinearPlan(LinearPlan):
         return None if ptr % 16 else ptr
 
     def _stream_workspace(self, device: int, stream: int) -> int:
-        """The address of the plan's workspace for ``stream`` on ``device``, allocated (as a torch tensor,
-        on that stream) on first use and kept: launches on one stream run in order, so every eager call
-        on it may reuse the bytes. A call being captured into a CUDA graph gets bytes of its own from
-        the graph's pool (a graph may replay on another stream, next to eager calls on this one)."""
-        torch = sys.modules["torch"]
+        """The address of a workspace for an eager call on ``stream`` of ``device``: the stream's buffer in
+        :func:`~baracuda_numba.workspace.stream_workspaces` (driver memory every plan on the stream shares:
+        launches on one stream run in order). A call being captured into a CUDA graph gets bytes of the graph's
+        own pool instead, dropped at once: the caching allocator keeps a block allocated during a capture for the
+        graph's replays (a graph may replay on another stream, next to eager calls on this one), and a buffer
+        kept past the call would be a block of that pool no graph output owns, which
+        ``torch.compile(mode="reduce-overhead")`` refuses (``docs/design-linear.md``, "Graph capture")."""
         if capturing(stream):
-            # the caching allocator keeps a captured allocation's block for the graph's replays
+            torch = sys.modules["torch"]
             return torch.empty(self.workspace_size(), dtype=torch.uint8, device=torch.device("cuda", device)).data_ptr()
-        workspace = self._workspaces.get((device, stream))
-        if workspace is None:
-            workspace = torch.zeros(self.workspace_size(), dtype=torch.uint8, device=torch.device("cuda", device))
-            if len(self._workspaces) >= _STREAM_WORKSPACES:
-                self._workspaces.clear()  # freed blocks go back to their own stream's pool: still ordered
-            self._workspaces[(device, stream)] = workspace
-        return workspace.data_ptr()
+        return stream_workspaces().pointer(device, stream, self.workspace_size())
 
     def _bind(self, args: Any) -> tuple:
         if not isinstance(args, self.Args):
