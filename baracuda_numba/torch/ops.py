@@ -354,14 +354,18 @@ _LINEAR.define("smoothquant_linear(Tensor act_q, Tensor weight_q, Tensor weight_
 
 def _quantized_linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None,
                       static_weight: bool = False, act_scale: float | None = None) -> torch.Tensor:
+    if x.requires_grad and torch.is_grad_enabled():  # no autograd formula: the kernels see data, as the op's below
+        with torch.no_grad():
+            return _quantized_linear(x, weight_q, weight_scale, bias, static_weight, act_scale)
     return quantized_linear_tensors(_c(x), _c(weight_q), _c(weight_scale), None if bias is None else _c(bias),
                                     static_weight, act_scale)
 
 
 def _smoothquant_linear(act_q: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, act_scale: float,
                         bias: torch.Tensor | None, dtype: torch.dtype, static_weight: bool = False) -> torch.Tensor:
-    return bn.smoothquant_linear(_c(act_q), _c(weight_q), _c(weight_scale), act_scale,
-                                 bias=None if bias is None else _c(bias), dtype=dtype, static_weight=static_weight)
+    with torch.no_grad():
+        return bn.smoothquant_linear(_c(act_q), _c(weight_q), _c(weight_scale), act_scale,
+                                     bias=None if bias is None else _c(bias), dtype=dtype, static_weight=static_weight)
 
 
 for _key in ("CUDA", "CPU"):
