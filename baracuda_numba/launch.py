@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .cache import kernel_function
 from .errors import BaracudaError, InvalidOperand, problem_message
 from .platform import SIMULATOR
 
@@ -294,13 +295,8 @@ class KernelLauncher:
             from numba import cuda
 
             with self._lock, cuda.gpus[device_id]:
-                dispatcher = self._compile()
-                if hasattr(dispatcher, "kernel_handle"):  # loaded outside numba's dispatcher (kernels.linear.sm90a)
-                    function, static = dispatcher.kernel_handle()
-                else:
-                    overload = next(iter(dispatcher.overloads.values()))
-                    function = int(overload._codelibrary.get_cufunc().handle)
-                    static = overload.shared_mem_per_block
+                # from the disk cache where it holds the kernel, else compiled (and stored): baracuda_numba.cache
+                function, static = kernel_function(self._compile)
                 if self._shared_bytes and static + self._shared_bytes > _DEFAULT_SHARED_LIMIT:
                     # The attribute belongs to the function, which several launchers (plans of other
                     # shapes) share: allow all the device can give, not this launcher's bytes, so

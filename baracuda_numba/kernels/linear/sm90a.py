@@ -205,5 +205,9 @@ class HopperKernel:
             if module is None:
                 module = context.create_module_ptx(ptx)
                 self._modules[key] = module
-        function = module.get_function(_PTX_ENTRY.search(ptx).group(1))
+        function = module.get_function(self.entry_name())
         return int(function.handle), 0
+
+    def entry_name(self) -> str:
+        """The name of the kernel's entry point in its PTX."""
+        return _PTX_ENTRY.search(self.ptx()).group(1)

@@ -129,8 +129,8 @@ class LinearPlan(Plan):
         return choose(self.desc, self.device, self.tuning, self.pref, quantizer_workspace, self.name)
 
     def _build_launchers(self) -> None:
-        """A launcher per chosen variant; on a GPU the aligned one compiled now (so that the first, timed or
-        captured, call does not) and its parameter block packed for the fast path."""
+        """A launcher per chosen variant; on a GPU the aligned one loaded now (so that the first, timed or
+        captured, call does not compile) and its parameter block packed for the fast path."""
         self._launchers: dict[str, KernelLauncher] = {
             name: KernelLauncher(gemm_kernel(launch.config).compiled, 8, SCALARS, launch.shared_bytes,
                                  launch.dependent)
@@ -139,7 +139,10 @@ class LinearPlan(Plan):
         self._fast: FastPath | None = None
         self._fast_built = False
         if not SIMULATOR:
-            gemm_kernel(self.spec.variant(self.spec.aligned).config).compiled()
+            from numba import cuda
+
+            # loaded now (from the disk cache, or compiled), so that the first, timed or captured, call does not
+            self._launchers[self.spec.aligned]._function(cuda.get_current_device().id)
             self._install_fast_template()
 
     def sku(self) -> KernelSku:
