@@ -330,9 +330,9 @@ def _toolchain() -> dict[str, str]:
     except Exception as exc:  # no NVVM: nothing compiles either; the key says so
         found["nvvm"] = f"unavailable ({type(exc).__name__})"
     try:
-        from numba import cuda
+        from numba.cuda.cudadrv import driver
 
-        found["driver"] = ".".join(map(str, cuda.cudadrv.driver.driver.get_version()))
+        found["driver"] = ".".join(map(str, driver.driver.get_version()))
     except Exception as exc:
         found["driver"] = f"unavailable ({type(exc).__name__})"
     return found
