@@ -359,7 +359,7 @@ def kernel_cache() -> KernelCache:
 
 # -- what the launcher calls -----------------------------------------------------------------------
 
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()
 
 
 def kernel_identity(kernel: Any) -> str | None:
@@ -401,17 +401,34 @@ def kernel_function(compile_kernel: Callable[[], Any], cache: KernelCache | None
     hopper = hasattr(kernel, "kernel_handle")
     capability = tuple(cuda.get_current_device().compute_capability) + (("a",) if hopper else ())
     key = cache.key(identity, capability)
-    image = cache.load(key)
-    if image is not None:
-        cache.stats.hits += 1
-        return _load_image(image)
-    cache.stats.misses += 1
-    compiled = compile_kernel()
-    image = _image_of(compiled, hopper)
-    if image is not None:
-        with _LOCK:
-            cache.store(key, image)
-    return _compiled_function(compiled)
+    loaded_key = (key, _context_key())
+    with _LOCK:  # launchers of many plans share a kernel: loaded once per context
+        found = _LOADED.get(loaded_key)
+        if found is not None:
+            return found
+        image = cache.load(key)
+        if image is not None:
+            cache.stats.hits += 1
+            found = _load_image(image)
+        else:
+            cache.stats.misses += 1
+            compiled = compile_kernel()
+            image = _image_of(compiled, hopper)
+            if image is not None:
+                cache.store(key, image)
+            found = _compiled_function(compiled)
+        _LOADED[loaded_key] = found
+        return found
+
+
+_LOADED: dict[tuple[str, int], tuple[int, int]] = {}  # (entry, context) -> (handle, static shared bytes)
+
+
+def _context_key() -> int:
+    from numba import cuda
+
+    handle = cuda.current_context().handle
+    return int(getattr(handle, "value", handle) or 0)
 
 
 def _compiled_function(compiled: Any) -> tuple[int, int]:

@@ -142,6 +142,8 @@ def test_a_hit_loads_without_compiling_and_a_miss_compiles_then_stores(tmp_path,
     monkeypatch.setattr(kc, "_image_of", lambda built, hopper: built.image)
     monkeypatch.setattr(kc, "_compiled_function", lambda built: (0xF00, 48))
     monkeypatch.setattr(kc, "_load_image", lambda image: loaded.append(image) or (0xF01, 48))
+    contexts = iter(range(100))
+    monkeypatch.setattr(kc, "_context_key", lambda: next(contexts))  # each call another context (process)
     kernel = Kernel()
     assert kc.kernel_function(kernel.compiled, cache) == (0xF00, 48)
     assert compiled == [1] and loaded == [] and cache.stats.misses == 1 and cache.stats.stores == 1
@@ -154,6 +156,11 @@ def test_a_hit_loads_without_compiling_and_a_miss_compiles_then_stores(tmp_path,
     Kernel.py_func = staticmethod(lambda out: opaque)  # cannot be fingerprinted: compiled, not stored
     assert kc.kernel_function(Kernel().compiled, cache) == (0xF00, 48)
     assert compiled == [1, 1, 1] and cache.stats.uncacheable == 1 and cache.stats.stores == 1
+    monkeypatch.setattr(kc, "_context_key", lambda: -1)  # one context: a kernel loads once, whatever the launchers
+    Kernel.py_func = staticmethod(_factory(2.0, 1))
+    for _ in range(3):
+        assert kc.kernel_function(Kernel().compiled, cache) == (0xF01, 48)
+    assert cache.stats.hits == 2 and len(loaded) == 2
 
 
 _CHILD = r"""
