@@ -8,8 +8,10 @@ import torch
 from torch import nn
 
 from ..errors import InvalidProblem, problem_message
+from ..kernels.observer import ObserverConfig
 from ..ops.linear_bound import BoundQuantizedLinear, bind_quantized_linear
 from . import ops as _ops  # registers torch.ops.baracuda
+from .observer import RANGE_DTYPES, ObserverUpdate
 
 __all__ = ["FakeQuantize", "W8A8Linear", "StateDictMismatch", "w8a8_state_dict_spec", "check_w8a8_scales",
            "check_w8a8_entries"]
@@ -88,6 +90,7 @@ class FakeQuantize(nn.Module):
         self.register_buffer("observer_enabled", torch.tensor([1], dtype=torch.uint8))
         # The switches as host values: forward never reads a device buffer (a synchronisation each call).
         self._observing = self._fake_quantizing = True
+        self._update: ObserverUpdate | None = None  # the observer's one-launch update on CUDA tensors
 
     def enable_observer(self, enabled: bool = True) -> FakeQuantize:
         self.observer_enabled[0] = int(enabled)
@@ -130,6 +133,10 @@ class FakeQuantize(nn.Module):
             for name in ("scale", "zero_point", "min_val", "max_val"):
                 old = getattr(self, name)
                 setattr(self, name, old.new_empty(low.shape).fill_(old.flatten()[0]))
+        update = self._fused_update(low, high)
+        if update is not None:  # CUDA tensors: one launch (torch.observer)
+            update.update(low, high, self.min_val, self.max_val, self.scale, self.zero_point)
+            return
         if self.observer == "minmax":
             torch.minimum(self.min_val, low, out=self.min_val)
             torch.maximum(self.max_val, high, out=self.max_val)
@@ -139,6 +146,28 @@ class FakeQuantize(nn.Module):
             torch.where(first, low, self.min_val + c * (low - self.min_val), out=self.min_val)
             torch.where(first, high, self.max_val + c * (high - self.max_val), out=self.max_val)
         self._qparams(self.scale, self.zero_point)
+
+    def _fused_update(self, low: torch.Tensor, high: torch.Tensor) -> ObserverUpdate | None:
+        """The one-launch update for these extremes and buffers
+        (:class:`~baracuda_numba.torch.observer.ObserverUpdate`), or None where the PyTorch operations below run:
+        CPU tensors (whose division by a number differs from CUDA's), buffers no longer float32 / int32, and while
+        ``torch.compile`` traces."""
+        if not low.is_cuda or torch.compiler.is_compiling() or low.dtype not in RANGE_DTYPES:
+            return None
+        device = low.device
+        for buffer, dtype in ((self.min_val, torch.float32), (self.max_val, torch.float32),
+                              (self.scale, torch.float32), (self.zero_point, torch.int32)):
+            if buffer.dtype != dtype or buffer.device != device or not buffer.is_contiguous():
+                return None
+        count = low.numel()
+        found = self._update
+        if found is None or found.count != count or found.config.range_element is not RANGE_DTYPES[low.dtype]:
+            config = ObserverConfig(RANGE_DTYPES[low.dtype], self.observer == "moving_average", self.symmetric)
+            divisor = (self.q_max - self.q_min) / 2 if self.symmetric else float(self.q_max - self.q_min)
+            found = self._update = ObserverUpdate(config, count, self.averaging_constant, divisor, self.q_min,
+                                                  self.q_max, self._symmetric_zero_point,
+                                                  torch.finfo(torch.float32).eps)
+        return found
 
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scale, zero_point)`` from ``min_val`` / ``max_val`` (see the class docstring)."""
@@ -173,6 +202,15 @@ class FakeQuantize(nn.Module):
             return y.reshape(x.shape)
         return _ops.fake_quantize_with_grad("channel", x, self.scale, self.zero_point, self.ch_axis % x.dim(),
                                             self.q_min, self.q_max)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_update"] = None  # rebuilt by the next observed batch (it holds a kernel launcher)
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self.__dict__.setdefault("_update", None)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # Per-channel buffers take the saved size (they are sized on the first observed batch).
