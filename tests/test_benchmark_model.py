@@ -93,6 +93,7 @@ def test_fidelity_rows_compare_compiled_and_eager_logits():
     assert set(fidelity) == {bm.BF16, bm.EMULATED}
     for row in fidelity.values():  # aot_eager runs the same kernels: no difference
         assert row["status"] == "ok" and row["rel_error"] == 0 and row["top1_agreement"] == 1
+        assert row["rel_error_emulated_casts"] == 0
 
 
 def test_markdown_tables_of_every_section():
@@ -107,14 +108,15 @@ def test_markdown_tables_of_every_section():
             {"section": "projections", "model": bm.DYNAMIC, "tokens": 16, "projections": 56, "ms": 0.7,
              "speedup_vs_bf16": 1.4, "status": "ok"},
             {"section": "host", "layer": "nn.Linear", "shape": "4096x4096", "tokens": 1, "us": 18.5, "status": "ok"},
-            {"section": "fidelity", "model": bm.EMULATED, "rel_error": 0.012, "top1_agreement": 0.99, "status": "ok"}]
+            {"section": "fidelity", "model": bm.EMULATED, "rel_error": 0.012, "top1_agreement": 0.99,
+             "rel_error_emulated_casts": 0.0005, "status": "ok"}]
     text = bm.markdown(rows)
     assert "Model benchmark on GPU: a Llama of 4 layers" in text
     assert "| bf16 | compile | 16 | 2.000 | 8000 | 1.00 | 12.5 | ok |" in text
     assert "**failed**: RuntimeError: a / b" in text
     assert "| W8A8 dynamic | 4 x 512 | 8.00 | 256000 | 1.10 | ok |" in text
     assert "| W8A8 dynamic | 16 | 56 | 0.700 | 1.40 | ok |" in text
-    assert "| nn.Linear | 4096x4096 | 1 | 18.5 | ok |" in text and "| W8A8 emulated (PyTorch) | 1.200e-02 | 0.9900 | ok |" in text
+    assert "| nn.Linear | 4096x4096 | 1 | 18.5 | ok |" in text and "| W8A8 emulated (PyTorch) | 1.200e-02 | 0.9900 | 5.000e-04 | ok |" in text
 
 
 def test_bench_command_passes_its_options_to_the_benchmark():
