@@ -129,9 +129,9 @@ def test_tensors_and_operands_take_the_one_fast_launch(variant, m, n, k, bias, d
     """``torch.Tensor`` operands (``plan.run``'s flattened checks: CPU tensors posing as CUDA ones here), operands
     adapted from tensors (what the op functions pass on a first call) and ``run_trusted`` (their remembered calls)
     end in the one fast launch: the same bytes, grids and order at the same pointers, the two launches through the
-    LaunchPair first and one compiled call after (``fast.linear_launch``), or the one kernel. The tensor path
-    declines, launching nothing, every operand the checked path must look at, and a fused call being captured where
-    the two launches are the faster on the GPU."""
+    LaunchPair first and one compiled call after (``_launch_jit.linear_pair_launch``), or the one kernel. The tensor
+    path declines, launching nothing, every operand the checked path must look at, and a fused call being captured
+    where the two launches are the faster on the GPU."""
     torch = pytest.importorskip("torch")
     from baracuda_numba.plans.linear import fast
 

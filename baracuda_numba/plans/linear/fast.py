@@ -15,7 +15,7 @@ its ``launch(x_ptr, w_ptr, s_ptr, b_ptr, o_ptr, device, ws_ptr, act_scale)``, wh
 Each returns False, having launched nothing, where the checked path must decide (an operand off its
 alignment, a workspace that does not qualify, the fused kernel under graph capture where the two launches
 are the faster). The launches go on PyTorch's current stream; the quantizer and the GEMM are one compiled
-call once both kernels are loaded (:func:`linear_launch`).
+call once both kernels are loaded (:func:`~baracuda_numba._launch_jit.linear_pair_launch`).
 """
 
 from __future__ import annotations
@@ -30,31 +30,9 @@ from ...launch import LaunchPair
 from ...platform import SIMULATOR
 from ...vocabulary import ElementKind
 
-__all__ = ["FastPath", "fast_path", "capturing", "linear_launch"]
+__all__ = ["FastPath", "fast_path", "capturing"]
 
 _ZERO_F32 = np.float32(0.0)
-
-
-@functools.cache
-def linear_launch(pair_launch: Any) -> Any:
-    """The W8A8 linear's two launches (the per-token quantizer, then the GEMM) as one compiled call through
-    ``pair_launch`` (:func:`~baracuda_numba.launch.make_pair_launch` of a driver), the kernels' pointers derived
-    from the operands' in compiled code: ``launch(device, stream, x, workspace, weight, weight_scale, bias, out,
-    layout, q_record, record) -> status`` (``pair_launch``'s). ``layout`` (int64): the quantizer's function,
-    blocks and threads, the GEMM's, then the offsets of the row scales and of the zero point in the workspace;
-    the records: the two kernels' launch records."""
-    from numba import njit
-
-    @njit(nogil=True)
-    def launch(device, stream, x, workspace, weight, weight_scale, bias, out, layout, q_record,
-               record):  # pragma: no cover (compiled)
-        scales = workspace + layout[6]
-        return pair_launch(device, stream, layout[0], layout[1], layout[2], q_record,
-                           (x, x, workspace, workspace, scales, workspace + layout[7]), (0.0,),
-                           layout[3], layout[4], layout[5], record,
-                           (workspace, workspace, weight, weight, scales, weight_scale, bias, out), (np.float32(0.0),))
-
-    return launch
 
 
 def capturing(stream: int) -> bool:
@@ -125,21 +103,22 @@ def _launch_function(plan: Any, launching: Any, stream_of: Any) -> Any:
     pair = LaunchPair(q_launcher, launcher)
     q_functions, q_params, functions, params = (q_launcher._functions, q_launcher.params, launcher._functions,
                                                 launcher.params)
-    layouts: dict[int, np.ndarray] = {}  # per device: linear_launch's layout, once both kernels are loaded
-    compiled: list = [None, None]  # linear_launch's entry point, and the driver's pair launch it calls
+    layouts: dict[int, np.ndarray] = {}  # per device: linear_pair_launch's layout, once both kernels are loaded
+    compiled: list = [None, None]  # linear_pair_launch's entry point, and the driver whose entry points it takes
 
     def launch_pair(x_ptr, w_ptr, s_ptr, b_ptr, o_ptr, device, ws_ptr, act_scale) -> bool:
         stream = stream_of(device)
         ws_ptr = plan._stream_workspace(device, stream) if ws_ptr is None else ws_ptr
         layout = layouts.get(device)
         if layout is not None:
-            pair_launch = launching._driver().launch_pair
-            if compiled[1] is not pair_launch:
-                compiled[0] = launching.compiled_entry(linear_launch(pair_launch), (
-                    device, stream, x_ptr, ws_ptr, w_ptr, s_ptr, b_ptr, o_ptr, layout, q_params.record, params.record))
-                compiled[1] = pair_launch
-            status = compiled[0](device, stream, x_ptr, ws_ptr, w_ptr, s_ptr, b_ptr, o_ptr, layout, q_params.record,
-                                 params.record)
+            driver = launching._driver()
+            if compiled[1] is not driver:
+                compiled[0] = launching.compiled_entry(launching._jit().linear_pair_launch, (
+                    driver.entry_points, device, stream, x_ptr, ws_ptr, w_ptr, s_ptr, b_ptr, o_ptr, layout,
+                    q_params.record, params.record))
+                compiled[1] = driver
+            status = compiled[0](driver.entry_points, device, stream, x_ptr, ws_ptr, w_ptr, s_ptr, b_ptr, o_ptr,
+                                 layout, q_params.record, params.record)
             if status == 0:
                 return True
             if status > 0:
