@@ -499,6 +499,9 @@ def driver_memory() -> Any:
             driver, pointer = _driver(), ctypes.c_uint64()
             _checked(driver.mem_alloc(ctypes.byref(pointer), nbytes), f"cuMemAlloc({nbytes})")
             _checked(driver.memset_d32(pointer.value, 0, nbytes // 4), "cuMemsetD32")
+            # the memset runs on the legacy stream, which a non-blocking stream does not wait for: done before any
+            # kernel on the caller's stream may write the buffer
+            _checked(driver.ctx_synchronize(), "cuCtxSynchronize")
             return pointer.value
 
         return _in_context(device, call)
