@@ -20,6 +20,7 @@ from baracuda_numba.ops import linear_bound  # noqa: E402
 from baracuda_numba.plans.linear import quantized  # noqa: E402
 from baracuda_numba.torch import W8A8Linear  # noqa: E402
 from baracuda_numba.workspace import StreamWorkspaces  # noqa: E402
+from tests.conftest import SIMULATOR  # noqa: E402
 
 VARIANTS = {"two launches": ("dynamic", "two"), "fused": ("dynamic", "fused"), "static": ("static", "two"),
             "static fused": ("static", "fused")}
@@ -182,3 +183,33 @@ def test_an_eager_layer_call_is_a_few_python_frames(fake_cuda):
     assert len(ours) <= 12, ours
     assert not any("ops" in name or "quantized_linear" in name for name in ours), ours
     assert len(driver.calls) == 2 * 3  # every call after the first launched its two kernels
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR, reason="needs a real GPU: CUDA tensors, the compiled launches")
+@pytest.mark.parametrize("activation", ["dynamic", "static"])
+def test_gpu_bound_calls_and_op_calls_give_the_bits_of_the_full_way(activation):
+    """On CUDA tensors: a layer's repeat eager calls (its bound plan), the op's repeat calls (what compiled code
+    runs) and the op functions' full way give the same bits, at decode and prefill shapes, with and without a
+    bias, on the default stream and on a side stream."""
+    import baracuda_numba as bn
+
+    g = torch.Generator(device="cuda").manual_seed(2)
+    op = torch.ops.baracuda.quantized_linear.default
+    for n, k, bias in ((512, 512, True), (1024, 512, False), (512, 1024, True)):
+        linear = torch.nn.Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16)
+        layer = W8A8Linear.from_float(linear, activation=activation, act_scale=0.05)
+        a = layer._act_scale
+        for m in (1, 4, 64, 300):
+            x = torch.randn(m, k, device="cuda", generator=g, dtype=torch.bfloat16)
+            expected = bn.quantized_linear(x, layer.weight_q, layer.weight_scale, bias=layer.bias,
+                                           static_weight=True, act_scale=a)
+            stream = torch.cuda.Stream()
+            with torch.no_grad():
+                for _ in range(3):
+                    assert torch.equal(layer(x), expected), (n, k, m)
+                    assert torch.equal(op(x, layer.weight_q, layer.weight_scale, layer.bias, True, a), expected)
+                with torch.cuda.stream(stream):
+                    got = layer(x)
+                torch.cuda.current_stream().wait_stream(stream)
+                assert torch.equal(got, expected), (n, k, m, "side stream")
