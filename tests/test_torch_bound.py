@@ -209,6 +209,7 @@ def test_gpu_bound_calls_and_op_calls_give_the_bits_of_the_full_way(activation):
                 for _ in range(3):
                     assert torch.equal(layer(x), expected), (n, k, m)
                     assert torch.equal(op(x, layer.weight_q, layer.weight_scale, layer.bias, True, a), expected)
+                stream.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(stream):
                     got = layer(x)
                 torch.cuda.current_stream().wait_stream(stream)
