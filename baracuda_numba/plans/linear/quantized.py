@@ -62,10 +62,20 @@ class QuantizedLinearPlan(LinearPlan):
                                                     (np.int64, np.int64, np.float32), dependent=static.dependent)
         self._build_launchers()
         if self.spec.capture_unfused and not SIMULATOR:
-            # a captured call launches the two kernels: loaded now, not while a graph is captured
+            # a captured call launches the two kernels (the checked path's quantizer, static or per token, then the
+            # GEMM): loaded now, not while a graph is captured, though eager calls only ever ran the fused kernel
             from numba import cuda
 
-            self._launchers["skinny_vector"]._function(cuda.get_current_device().id)
+            device = cuda.get_current_device().id
+            self._launchers["skinny_vector"]._function(device)
+            if not d.static_activation:
+                quantizer = self._quantizer.segment_launch_fast(0, 0, 0, 0)[0]
+            elif self._static_quantizer is not None:
+                quantizer = self._static_quantizer
+            else:  # the per-tensor plan's kernel
+                quantizer = getattr(self._tensor_quantizer, "_launcher", None)
+            if quantizer is not None:
+                quantizer._function(device)
 
     def _install_fast_template(self) -> None:
         super()._install_fast_template()
