@@ -12,25 +12,28 @@ __all__ = ["catalog_records", "render_json", "render_markdown", "write_catalog"]
 
 
 def catalog_records() -> list[dict]:
-    """One JSON-ready record per registered SKU, in registration order."""
+    """One JSON-ready record per registered SKU, in registration order: one per entry, and one per kernel
+    variant of an entry that has several (the W8A8 GEMM's)."""
     records = []
     for entry in registry.entries():
-        sku, guarantee = entry.sku, entry.sku.precision_guarantee
-        records.append({
-            "kind": entry.kind.name,
-            "kind_value": int(entry.kind),
-            "input_element": entry.input_element.short,
-            "output_element": entry.output_element.short,
-            "sku": str(sku),
-            "kernel": entry.kernel_name,
-            "scale_mode": entry.scales,
-            "math_precision": guarantee.math_precision.value,
-            "accumulator": guarantee.accumulator.short,
-            "bit_stable_on_same_hardware": guarantee.bit_stable_on_same_hardware,
-            "deterministic": guarantee.deterministic,
-            "arch": sku.arch.value,
-            "backend": sku.backend.value,
-        })
+        variants = getattr(entry, "variants", ())
+        for kernel, sku in ([(v.name, v.sku) for v in variants] or [(entry.kernel_name, entry.sku)]):
+            guarantee = sku.precision_guarantee
+            records.append({
+                "kind": entry.kind.name,
+                "kind_value": int(entry.kind),
+                "input_element": entry.input_element.short,
+                "output_element": entry.output_element.short,
+                "sku": str(sku),
+                "kernel": kernel,
+                "scale_mode": entry.scales,
+                "math_precision": guarantee.math_precision.value,
+                "accumulator": guarantee.accumulator.short,
+                "bit_stable_on_same_hardware": guarantee.bit_stable_on_same_hardware,
+                "deterministic": guarantee.deterministic,
+                "arch": sku.arch.value,
+                "backend": sku.backend.value,
+            })
     return records
 
 

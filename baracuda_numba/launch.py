@@ -1,13 +1,14 @@
 """Kernel launches with the least host work, and stream resolution.
 
 On a GPU a compiled kernel is launched with one ``cuLaunchKernel`` call, made from numba-compiled
-CPU code (:func:`make_record_launch`): it copies a parameter buffer packed at plan selection (numba's
+CPU code (:func:`~baracuda_numba._launch_jit.launch_record`, cached on disk by numba): it copies a parameter
+buffer packed at plan selection (numba's
 array ABI: ``meminfo, parent, nitems, itemsize, data, shape, strides`` for each 1-D array, then the
 scalars), writes the pointers and scalars of the call into it and hands it to the driver through
 ``extra``. That skips numba's per-call typing and argument wrapping (~45 us per launch) and Python's
 per-parameter work. The handle launched is the kernel's ``CUfunction`` in the device's context, resolved
-once (:data:`CONTEXT_FUNCTIONS`). The frame the driver reads lives on the compiled function's stack. Each launcher
-calls that compiled function through the entry point numba compiled for its argument types (:data:`ENTRY_POINTS`),
+once. The frame the driver reads lives on the compiled function's stack. Each launcher
+calls that compiled function through the entry point numba compiled for its argument types,
 and two launches that always go together (the W8A8 linear's quantizer and GEMM) are made by one compiled call
 (:class:`LaunchPair`). Under the simulator the
 numba dispatcher is called with NumPy arrays wrapped so that aliasing views are not copied apart.
@@ -25,11 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from .cache import kernel_function
 from .errors import BaracudaError, InvalidOperand, problem_message
 from .platform import SIMULATOR
 
-__all__ = ["ArrayArg", "KernelLauncher", "LaunchPair", "ParameterBlock", "array_values", "make_record_launch",
-           "record_bytes", "stream_handle", "synchronize", "torch_current_stream", "zero_words", "fill_words"]
+__all__ = ["ArrayArg", "KernelLauncher", "LaunchPair", "ParameterBlock", "DriverLaunches", "array_values",
+           "function_address", "record_bytes", "stream_handle", "synchronize", "torch_current_stream", "zero_words",
+           "fill_words", "driver_memory"]
 
 # Each kernel parameter's struct code and size; parameters sit at their natural alignment, as in the
 # kernel's .param space (what cuLaunchKernel's CU_LAUNCH_PARAM_BUFFER_POINTER takes).
@@ -52,18 +55,12 @@ _PROGRAMMATIC_STREAM_SERIALIZATION = 6
 _STACK_FRAME_WORDS = 512  # a launch frame up to this many words lives on the compiled launch's stack
 _NO_FLOATS = (0.0,)  # the floats of a launch that patches none (the record says how many it reads)
 _NO_INTS = (0,)
-# Launch the CUfunction of the current context (cuKernelGetFunction, resolved once per device) rather than
-# the context-independent CUkernel that numba's library load gives, which the driver must map to the
-# current context's function at each launch. H100 host, benchmarks/probe_launch_handle.py (session 18,
-# two runs, each alternating both handles twice): QuantizePerTensorPlan.run 8.3-8.4 -> 7.5 us, the
-# two-launch QuantizedLinearPlan.run 14.7-15.0 -> 13.5-13.7 us, quantized_linear() 21.7-22.2 -> 20.5 us.
-CONTEXT_FUNCTIONS = True
-# Call the compiled launch through the entry point numba compiled for the call's argument types, resolved once
-# per launcher, rather than through its dispatcher, which types every argument and looks the overload up at
-# each call (0.40 -> 0.20 us a call on a CPU host, with a stand-in driver). H100 host, best of 7 interleaved rounds
-# (benchmarks/probe_launch_params.py, session 29 call 3), dispatcher -> entry point: launch_patched 5.34 -> 4.07 us,
-# QuantizePerTensorPlan.run 8.43 -> 7.42, quantize_per_tensor() 12.09 -> 11.30.
-ENTRY_POINTS = True
+# Every launch takes the CUfunction of the current context (cuKernelGetFunction, resolved once per device) rather
+# than the context-independent CUkernel that numba's library load gives, which the driver must map to the
+# current context's function at each launch: about 1 us less a launch on an H100 host. And each launcher calls
+# the compiled launch through the entry point numba compiled for the call's argument types, resolved once per
+# launcher, rather than through its dispatcher, which types every argument and looks the overload up at each call
+# (about 1 us a launch on an H100 host). docs/design-linear.md, "The launch path", has the measurements.
 
 
 class ArrayArg(tuple):
@@ -83,7 +80,8 @@ class ParameterBlock:
 
     ``set_template`` packs a full set of values once and names the parameters every call rewrites:
     int64 ones (pointers, grid steps) and scalars of one float type. :attr:`record` is then the
-    launch record of :func:`launch_record`, which copies the buffer and patches those parameters.
+    launch record of :func:`~baracuda_numba._launch_jit.launch_record`, which copies the buffer and patches those
+    parameters.
     """
 
     def __init__(self, n_arrays: int, scalar_types: Sequence[type]) -> None:
@@ -135,7 +133,7 @@ class ParameterBlock:
 
 def record_bytes(record: np.ndarray, ints: Sequence[int] = (), floats: Sequence[float] = ()) -> bytes:
     """The parameter bytes a launch of ``record`` patched with ``ints`` and ``floats`` hands the driver
-    (what :func:`launch_record` builds, in Python: for tests and tools)."""
+    (what :func:`~baracuda_numba._launch_jit.launch_record` builds, in Python: for tests and tools)."""
     block = record[record[_BUFFER_AT]:].copy()
     n_ints, n_floats = int(record[_N_INTS]), int(record[_N_FLOATS])
     int_at = record[_HEADER:_HEADER + n_ints]
@@ -147,123 +145,43 @@ def record_bytes(record: np.ndarray, ints: Sequence[int] = (), floats: Sequence[
     return block.tobytes()[:record[_SIZE]]
 
 
-def _stack_words(count: int) -> Any:
-    """A numba intrinsic ``() -> CPointer(uint64)``: ``count`` words on the calling compiled function's stack
-    (an ``alloca`` in its entry block), alive until it returns."""
-    from llvmlite import ir
-    from numba.core import cgutils, types
-    from numba.core.extending import intrinsic
+@functools.cache
+def _jit() -> Any:
+    """The compiled launches (:mod:`baracuda_numba._launch_jit`, imported on the first GPU launch)."""
+    from . import _launch_jit
 
-    @intrinsic
-    def stack_words(typingctx: Any) -> Any:  # pragma: no cover (typing)
-        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-            return cgutils.alloca_once(builder, ir.IntType(64), size=count)
-
-        return types.CPointer(types.uint64)(), codegen
-
-    return stack_words
+    return _launch_jit
 
 
-def make_record_launch(launch_kernel: Any, launch_kernel_ex: Any, ctx_get_device: Any, release_gil: bool = True,
-                       stack_words: int = _STACK_FRAME_WORDS) -> Any:
-    """The hot path of every launch, compiled by numba for the CPU: ``launch(function, device, blocks,
-    threads, stream, record, ints, floats) -> status``.
+class DriverLaunches:
+    """The compiled launches over a driver's entry points (:attr:`entry_points`: the addresses of
+    ``cuLaunchKernel``, ``cuLaunchKernelEx`` and ``cuCtxGetDevice``, uint64): ``launch_record(function, device,
+    blocks, threads, stream, record, ints, floats) -> status`` (:func:`~baracuda_numba._launch_jit.launch_record`:
+    checks that ``device``'s context is current, skipped for ``device < 0``; copies the record's parameter buffer,
+    patches ``ints`` and ``floats`` in, and launches it through ``extra`` on a 1-D grid, a dependent record with
+    programmatic stream serialization; status the CUresult, or -1 when another device's context is current) and
+    ``launch_pair(device, stream, function, blocks, threads, record, ints, floats, function2, ...)`` (two of them
+    from one call). Through numba's dispatcher: the hot paths call the entry points numba compiled for their
+    argument types (:func:`compiled_entry`), with :attr:`entry_points` first."""
 
-    It checks that ``device``'s context is current (skipped for ``device < 0``), copies the record's
-    parameter buffer, writes ``ints`` and ``floats`` into the parameters the record names, and calls
-    ``cuLaunchKernel`` with the buffer through ``extra`` on a 1-D grid; a dependent record goes through
-    ``cuLaunchKernelEx`` with programmatic stream serialization allowed (the kernel may start before the
-    previous kernel on the stream completes, and waits for it with ``griddepcontrol.wait``). Status:
-    the CUresult, or -1 when ``device``'s context is not current (nothing launched). Everything lives
-    in locals, so threads need no lock. ``launch_kernel`` / ``launch_kernel_ex`` / ``ctx_get_device``:
-    ctypes functions with the driver's signatures, every handle and pointer as ``c_uint64``;
-    ``release_gil``: other Python threads may run while the driver call is made; ``stack_words`` (at most
-    ``_STACK_FRAME_WORDS``): the largest frame built on the stack (0: every frame on the heap, for probes).
-    """
-    from numba import carray, njit
+    entry_points: np.ndarray
 
-    stack_frame, stack_word = _stack_words(_STACK_FRAME_WORDS), _stack_words(1)
-    stack_limit = min(stack_words, _STACK_FRAME_WORDS)
+    def launch_record(self, *args: Any) -> int:
+        return _jit().launch_record(self.entry_points, *args)
 
-    @njit(nogil=release_gil)
-    def launch(function, device, blocks, threads, stream, record, ints, floats):  # pragma: no cover (compiled)
-        if device >= 0:
-            current = carray(stack_word(), 1).view(np.int32)  # the device ordinal lands in word 0
-            if ctx_get_device(current.ctypes.data) != 0 or current[0] != device:
-                return -1
-        n_ints = record[_N_INTS]
-        n_floats = record[_N_FLOATS]
-        # One block of words holds everything the driver reads: `extra`, the buffer size, the launch
-        # config, then the parameter buffer; on the stack where it fits (a heap array and its release
-        # cost a launch pair 0.12 us on a CPU host). A heap frame is used again after the call, so that
-        # numba does not free it (after the last use of its variable) before the driver has read it.
-        buffer_at = record[_BUFFER_AT]
-        words = _FRAME_WORDS + record.size - buffer_at
-        frame = carray(stack_frame(), words) if words <= stack_limit else np.empty(words, np.uint64)
-        block = frame[_FRAME_WORDS:]
-        block[:] = record[buffer_at:]
-        for k in range(n_ints):
-            block[record[_HEADER + k]] = ints[k]
-        float_at = _HEADER + n_ints
-        if record[_FLOAT32]:
-            as_float32 = block.view(np.float32)
-            for k in range(n_floats):
-                as_float32[record[float_at + k]] = floats[k]
-        else:
-            as_float64 = block.view(np.float64)
-            for k in range(n_floats):
-                as_float64[record[float_at + k]] = floats[k]
-        base = frame.ctypes.data
-        frame[0] = 1  # CU_LAUNCH_PARAM_BUFFER_POINTER
-        frame[1] = base + 8 * _FRAME_WORDS
-        frame[2] = 2  # CU_LAUNCH_PARAM_BUFFER_SIZE
-        frame[3] = base + 8 * 5  # the size, word 5
-        frame[4] = 0  # CU_LAUNCH_PARAM_END
-        frame[5] = record[_SIZE]
-        if record[_DEPENDENT]:
-            config = frame[_CONFIG_AT:_FRAME_WORDS]
-            config[:] = 0
-            words = config.view(np.uint32)  # little-endian: word 2i is the low half of uint64 i
-            words[0], words[1], words[2] = blocks, 1, 1  # grid
-            words[3], words[4], words[5] = threads, 1, 1  # block
-            words[6] = record[_SHARED]
-            config[4] = stream
-            config[5] = base + 8 * (_CONFIG_AT + _CONFIG_WORDS)  # the attribute that follows
-            config[6] = 1
-            words[2 * _CONFIG_WORDS] = _PROGRAMMATIC_STREAM_SERIALIZATION
-            words[2 * _CONFIG_WORDS + 2] = 1  # programmaticStreamSerializationAllowed
-            status = launch_kernel_ex(base + 8 * _CONFIG_AT, function, 0, base)
-        else:
-            status = launch_kernel(function, blocks, 1, 1, threads, 1, 1, record[_SHARED], stream, 0, base)
-        return status if frame[0] == 1 else -2  # (frame[0] stays 1: the use keeps `frame` alive)
-
-    return launch
+    def launch_pair(self, *args: Any) -> int:
+        return _jit().launch_pair(self.entry_points, *args)
 
 
-def make_pair_launch(launch: Any) -> Any:
-    """``launch_pair(device, stream, function, blocks, threads, record, ints, floats, function2, blocks2, threads2,
-    record2, ints2, floats2) -> status``: two launches of ``launch`` (:func:`make_record_launch`) on one stream
-    from one compiled call, the second after the first; the device check is the first's. Status: the first's
-    when it is not 0 (nothing launched), else the second's."""
-    from numba import njit
-
-    @njit(nogil=True)
-    def launch_pair(device, stream, function, blocks, threads, record, ints, floats, function2, blocks2, threads2,
-                    record2, ints2, floats2):  # pragma: no cover (compiled)
-        status = launch(function, device, blocks, threads, stream, record, ints, floats)
-        if status != 0:
-            return status
-        return launch(function2, -1, blocks2, threads2, stream, record2, ints2, floats2)
-
-    return launch_pair
+def function_address(function: Any) -> int:
+    """The address of a ctypes function (a driver entry point, or a test's callback)."""
+    return ctypes.cast(function, ctypes.c_void_p).value or 0
 
 
 def compiled_entry(dispatcher: Any, args: Sequence[Any]) -> Any:
-    """``dispatcher``'s compiled entry point for arguments of the types of ``args`` (compiled on first use), or
-    the dispatcher itself without :data:`ENTRY_POINTS`. The entry point converts each argument to its compiled
-    type without checking it; a tuple of another length raises."""
-    if not ENTRY_POINTS:
-        return dispatcher
+    """``dispatcher``'s compiled entry point for arguments of the types of ``args`` (compiled on first use). The
+    entry point converts each argument to its compiled type without checking it; a tuple of another length
+    raises."""
     from numba import typeof
 
     return dispatcher.compile(tuple(typeof(value) for value in args))
@@ -301,13 +219,8 @@ class KernelLauncher:
             from numba import cuda
 
             with self._lock, cuda.gpus[device_id]:
-                dispatcher = self._compile()
-                if hasattr(dispatcher, "kernel_handle"):  # loaded outside numba's dispatcher (kernels.hopper)
-                    function, static = dispatcher.kernel_handle()
-                else:
-                    overload = next(iter(dispatcher.overloads.values()))
-                    function = int(overload._codelibrary.get_cufunc().handle)
-                    static = overload.shared_mem_per_block
+                # from the disk cache where it holds the kernel, else compiled (and stored): baracuda_numba.cache
+                function, static = kernel_function(self._compile)
                 if self._shared_bytes and static + self._shared_bytes > _DEFAULT_SHARED_LIMIT:
                     # The attribute belongs to the function, which several launchers (plans of other
                     # shapes) share: allow all the device can give, not this launcher's bytes, so
@@ -320,8 +233,7 @@ class KernelLauncher:
                     if error:
                         raise BaracudaError(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, "
                                             f"{allowed}) failed with CUresult {error}")
-                if CONTEXT_FUNCTIONS:
-                    function = _driver().context_function(function)
+                function = _driver().context_function(function)
                 self._functions[device_id] = function
         return function
 
@@ -345,16 +257,20 @@ class KernelLauncher:
                        device_id: int = 0) -> None:
         """Launch the template (:meth:`set_template`) with its patched int64 parameters set to ``ints``
         and its floats to ``floats`` (tuples, each of one type). The hot path of every fast call: one
-        compiled call (:func:`make_record_launch`) when the kernel is loaded and its device current."""
+        compiled call (:func:`~baracuda_numba._launch_jit.launch_record`) when the kernel is loaded and its device
+        current."""
         function = self._functions.get(device_id)
         floats = floats or _NO_FLOATS
         if function is not None:
             driver = _driver()
-            if self._entry_of is not driver.launch_record:
-                self._entry = compiled_entry(driver.launch_record, (function, device_id, blocks, threads, stream,
-                                                                    self.params.record, ints, floats))
-                self._entry_of = driver.launch_record
-            status = self._entry(function, device_id, blocks, threads, stream, self.params.record, ints, floats)
+            entry = self._entry
+            if self._entry_of is not driver:
+                entry = self._entry = compiled_entry(_jit().launch_record, (
+                    driver.entry_points, function, device_id, blocks, threads, stream, self.params.record, ints,
+                    floats))
+                self._entry_of = driver
+            status = entry(driver.entry_points, function, device_id, blocks, threads, stream, self.params.record,
+                           ints, floats)
             if status == 0:
                 return
             if status > 0:
@@ -392,10 +308,10 @@ class KernelLauncher:
 
 class LaunchPair:
     """Two patched launches (:meth:`KernelLauncher.launch_patched`) on one stream, ``first`` then ``second``, made
-    from one compiled call (:func:`make_pair_launch`) when both kernels are loaded and the device's context is
-    current: one entry from Python instead of two (H100 host, session 29 call 3: the W8A8 linear's quantizer and
-    GEMM 7.36 -> 7.05 us, best of 7 rounds). Each call passes each launch's arguments of the same types as the
-    first call did."""
+    from one compiled call (:func:`~baracuda_numba._launch_jit.launch_pair`) when both kernels are loaded and the
+    device's context is
+    current: one entry from Python instead of two (0.3 us less host time for the W8A8 linear's quantizer and GEMM
+    on an H100 host). Each call passes each launch's arguments of the same types as the first call did."""
 
     def __init__(self, first: KernelLauncher, second: KernelLauncher) -> None:
         self.first, self.second = first, second
@@ -410,11 +326,11 @@ class LaunchPair:
         function, function2 = first._functions.get(device_id), second._functions.get(device_id)
         floats, floats2 = floats or _NO_FLOATS, floats2 or _NO_FLOATS
         if function is not None and function2 is not None:
-            pair = _driver().launch_pair
-            args = (device_id, stream, function, blocks, threads, first.params.record, ints, floats, function2,
-                    blocks2, threads2, second.params.record, ints2, floats2)
-            if self._entry_of is not pair:
-                self._entry, self._entry_of = compiled_entry(pair, args), pair
+            driver = _driver()
+            args = (driver.entry_points, device_id, stream, function, blocks, threads, first.params.record, ints,
+                    floats, function2, blocks2, threads2, second.params.record, ints2, floats2)
+            if self._entry_of is not driver:
+                self._entry, self._entry_of = compiled_entry(_jit().launch_pair, args), driver
             status = self._entry(*args)
             if status == 0:
                 return
@@ -433,20 +349,19 @@ def array_values(ptr: int, nitems: int, itemsize: int) -> tuple[int, ...]:
     return (0, 0, nitems, itemsize, ptr, nitems, itemsize)
 
 
-class _Driver:
+class _Driver(DriverLaunches):
     """The driver entry points, through ctypes (loaded on first use). Launches go through
-    :func:`make_record_launch`, which calls ``cuLaunchKernel`` from compiled code: 5.9 us a launch on
-    an H100 host, against 7.8 us for the Python-level patch and cuda.bindings call it replaced and
-    5.0-5.5 us for cuda.bindings' call alone (``benchmarks/host_floor.py``, 2026-11-23).
+    :func:`~baracuda_numba._launch_jit.launch_record`, which calls ``cuLaunchKernel`` from compiled code: 5.9 us a
+    launch on an H100 host, against 7.8 us for a Python-level patch and a cuda.bindings call, and 5.0-5.5 us for
+    cuda.bindings' call alone.
     """
 
     def __init__(self) -> None:
         libcuda = ctypes.CDLL("libcuda.so.1")
-        launch_kernel = _entry_point(libcuda, "cuLaunchKernel", _LAUNCH_KERNEL)
-        launch_kernel_ex = _entry_point(libcuda, "cuLaunchKernelEx", _LAUNCH_KERNEL_EX)
-        ctx_get_device = _entry_point(libcuda, "cuCtxGetDevice", _CTX_GET_DEVICE)
-        self.launch_record = make_record_launch(launch_kernel, launch_kernel_ex, ctx_get_device)
-        self.launch_pair = make_pair_launch(self.launch_record)
+        self._entries = (_entry_point(libcuda, "cuLaunchKernel", _LAUNCH_KERNEL),
+                         _entry_point(libcuda, "cuLaunchKernelEx", _LAUNCH_KERNEL_EX),
+                         _entry_point(libcuda, "cuCtxGetDevice", _CTX_GET_DEVICE))
+        self.entry_points = np.array([function_address(f) for f in self._entries], np.uint64)
         self.stream_synchronize = libcuda.cuStreamSynchronize
         self.stream_synchronize.argtypes = [ctypes.c_void_p]
         self.stream_synchronize.restype = ctypes.c_int
@@ -467,6 +382,17 @@ class _Driver:
         self.memset_d32_async = libcuda.cuMemsetD32Async
         self.memset_d32_async.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
         self.memset_d32_async.restype = ctypes.c_int
+        self.mem_alloc = libcuda.cuMemAlloc_v2
+        self.mem_alloc.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+        self.mem_alloc.restype = ctypes.c_int
+        self.mem_free = libcuda.cuMemFree_v2
+        self.mem_free.argtypes = [ctypes.c_uint64]
+        self.mem_free.restype = ctypes.c_int
+        self.memset_d32 = libcuda.cuMemsetD32_v2
+        self.memset_d32.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t]
+        self.memset_d32.restype = ctypes.c_int
+        self.ctx_synchronize = libcuda.cuCtxSynchronize
+        self.ctx_synchronize.restype = ctypes.c_int
 
     def set_max_dynamic_shared(self, function: int, nbytes: int, device_id: int) -> int:
         """Let ``function`` launch with up to ``nbytes`` of dynamic shared memory (a CUresult). numba
@@ -504,8 +430,8 @@ _PROC_ADDRESS_VERSION = 12000  # the CUDA version whose flavour of each entry po
 def _entry_point(libcuda: ctypes.CDLL, name: str, prototype: Any) -> Any:
     """``name`` as a ctypes function of ``prototype``: the pointer ``cuGetProcAddress`` gives (what
     cuda.bindings calls), else the exported symbol. On an H100 host the exported ``cuLaunchKernel``
-    took 7.2 us a launch through ctypes where cuda.bindings' call took 4.6-4.9 us. (Session 29: on driver
-    580, CUDA 13.0, the `cuLaunchKernel` pointers for CUDA 12.0 to 13.0 and the exported one are one function.)"""
+    took 7.2 us a launch through ctypes where cuda.bindings' call took 4.6-4.9 us. (On driver 580, CUDA 13.0, the
+    ``cuLaunchKernel`` pointers for CUDA 12.0 to 13.0 and the exported one are one function.)"""
     address = ctypes.c_void_p()
     for symbol, extra in (("cuGetProcAddress_v2", (None,)), ("cuGetProcAddress", ())):
         try:
@@ -546,6 +472,50 @@ def fill_words(ptr: int, value: int, count: int, stream: int) -> None:
     error = _driver().memset_d32_async(ptr, value, count, stream)
     if error:
         raise BaracudaError(f"cuMemsetD32Async failed with CUresult {error}")
+
+
+def _in_context(device: int, call: Callable[[], Any]) -> Any:
+    """``call()`` with ``device``'s (primary) context current."""
+    if _driver().current_device() == device:
+        return call()
+    from numba import cuda
+
+    with cuda.gpus[device]:
+        return call()
+
+
+def _checked(status: int, what: str) -> None:
+    if status:
+        raise BaracudaError(f"{what} failed with CUresult {status}")
+
+
+def driver_memory() -> Any:
+    """:class:`~baracuda_numba.workspace.DeviceMemory` through the driver: ``cuMemAlloc`` (then zeroed),
+    ``cuMemFree``, ``cuStreamSynchronize`` and ``cuCtxSynchronize``, each in the device's context."""
+    from .workspace import DeviceMemory
+
+    def allocate(device: int, nbytes: int) -> int:
+        def call() -> int:
+            driver, pointer = _driver(), ctypes.c_uint64()
+            _checked(driver.mem_alloc(ctypes.byref(pointer), nbytes), f"cuMemAlloc({nbytes})")
+            _checked(driver.memset_d32(pointer.value, 0, nbytes // 4), "cuMemsetD32")
+            # the memset runs on the legacy stream, which a non-blocking stream does not wait for: done before any
+            # kernel on the caller's stream may write the buffer
+            _checked(driver.ctx_synchronize(), "cuCtxSynchronize")
+            return pointer.value
+
+        return _in_context(device, call)
+
+    def free(device: int, pointer: int) -> None:
+        _in_context(device, lambda: _checked(_driver().mem_free(pointer), "cuMemFree"))
+
+    def synchronize_stream(device: int, stream: int) -> None:
+        _in_context(device, lambda: synchronize(stream))
+
+    def synchronize_device(device: int) -> None:
+        _in_context(device, lambda: _checked(_driver().ctx_synchronize(), "cuCtxSynchronize"))
+
+    return DeviceMemory(allocate, free, synchronize_stream, synchronize_device)
 
 
 @functools.cache

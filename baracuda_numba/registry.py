@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .errors import Unsupported
 from .kernels.dynamic import DynamicKernels, dynamic_kernels
 from .kernels.elementwise import ElementwiseKernel, ElementwiseOp, ScaleMode, elementwise_kernel
-from .kernels.linear import TILE_THREADS, linear_kernel
+from .kernels.linear import TILE_THREADS
 from .kernels.packed import PACKED_ELEMENTS, dequantize_kernel, dynamic_kernel, pack_kernel, quantize_kernel
 from .platform import SIMULATOR
 from .vocabulary import (
@@ -32,7 +32,8 @@ from .vocabulary import (
     QuantizeKind,
 )
 
-__all__ = ["LaunchPolicy", "Entry", "RegistryEntry", "DynamicRangeEntry", "LinearEntry", "PackedEntry", "lookup",
+__all__ = ["LaunchPolicy", "Entry", "RegistryEntry", "DynamicRangeEntry", "LinearEntry", "LinearVariant",
+           "PackedEntry", "lookup",
            "entries", "FLOAT_ELEMENTS", "INT_ELEMENTS", "FP8_ELEMENTS", "PACKED_ELEMENTS"]
 
 FLOAT_ELEMENTS = (ElementKind.F32, ElementKind.F64, ElementKind.F16, ElementKind.BF16)
@@ -71,7 +72,7 @@ STREAM_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(128, 1024)
 TENSOR_DEQUANTIZE_POLICY = LaunchPolicy(32, 2, 1) if SIMULATOR else LaunchPolicy(128, 4096, 1)
 # Per-token and per-group quantize to integers: a grid of up to 128 blocks of 256 threads per SM, between the
 # resident grid (512 x 32) and the short-block one (128 x 1024). H100, tune_elementwise --variants grid, 2^28
-# elements in rows of 4096, copy 3010 GB/s (session 20), 512 x 32 / 128 x 1024 -> 256 x 128: group 128 bf16
+# elements in rows of 4096, copy 3010 GB/s, 512 x 32 / 128 x 1024 -> 256 x 128: group 128 bf16
 # 90.4 / 90.0 -> 92.7% of copy, group 128 f32 91.0 / 93.2 -> 94.3%, token bf16 93.9 / 89.1 -> 95.2%.
 SEGMENT_QUANTIZE_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(256, 128)
 # Per-channel dequantize and quantize backward along the last axis, chunks of at most four elements (f32,
@@ -161,18 +162,37 @@ class DynamicRangeEntry(Entry):
 
 
 @dataclass(frozen=True)
+class LinearVariant:
+    """One kernel of the W8A8 GEMM family (``docs/design-linear.md``): its ``name`` in the plans
+    (:meth:`~baracuda_numba.plans.linear.LinearPlan.kernel_variant`), what it is, and its SKU."""
+
+    name: str
+    description: str
+    sku: KernelSku
+
+
+@dataclass(frozen=True)
 class LinearEntry(Entry):
-    """W8A8 linear: the tensor-core int8 GEMM with its float32 epilogue (``kernels``). Keyed
-    ``(QUANTIZED_LINEAR, x element, output element)`` for the dynamic per-token form and
-    ``(QUANTIZED_LINEAR, s8, output element)`` for SmoothQuant's pre-quantized activations."""
+    """W8A8 linear: the tensor-core int8 GEMM with its float32 epilogue. Keyed ``(QUANTIZED_LINEAR, x element,
+    output element)`` for the dynamic per-token form and ``(QUANTIZED_LINEAR, s8, output element)`` for
+    SmoothQuant's pre-quantized activations; ``variants`` lists its kernels (which one runs is the plans' choice,
+    :func:`~baracuda_numba.plans.linear.choose`), the entry's own SKU is the portable family's."""
 
     policy: LaunchPolicy
     kernel_name: str = "w8a8_gemm"
     scales: str = "token x channel"
+    variants: tuple[LinearVariant, ...] = ()
 
-    def kernel(self, has_bias: bool, skinny: bool = False) -> ElementwiseKernel:
-        """The tiled GEMM, or the skinny one for decode-like ``M``."""
-        return linear_kernel(self.output_element, has_bias, self.input_element is ElementKind.S8, skinny)
+    def variant(self, name: str) -> LinearVariant:
+        """The variant called ``name``; :class:`Unsupported` listing them when there is none."""
+        for variant in self.variants:
+            if variant.name == name:
+                return variant
+        raise Unsupported(f"{self.kind.name}: variant expected one of [{', '.join(v.name for v in self.variants)}], "
+                          f"got {name}")
+
+    def variant_sku(self, name: str) -> KernelSku:
+        return self.variant(name).sku
 
 
 @dataclass(frozen=True)
@@ -218,18 +238,38 @@ def _packed_entries() -> Iterator[Entry]:
                 yield RegistryEntry(kind, f, p, _sku(kind, f, p), op, f, b, f, ScaleMode.ROWS, ELEMENTWISE_POLICY)
 
 
-def _linear_sku(input_element: ElementKind, output_element: ElementKind) -> KernelSku:
+# The W8A8 GEMM's kernels: (name, what it is, the architecture it is built for: mma.sync and cp.async need
+# sm_80; the decode kernels that launch as programmatic dependents use griddepcontrol, sm_90; wgmma is sm_90a).
+_LINEAR_VARIANTS = (
+    ("tiled", "register-staged tiles, any alignment and K", ArchSku.SM80),
+    ("pipelined", "cp.async stages and ldmatrix, aligned operands", ArchSku.SM80),
+    ("wgmma", "Hopper warpgroup MMA from a swizzled shared-memory ring, aligned operands", ArchSku.SM90A),
+    ("skinny", "decode: the weight streamed once, any alignment", ArchSku.SM80),
+    ("skinny_vector", "decode: the weight streamed once, aligned operands, a programmatic dependent", ArchSku.SM90),
+    ("fused", "decode: x quantized per token by every block, then the weight streamed once", ArchSku.SM90),
+)
+
+
+def _linear_sku(input_element: ElementKind, output_element: ElementKind, arch: ArchSku = ArchSku.SM80,
+                variant: str | None = None) -> KernelSku:
     guarantee = PrecisionGuarantee(MathPrecision.INT32, ElementKind.I32, True, True)
     return KernelSku(OpCategory.QUANTIZATION, QuantizeKind.QUANTIZED_LINEAR, input_element, output_element,
-                     "row.col", "scale_bias_f32", ArchSku.SM80, BackendKind.BESPOKE, guarantee)
+                     "row.col", "scale_bias_f32", arch, BackendKind.BESPOKE, guarantee, variant)
+
+
+def _linear_entry(input_element: ElementKind, output_element: ElementKind, scales: str) -> LinearEntry:
+    variants = tuple(LinearVariant(name, description, _linear_sku(input_element, output_element, arch, name))
+                     for name, description, arch in _LINEAR_VARIANTS
+                     if name != "fused" or input_element is not ElementKind.S8)
+    return LinearEntry(QuantizeKind.QUANTIZED_LINEAR, input_element, output_element,
+                       _linear_sku(input_element, output_element), LINEAR_POLICY, scales=scales, variants=variants)
 
 
 def _linear_entries() -> Iterator[LinearEntry]:
     for f in FLOAT_ELEMENTS:
-        yield LinearEntry(QuantizeKind.QUANTIZED_LINEAR, f, f, _linear_sku(f, f), LINEAR_POLICY)
+        yield _linear_entry(f, f, "token x channel")
     for f in FLOAT_ELEMENTS:
-        yield LinearEntry(QuantizeKind.QUANTIZED_LINEAR, ElementKind.S8, f, _linear_sku(ElementKind.S8, f),
-                          LINEAR_POLICY, scales="tensor x channel")
+        yield _linear_entry(ElementKind.S8, f, "tensor x channel")
 
 
 def _sku(kind: QuantizeKind, element: ElementKind, aux: ElementKind | None) -> KernelSku:

@@ -222,10 +222,12 @@ class MathPrecision(enum.Enum):
 
 
 class ArchSku(enum.Enum):
-    """Minimum architecture a kernel is built for."""
+    """Minimum architecture a kernel is built for (``SM90``: it uses programmatic dependent launch,
+    ``griddepcontrol``; ``SM90A``: Hopper-specific instructions such as ``wgmma``)."""
 
     SM80 = "sm80"
     SM89 = "sm89"
+    SM90 = "sm90"
     SM90A = "sm90a"
 
 
@@ -258,7 +260,8 @@ class PrecisionGuarantee:
 
 @dataclass(frozen=True)
 class KernelSku:
-    """Identity of a registered kernel: what it computes, on what, and how precisely."""
+    """Identity of a registered kernel: what it computes, on what, and how precisely; ``variant`` names one
+    kernel of a family that has several for the same key (the W8A8 GEMM's ``tiled``, ``wgmma``, ...)."""
 
     category: OpCategory
     op: QuantizeKind
@@ -269,6 +272,7 @@ class KernelSku:
     arch: ArchSku
     backend: BackendKind
     precision_guarantee: PrecisionGuarantee
+    variant: str | None = None
 
     def __str__(self) -> str:
         pair = self.element.short + (f"->{self.aux_element.short}" if self.aux_element else "")
@@ -277,12 +281,21 @@ class KernelSku:
             parts.append(self.layout)
         if self.epilogue:
             parts.append(self.epilogue)
+        if self.variant:
+            parts.append(self.variant)
         return "/".join(parts)
 
 
 @dataclass(frozen=True)
 class PlanPreference:
-    """What the caller allows a plan to use (mirrors the Rust ``PlanPreference``)."""
+    """What the caller allows a plan to use (mirrors the Rust ``PlanPreference``).
+
+    ``max_workspace_bytes``: plans consider only kernels whose workspace fits (None: no limit), else
+    :class:`~baracuda_numba.errors.Unsupported`; ``allow_sm90a``: Hopper-specific (sm_90a) kernels may be chosen
+    (False: the portable ones, with the same bits); ``prefer_backend``: the backend the plan must take (None: its
+    own choice), :class:`~baracuda_numba.errors.Unsupported` where it has no kernel of that backend. The W8A8 plans
+    read all three; ``plan.sku()`` names what was chosen.
+    """
 
     max_workspace_bytes: int | None = None
     allow_sm90a: bool = True

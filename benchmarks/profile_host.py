@@ -1,8 +1,7 @@
 """Where the host time of the fast calls goes, by Python function, on a GPU: ``python benchmarks/profile_host.py``.
 
 cProfile of ``plan.run`` (the fast path), ``quantize_per_tensor()``, ``quantize_per_token()`` (with and
-without zero points), ``dynamic_range_quantize()`` and ``quantized_linear()`` on small CUDA torch tensors;
-``host_floor.py`` times the layers underneath.
+without zero points), ``dynamic_range_quantize()`` and ``quantized_linear()`` on small CUDA torch tensors.
 """
 
 import cProfile

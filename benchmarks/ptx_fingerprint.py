@@ -1,45 +1,102 @@
-"""Fingerprint of the generated PTX, per kernel family, compiled for sm_90 without a GPU.
+"""Fingerprints of the generated PTX, per kernel family, compiled for sm_90 (sm_90a for the warpgroup kernel)
+without a GPU. Needs NVVM (the cu12 / cu13 extra), not a driver:
 
-Two checkouts with the same fingerprint for a family run byte-identical device code, so a host-side
-or refactoring change can be shown not to touch kernels that passed on the GPU. Needs NVVM (the
-cu12 / cu13 extra), not a driver:
+    NUMBA_ENABLE_CUDASIM=0 python -m benchmarks.ptx_fingerprint [--families linear ...] [--full] [--dump DIR]
 
-    NUMBA_ENABLE_CUDASIM=0 python benchmarks/ptx_fingerprint.py
+Two checkouts with the same fingerprint for a family generate the same device code for it, so a host-side
+change or a refactoring can be shown not to touch kernels that passed on the GPU. Kernel names (and the mangled
+names numba derives from their module) and numba's shared-array numbering are normalised away: the bodies are
+compared. The W8A8 family's kernels are the configurations :func:`~baracuda_numba.plans.linear.choose` picks on an
+H100 (with and without sm_90a, and with 114 and 66 SMs) over a grid of shapes, dtypes and flags; by default one
+configuration per kernel body (the output element, bias and row scale varied on one body per kind), ``--full``
+every one (hours of compiling). ``--dump DIR`` writes each kernel's normalised PTX there, named by the kernel,
+for a diff between checkouts.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import itertools
 import os
+import re
+from dataclasses import replace
+from pathlib import Path
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
 
 from numba import cuda
 
 from baracuda_numba import registry
-from baracuda_numba.kernels.linear import linear_kernel
+from baracuda_numba.kernels.linear import Output, WarpgroupConfig, gemm_kernel
+from baracuda_numba.plans.linear import H100_SXM, H100_TUNING, choose
+from baracuda_numba.vocabulary import ElementKind
+
+FLOATS = (ElementKind.F32, ElementKind.F64, ElementKind.F16, ElementKind.BF16)
+MS = (1, 2, 3, 4, 5, 8, 12, 16, 17, 32, 48, 64, 65, 128, 256, 2048, 4096)
+NS = (8, 40, 264, 4096, 4224, 5120, 6144, 8192, 9520, 11008, 14336, 28672)
+KS = (100, 144, 1040, 2064, 4096, 8192, 11008)
 
 
-def _ptx(kernel) -> bytes:
-    ptx, _ = cuda.compile_ptx(kernel.py_func, kernel.signature, cc=(9, 0))
-    return ptx.encode()
+def normalise(ptx: str) -> str:
+    """``ptx`` with mangled names and shared-array numbers replaced by their order of appearance."""
+    names: dict[str, str] = {}
+    ptx = re.sub(r"_ZN\w+", lambda m: names.setdefault(m.group(0), f"NAME{len(names)}"), ptx)
+    arrays: dict[str, str] = {}
+    return re.sub(r"_cudapy_smem_\d+", lambda m: arrays.setdefault(m.group(0), f"SMEM{len(arrays)}"), ptx)
 
 
-def fingerprints() -> dict[str, tuple[int, str]]:
-    """``family -> (kernel count, sha256 of their PTX in registration order)``."""
-    digests: dict[str, hashlib._Hash] = {}
-    counts: dict[str, int] = {}
+def ptx_of(kernel) -> str:
+    if hasattr(kernel, "ptx"):  # the warpgroup kernel: sm_90a
+        return kernel.ptx()
+    ptx, _ = cuda.compile_ptx(kernel.py_func, kernel.signature, cc=(9, 0), **dict(getattr(kernel, "options", ())))
+    return ptx
 
-    def add(family: str, ptx: bytes) -> None:
-        digests.setdefault(family, hashlib.sha256()).update(ptx)
-        counts[family] = counts.get(family, 0) + 1
 
+def linear_configs(full: bool = False) -> list:
+    """The W8A8 kernel configurations the chooser picks over the grid, in a fixed order; without ``full`` one per
+    kernel body, plus every output of one body of each kind."""
+    import baracuda_numba as bn
+
+    devices = [H100_SXM, replace(H100_SXM, sm90a=False), replace(H100_SXM, multiprocessors=114),
+               replace(H100_SXM, multiprocessors=66, sm90a=False)]
+    found: dict = {}
+    for device, m, n, k in itertools.product(devices, MS, NS, KS):
+        if m > 64 and (n, k) not in ((264, 144), (4096, 4096), (11008, 4096), (4096, 11008)):
+            continue
+        descs = [bn.SmoothQuantLinearDescriptor(m, n, k, out, bool(m % 2), static)
+                 for out in FLOATS for static in (False, True)]
+        descs += [bn.QuantizedLinearDescriptor(m, n, k, x, x, bool(k % 2), static, act)
+                  for x in FLOATS for static in (False, True) for act in (False, True) if not (act and x.itemsize > 4)]
+        for desc in descs:
+            spec = choose(desc, device, H100_TUNING)
+            for _, launch in spec.variants:
+                found.setdefault(launch.config.name, launch.config)
+            if spec.static_quantizer is not None:
+                found.setdefault(spec.static_quantizer.config.name, spec.static_quantizer.config)
+    configs = [found[name] for name in sorted(found)]
+    if full:
+        return configs
+    bodies: dict = {}
+    outputs: dict = {}
+    for config in configs:
+        output = getattr(config, "output", None)
+        body = replace(config, output=Output(ElementKind.F32)) if output is not None else config
+        if isinstance(config, WarpgroupConfig) and config.dependent:
+            body = replace(body, output=Output(ElementKind.F32, per_tensor_rows=config.wait_first))
+        bodies.setdefault(body, config)
+        outputs.setdefault((type(config).__name__, output), config)
+    return sorted({c.name: c for c in (*bodies.values(), *outputs.values())}.values(), key=lambda c: c.name)
+
+
+def registered_kernels():
+    """``(family, name, kernel)`` of every registered non-linear kernel, in registration order."""
     for entry in registry.entries():
         # FP8 kernels are families of their own, so the integer families' hashes stay comparable.
         if isinstance(entry, registry.RegistryEntry):
             for uniform in (True, False):
-                add("elementwise" + ("_fp8" if entry.grid else ""), _ptx(entry.kernel(uniform)))
+                kernel = entry.kernel(uniform)
+                yield "elementwise" + ("_fp8" if entry.grid else ""), kernel.py_func.__name__, kernel
         elif isinstance(entry, registry.DynamicRangeEntry):
             fp8 = entry.output_element.is_fp8
             for symmetric in (True,) if fp8 else (True, False):
@@ -47,12 +104,50 @@ def fingerprints() -> dict[str, tuple[int, str]]:
                 for name in sorted(vars(kernels)):
                     kernel = getattr(kernels, name)
                     if hasattr(kernel, "py_func") and hasattr(kernel, "signature"):
-                        add("dynamic" + ("_fp8" if fp8 else ""), _ptx(kernel))
-    for variant in itertools.product(registry.FLOAT_ELEMENTS, (False, True), (False, True), (False, True)):
-        add("linear", _ptx(linear_kernel(*variant)))  # output, bias, per-tensor rows, skinny
+                        yield "dynamic" + ("_fp8" if fp8 else ""), kernel.py_func.__name__, kernel
+
+
+def fingerprints(families: set[str] | None = None, full: bool = False, dump: Path | None = None):
+    """``family -> (kernel count, sha256 of their normalised PTX in order)``."""
+    digests: dict[str, hashlib._Hash] = {}
+    counts: dict[str, int] = {}
+
+    def kernels():
+        yield from registered_kernels()
+        if families is None or "linear" in families:
+            for config in linear_configs(full):
+                yield "linear", config.name, gemm_kernel(config)
+
+    for family, name, kernel in kernels():
+        if families is not None and family not in families:
+            continue
+        ptx = normalise(ptx_of(kernel))
+        if dump is not None:
+            (dump / f"{family}-{name}.ptx").write_text(ptx)
+        digests.setdefault(family, hashlib.sha256()).update(ptx.encode())
+        counts[family] = counts.get(family, 0) + 1
     return {family: (counts[family], digest.hexdigest()) for family, digest in digests.items()}
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--families", nargs="+", default=None,
+                        help="elementwise, elementwise_fp8, dynamic, dynamic_fp8, linear (default: all)")
+    parser.add_argument("--full", action="store_true", help="every W8A8 configuration chosen, not one per body")
+    parser.add_argument("--dump", type=Path, default=None, help="write each kernel's normalised PTX here")
+    parser.add_argument("--list", action="store_true", help="only list the W8A8 configurations")
+    args = parser.parse_args(argv)
+    if args.list:
+        for config in linear_configs(args.full):
+            print(config.name)
+        return 0
+    if args.dump is not None:
+        args.dump.mkdir(parents=True, exist_ok=True)
+    for family, (count, digest) in fingerprints(set(args.families) if args.families else None, args.full,
+                                                args.dump).items():
+        print(f"{family:16s} {count:4d} kernels  {digest}", flush=True)
+    return 0
+
+
 if __name__ == "__main__":
-    for family, (count, digest) in fingerprints().items():
-        print(f"{family:12s} {count:4d} kernels  {digest}")
+    raise SystemExit(main())

@@ -75,7 +75,7 @@ VARIANTS = {  # name -> TUNING fields (the rest default); staged last: the riski
     "res k2 t256 lb5": dict(resident_keep=2, resident_threads=256, resident_min_blocks=5),
     "res k4 t128 lb10": dict(resident_keep=4, resident_threads=128, resident_min_blocks=10),
     # the resident grid's cap: at 72 registers 7 blocks of 128 threads fit an SM, so 7 / SM is one wave
-    # with no tail (the default 32 / SM makes 4.6 waves, ncu session 19)
+    # with no tail (32 / SM makes 4.6 waves, by ncu)
     "res 7/SM": dict(resident_blocks_per_sm=7),
     "res 14/SM": dict(resident_blocks_per_sm=14),
     "res 21/SM": dict(resident_blocks_per_sm=21),
@@ -95,7 +95,7 @@ VARIANTS = {  # name -> TUNING fields (the rest default); staged last: the riski
 }
 # the resident grid's cap, its stores (streaming past L2 as shipped) and its next-row prefetch
 VARIANTS.update({
-    "session 19": dict(resident_blocks_per_sm=32, segment_streaming_stores=False),  # with "no prefetch" below
+    "plain 32/SM": dict(resident_blocks_per_sm=32, segment_streaming_stores=False),  # with "no prefetch" below
     "32/SM": dict(resident_blocks_per_sm=32),
     "64/SM": dict(resident_blocks_per_sm=64),
     "96/SM": dict(resident_blocks_per_sm=96),
@@ -108,13 +108,13 @@ VARIANTS.update({
 # also set TUNING fields above
 MODULE_VARIANTS = {"tensor cached stores": {"TENSOR_STREAMING_STORES": False},
                    "load hint": {"LOAD_HINT": True},
-                   "session 19": {"RESIDENT_PREFETCH_ROWS": 0},
+                   "plain 32/SM": {"RESIDENT_PREFETCH_ROWS": 0},
                    "no prefetch": {"RESIDENT_PREFETCH_ROWS": 0},
                    "prefetch 2": {"RESIDENT_PREFETCH_ROWS": 2}}
 for name in MODULE_VARIANTS:
     VARIANTS.setdefault(name, {})
 SEGMENT_CASES = ("token", "token_asym", "group128", "token_e4m3")
-FAMILY_CASES = {"res": SEGMENT_CASES, "stg": SEGMENT_CASES, "session": SEGMENT_CASES, "cached": SEGMENT_CASES,
+FAMILY_CASES = {"res": SEGMENT_CASES, "stg": SEGMENT_CASES, "plain": SEGMENT_CASES, "cached": SEGMENT_CASES,
                 "lb8": SEGMENT_CASES, "no": SEGMENT_CASES, "prefetch": SEGMENT_CASES, "tensor": ("tensor",),
                 "columns": ("channel0", "channel0_asym")}  # what each variant family changes
 
@@ -249,7 +249,7 @@ def main() -> None:
     if args.old_root:
         path = f"/tmp/tune_dynamic_old_{os.getpid()}.json"
         # The other checkout first: this checkout's root is usually on PYTHONPATH too, and whichever
-        # comes first is imported (session 5 compared this checkout with itself that way).
+        # comes first is imported (else this checkout would be compared with itself).
         here = os.path.abspath(os.path.dirname(os.path.dirname(__file__)))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [os.path.abspath(args.old_root)]

@@ -9,8 +9,8 @@ x blocks per SM for the one-pass dynamic kernel; the elementwise fake-quantize p
 tracking kernel and the shift kernels at ``elementwise.POW2_UNROLL`` 1, 2, 4. ``--ptxas``: only the
 registers per thread of every variant, compiled for sm_90 without a GPU. ``--sections`` picks the
 sweeps, ``--only`` the public-API rows; ``--api-only`` times the public functions only (what an older
-checkout has too: run it with that checkout on ``PYTHONPATH`` to time the old kernels in the same
-session).
+checkout has too: run it with that checkout on ``PYTHONPATH`` to time the old kernels on the same
+machine).
 
 Bytes counted: bf16 in + nibbles out (2.5 bytes per element) for quantize / dequantize / dynamic (plus
 the scales and zero points the op writes or reads), 4 bytes per element for fake quantize (bf16 in and

@@ -1,7 +1,8 @@
 """A libcuda stand-in for the GPU launch path on a machine without a GPU.
 
-Launches go through the package's own compiled launch (:func:`baracuda_numba.launch.make_record_launch`),
-with ``cuLaunchKernel``, ``cuLaunchKernelEx`` and ``cuCtxGetDevice`` replaced by ctypes callbacks: each
+Launches go through the package's own compiled launch (:func:`baracuda_numba._launch_jit.launch_record`),
+with ``cuLaunchKernel``, ``cuLaunchKernelEx`` and ``cuCtxGetDevice`` replaced by ctypes callbacks (their
+addresses its entry points): each
 launch records its configuration and the parameter bytes handed over through ``extra``, and whether it
 allowed programmatic stream serialization (``dependent``).
 """
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import ctypes
 
-from baracuda_numba.launch import make_pair_launch, make_record_launch
+import numpy as np
+
+from baracuda_numba.launch import DriverLaunches, function_address
 
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64, ctypes.c_uint64,
                            ctypes.c_uint64)
@@ -19,7 +22,7 @@ _GET_DEVICE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64)
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
 
-class RecordingDriver:
+class RecordingDriver(DriverLaunches):
     """Records ``((function, grid x, y, z, block x, y, z, shared bytes, stream), parameter bytes)`` per launch
     in ``calls``, and in ``dependent`` whether it went through ``cuLaunchKernelEx`` allowing programmatic
     stream serialization."""
@@ -57,8 +60,7 @@ class RecordingDriver:
             return 0
 
         self._callbacks = (_LAUNCH(launch_kernel), _LAUNCH_EX(launch_kernel_ex), _GET_DEVICE(ctx_get_device))
-        self.launch_record = make_record_launch(*self._callbacks)
-        self.launch_pair = make_pair_launch(self.launch_record)
+        self.entry_points = np.array([function_address(f) for f in self._callbacks], np.uint64)
 
     def memset_d32_async(self, ptr: int, value: int, count: int, stream: int) -> int:
         self.memsets.append((ptr, value, count, stream))
@@ -80,7 +82,7 @@ _SHARED: RecordingDriver | None = None
 
 
 def recording_driver() -> RecordingDriver:
-    """The one recording driver (its compiled launch is built once per test session), emptied."""
+    """The one recording driver (its compiled launch is built once per process), emptied."""
     global _SHARED
     if _SHARED is None:
         _SHARED = RecordingDriver()

@@ -611,7 +611,7 @@ def test_remembered_launch_hands_the_driver_what_the_checked_path_does(mode, sco
     bytes and grid of ``plan.run`` on the same operands; checked on the simulator with a recording
     libcuda stand-in, as the W8A8 fast path is in test_linear."""
     from recording_driver import recording_driver
-    from test_linear import _torch_operand
+    from test_linear_fast import _torch_operand
 
     from baracuda_numba import arrays, launch
     from baracuda_numba.plans import base

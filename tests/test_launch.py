@@ -164,11 +164,9 @@ def test_gpu_launch_path_hands_the_driver_the_packed_block(monkeypatch):
     assert [call[1] for call in driver.calls] == raws
 
 
-@pytest.mark.parametrize("entry_points", [True, False])
-def test_launch_pair_hands_the_driver_the_two_launches_of_launch_patched(monkeypatch, entry_points):
+def test_launch_pair_hands_the_driver_the_two_launches_of_launch_patched(monkeypatch):
     """One compiled call of a :class:`LaunchPair` makes the launches, bytes and dependencies that the two
-    ``launch_patched`` calls make, first then second, through the compiled entry point or the dispatcher."""
-    monkeypatch.setattr(launch, "ENTRY_POINTS", entry_points)
+    ``launch_patched`` calls make, first then second, through the compiled entry point."""
     first, driver = _gpu_launcher(monkeypatch, 1, (np.int64,))
     first.set_template((0, 0, 8, 1, 0, 8, 1, 3), (slice(4, 5),), range(0), np.float32)
     second = launch.KernelLauncher(lambda: None, 1, (np.int64, np.float32), dependent=True)
@@ -301,3 +299,48 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
     (fast_config, fast_raw), (checked_config, checked_raw) = driver.calls
     assert fast_config == checked_config and fast_config[8] == 0x77
     assert fast_raw == checked_raw
+
+
+_CACHE_CHILD = r"""
+import json, sys, warnings
+sys.path.insert(0, "tests")
+import numpy as np
+from recording_driver import RecordingDriver
+from baracuda_numba.launch import ParameterBlock, _jit, compiled_entry
+
+warnings.simplefilter("error")  # numba warns where it cannot cache a function
+driver = RecordingDriver()
+block = ParameterBlock(1, (np.int64, np.float32))
+block.set_template((0,) * 7 + (3, np.float32(0)), (slice(4, 5),), range(8, 9), np.float32)
+launch = compiled_entry(_jit().launch_record, (driver.entry_points, 0xF00, 0, 1, 32, 0x77, block.record, (5,),
+                                               (np.float32(1.0),)))
+pair = compiled_entry(_jit().linear_pair_launch, (driver.entry_points, 0, 0x77, 1, 2, 3, 4, 5, 6,
+                                                  np.zeros(8, np.int64), block.record, block.record))
+assert launch(driver.entry_points, 0xF00, 0, 1, 32, 0x77, block.record, (5,), (np.float32(1.0),)) == 0
+stats = {name: (sum(f.stats.cache_hits.values()), sum(f.stats.cache_misses.values()))
+         for name, f in (("record", _jit().launch_record), ("linear", _jit().linear_pair_launch))}
+print(json.dumps({"stats": stats, "calls": len(driver.calls)}))
+"""
+
+
+def test_compiled_launches_are_cached_on_disk_for_the_next_process(tmp_path):
+    """The compiled launches hold no address of their process (the driver's entry points are an argument), so
+    numba keeps them on disk: a second process loads each signature instead of compiling it."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    environ = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root))
+    runs = []
+    for _ in range(2):
+        child = subprocess.run([sys.executable, "-c", _CACHE_CHILD], capture_output=True, text=True, env=environ,
+                               cwd=root, timeout=600)
+        assert child.returncode == 0, child.stderr[-3000:]
+        runs.append(json.loads(child.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["calls"] == second["calls"] == 1
+    assert all(hits == 0 and misses > 0 for hits, misses in first["stats"].values()), first
+    assert all(hits > 0 and misses == 0 for hits, misses in second["stats"].values()), second

@@ -21,15 +21,19 @@ __all__ = ["coerced", "operand", "scale_operands", "select_plan", "resolve_dtype
 
 
 @functools.lru_cache(maxsize=1024)
-def select_plan(plan_type: type[Plan], desc: Any) -> Plan:
-    """``plan_type.select(desc)``, cached on the (frozen, hashable) descriptor."""
-    return plan_type.select(desc)
+def select_plan(plan_type: type[Plan], desc: Any, *options: Any) -> Plan:
+    """``plan_type.select(desc, *options)``, cached on the (frozen, hashable) descriptor and options (a
+    preference, a tuning value)."""
+    return plan_type.select(desc, *options)
 
 
 def clear_plan_cache() -> None:
     """Forget every cached plan (compiled kernels stay cached in the registry)."""
     select_plan.cache_clear()
     _FAST_PLANS.clear()
+    from .linear_bound import clear_bound_launches  # here: that module imports this one
+
+    clear_bound_launches()
 
 
 # Repeat calls on plain CUDA torch tensors skip adaptation, dtype resolution and plan lookup: the

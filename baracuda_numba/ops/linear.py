@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidProblem, problem_message
+from ..plans.base import DEFAULT_PREFERENCE
 from ..plans.linear import (
     QuantizedLinearArgs,
     QuantizedLinearDescriptor,
@@ -26,6 +27,8 @@ from ..plans.linear import (
     SmoothQuantLinearDescriptor,
     SmoothQuantLinearPlan,
 )
+from ..plans.linear.plan import check_weight_scale
+from ..plans.linear.tuning import device_properties, tuning_for
 from ..vocabulary import ElementKind
 from .common import (
     coerced,
@@ -56,7 +59,15 @@ def _linear_shapes(x_shape: tuple[int, ...], w_shape: tuple[int, ...], where: st
 
 def _vectors(where: str, weight_scale: Any, bias: Any, n: int):
     scale = coerced(weight_scale, ElementKind.F32, n, where, "weight_scale")
+    check_weight_scale(where, scale)
     return scale, (None if bias is None else coerced(bias, ElementKind.F32, n, where, "bias"))
+
+
+def _select(plan_type: type, desc: Any) -> Any:
+    """The plan of ``desc`` for the current device, cached on the descriptor, the device's properties and its
+    tuning value."""
+    device = device_properties()
+    return select_plan(plan_type, desc, DEFAULT_PREFERENCE, tuning_for(device), device)
 
 
 def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, *, bias: Any = None, out: Any = None,
@@ -66,6 +77,11 @@ def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, *, bias: Any = No
     ``x`` is quantized per token (symmetric int8, [-127, 127]); ``weight_q`` is ``[N, K]`` int8 with
     per-output-channel ``weight_scale [N]``. Accumulation is exact in int32 (``K <= 132104``), the
     epilogue ``(acc * scale_x[m]) * weight_scale[n] + bias[n]`` in float32.
+
+    ``weight_scale`` must be finite and > 0. A host (NumPy) array is checked here: a negative, zero, NaN or
+    infinite element raises :class:`~baracuda_numba.errors.InvalidProblem` naming the first bad index. A device
+    array is not read (that would synchronise every call): scales on the GPU are checked where the weight is
+    prepared (the PyTorch layer's ``W8A8Linear.from_float`` and state-dict load).
 
     ``static_weight=True`` promises that ``weight_q``, ``weight_scale`` and ``bias`` are not written by
     the kernel launched just before this call on the stream (a model's weights, written at load). The
@@ -97,9 +113,8 @@ def quantized_linear(x: Any, weight_q: Any, weight_scale: Any, *, bias: Any = No
     if wo.element is not ElementKind.S8:
         raise InvalidProblem(problem_message(where, "weight_q", "int8 elements", wo.element.short))
     scale, bias_op = _vectors(where, weight_scale, bias, n)
-    plan = select_plan(QuantizedLinearPlan, QuantizedLinearDescriptor(m, n, k, xo.element, xo.element,
-                                                                      bias is not None, static_weight,
-                                                                      act_scale is not None))
+    plan = _select(QuantizedLinearPlan, QuantizedLinearDescriptor(m, n, k, xo.element, xo.element, bias is not None,
+                                                                  static_weight, act_scale is not None))
     result = output_operand(out, xo, (*xo.shape[:-1], n), xo.element, where)
     plan.run(QuantizedLinearArgs(xo, wo, scale, result, bias_op, act_scale), stream=stream)
     if scale.obj is weight_scale and (bias is None or bias_op.obj is bias):  # no conversion: repeatable raw
@@ -112,6 +127,9 @@ def smoothquant_linear(act_q: Any, weight_q: Any, weight_scale: Any, act_scale: 
                        static_weight: bool = False) -> Any:
     """SmoothQuant W8A8 linear: ``act_q [..., K]`` int8 quantized with the static per-tensor
     ``act_scale``; ``y = (acc * act_scale) * weight_scale[n] (+ bias[n])`` in ``dtype``.
+
+    ``weight_scale`` must be finite and > 0, checked as :func:`quantized_linear` checks it (host arrays here,
+    device arrays where the weight is prepared); ``act_scale`` must be finite and > 0 (``InvalidProblem``).
 
     ``static_weight=True`` promises what :func:`quantized_linear`'s does. The decode GEMM then starts
     loading the weight while the kernel before it (the quantize of ``act_q``) finishes, and reads
@@ -138,8 +156,8 @@ def smoothquant_linear(act_q: Any, weight_q: Any, weight_scale: Any, act_scale: 
             raise InvalidProblem(problem_message(where, name, "int8 elements", op.element.short))
     element = resolve_dtype(dtype, where)
     scale, bias_op = _vectors(where, weight_scale, bias, n)
-    plan = select_plan(SmoothQuantLinearPlan, SmoothQuantLinearDescriptor(m, n, k, element, bias is not None,
-                                                                          static_weight))
+    plan = _select(SmoothQuantLinearPlan, SmoothQuantLinearDescriptor(m, n, k, element, bias is not None,
+                                                                      static_weight))
     result = output_operand(out, ao, (*ao.shape[:-1], n), element, where)
     plan.run(SmoothQuantLinearArgs(ao, wo, scale, act_scale, result, bias_op), stream=stream)
     if scale.obj is weight_scale and (bias is None or bias_op.obj is bias):  # no conversion: repeatable raw

@@ -111,6 +111,19 @@ class Plan:
         registry has no kernel for its elements.
         """
         name = cls.__name__
+        entry = cls._resolve(desc)
+        plan = cls(desc, entry, pref)
+        if pref.max_workspace_bytes is not None and plan.workspace_size() > pref.max_workspace_bytes:
+            raise Unsupported(problem_message(name, "pref.max_workspace_bytes",
+                                              f">= {plan.workspace_size()}", pref.max_workspace_bytes))
+        plan._prepare()
+        return plan
+
+    @classmethod
+    def _resolve(cls, desc: Any) -> registry.Entry:
+        """Check that a device (or the simulator) is there and that ``desc`` is valid, and return its registry
+        entry (:class:`InvalidProblem` / :class:`Unsupported` otherwise)."""
+        name = cls.__name__
         require_device(name)
         if type(desc) is not cls.Descriptor:
             raise InvalidProblem(problem_message(name, "desc", cls.Descriptor.__name__, type(desc).__name__))
@@ -120,12 +133,7 @@ class Plan:
         if not isinstance(entry, cls.ENTRY):  # e.g. packed int4, which has plans of its own
             raise Unsupported(problem_message(name, "output_element", f"an element {name} handles",
                                               f"{entry.output_element.short} (see {entry.kernel_name})"))
-        plan = cls(desc, entry, pref)
-        if pref.max_workspace_bytes is not None and plan.workspace_size() > pref.max_workspace_bytes:
-            raise Unsupported(problem_message(name, "pref.max_workspace_bytes",
-                                              f">= {plan.workspace_size()}", pref.max_workspace_bytes))
-        plan._prepare()
-        return plan
+        return entry
 
     @classmethod
     def _validate(cls, desc: Any) -> None:

@@ -24,11 +24,13 @@ Rows (each a dict with ``section``):
 - ``projections``: the seven projections of ``projection_layers`` layers (q, k, v, o, gate, up, down:
   56 for 8 layers) captured in one CUDA graph, GPU time per replay at ``projection_tokens`` tokens,
   ``F.linear`` on bf16 weights against :class:`W8A8Linear` (dynamic and static).
-- ``host``: host microseconds per eager layer call (``nn.Linear`` against :class:`W8A8Linear`) at the
-  attention projection's shape, timed behind a GPU busy wait (:func:`baracuda_numba.bench.host_us`).
+- ``host``: host microseconds per layer call at each projection shape, timed behind a GPU busy wait
+  (:func:`baracuda_numba.bench.host_us`): ``nn.Linear`` against :class:`W8A8Linear` (dynamic, static) in eager
+  mode, and the call compiled code makes for each layer (``F.linear``, the ``baracuda::quantized_linear`` op).
 - ``fidelity``: the relative difference of the logits of a ``torch.compile``'d forward against the eager
   one (``||compiled - eager|| / ||eager||``, top-1 agreement) for the bf16 model, our W8A8 dynamic model
-  and a pure-PyTorch emulation of the same W8A8 numerics (:class:`EmulatedW8A8Linear`).
+  and a pure-PyTorch emulation of the same W8A8 numerics (:class:`EmulatedW8A8Linear`); and the same
+  difference with Inductor rounding every bf16 intermediate as eager does (``emulate_precision_casts``).
 
 On a machine without CUDA only the eager decode, prefill and fidelity sections run (the tests run a tiny
 configuration so, on the simulator); the device is printed first.
@@ -56,7 +58,7 @@ from .convert import QuantizeConfig, _set_module, quantize_model
 from .modules import W8A8Linear
 from .qat import compare_logits
 
-__all__ = ["ModelBenchConfig", "EmulatedW8A8Linear", "build_llama", "run", "markdown", "main"]
+__all__ = ["ModelBenchConfig", "EmulatedW8A8Linear", "build_llama", "decode_logits", "run", "markdown", "main"]
 
 BF16, DYNAMIC, STATIC, EMULATED = "bf16", "W8A8 dynamic", "W8A8 static + SmoothQuant", "W8A8 emulated (PyTorch)"
 # decode mode -> torch.compile's keywords (None: eager)
@@ -273,6 +275,32 @@ def decode_row(model: nn.Module, name: str, mode: str, batch: int, config: Model
     return row
 
 
+def decode_logits(model: nn.Module, mode: str, tokens: torch.Tensor, config: ModelBenchConfig,
+                  prompt: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """The logits of each decode step of ``model`` in ``mode`` (:data:`MODES`), fed the columns of ``tokens``
+    (``[batch, steps]``, teacher forcing: every mode sees the same inputs) after an eager prefill of ``prompt``
+    into a fresh ``StaticCache``, as :func:`decode_row` runs them (copies, float32)."""
+    forward = model.forward
+    if MODES[mode] is not None:
+        forward = torch.compile(model.forward, fullgraph=config.fullgraph, backend=config.compile_backend,
+                                dynamic=False, **MODES[mode])
+    length = (0 if prompt is None else prompt.shape[1]) + tokens.shape[1] + 1
+    cache = static_cache(model, length)
+    logits = []
+    try:
+        with torch.no_grad():
+            if prompt is not None:
+                model(input_ids=prompt, past_key_values=cache, use_cache=True)
+            for step in range(tokens.shape[1]):
+                if mode == "reduce-overhead":
+                    torch.compiler.cudagraph_mark_step_begin()
+                out = forward(input_ids=tokens[:, step:step + 1], past_key_values=cache, use_cache=True).logits
+                logits.append(out[:, -1].float().clone())
+    finally:
+        _reset_compiled()
+    return logits
+
+
 def prefill_row(model: nn.Module, name: str, config: ModelBenchConfig) -> dict:
     batch, length = config.prefill
     row = {"section": "prefill", "model": name, "batch": batch, "tokens": length, "status": "ok"}
@@ -295,7 +323,9 @@ def prefill_row(model: nn.Module, name: str, config: ModelBenchConfig) -> dict:
 
 
 def fidelity_row(model: nn.Module, name: str, config: ModelBenchConfig) -> dict:
-    """Logits of a compiled forward (default mode) against the eager ones on the same tokens."""
+    """Logits of a compiled forward (default mode) against the eager ones on the same tokens; then again with
+    Inductor told to round each bf16 / f16 intermediate as eager does (``emulate_precision_casts``): where the
+    first figure comes from Inductor keeping fused intermediates in float32, the second is far smaller."""
     row = {"section": "fidelity", "model": name, "status": "ok"}
     try:
         ids = _tokens(config, *config.fidelity_tokens, 13)
@@ -304,7 +334,15 @@ def fidelity_row(model: nn.Module, name: str, config: ModelBenchConfig) -> dict:
             compiled = torch.compile(model.forward, fullgraph=config.fullgraph, backend=config.compile_backend,
                                      dynamic=False)
             got = compiled(input_ids=ids, use_cache=False).logits
-        row.update(compare_logits(eager, got))
+            row.update(compare_logits(eager, got))
+            _reset_compiled()
+            from torch._inductor import config as inductor_config
+
+            with inductor_config.patch(emulate_precision_casts=True):
+                compiled = torch.compile(model.forward, fullgraph=config.fullgraph, backend=config.compile_backend,
+                                         dynamic=False)
+                got = compiled(input_ids=ids, use_cache=False).logits
+            row["rel_error_emulated_casts"] = compare_logits(eager, got)["rel_error"]
     except Exception as exc:
         row.update({"status": "failed", "error": _error(exc)})
         traceback.print_exc(limit=3)
@@ -364,30 +402,38 @@ def _projections_call(layers: list[nn.Module], inputs: dict[int, torch.Tensor]) 
 
 
 def host_rows(config: ModelBenchConfig) -> list[dict]:
-    """Host microseconds per eager call of one attention projection: ``nn.Linear`` and :class:`W8A8Linear`."""
+    """Host microseconds per eager call of each projection shape (attention, gate / up, down): ``nn.Linear``
+    against :class:`W8A8Linear` (dynamic, static) as eager mode calls them, and the calls compiled code makes
+    for each (``F.linear``; the ``baracuda::quantized_linear`` op)."""
     from .. import bench
+    from . import ops
 
     bench._import_torch()
 
     torch.manual_seed(config.seed)
-    linear = nn.Linear(config.hidden, config.hidden, bias=False, device=config.device, dtype=config.torch_dtype)
-    layers = {"nn.Linear": linear, f"W8A8Linear ({DYNAMIC})": W8A8Linear.from_float(linear),
-              f"W8A8Linear ({STATIC})": W8A8Linear.from_float(linear, activation="static", act_scale=0.02)}
     rows = []
-    for tokens in config.host_tokens:
-        x = torch.randn(tokens, config.hidden, device=config.device, dtype=config.torch_dtype)
-        for name, layer in layers.items():
-            row = {"section": "host", "layer": name, "tokens": tokens, "status": "ok"}
-            try:
-                with torch.no_grad():
-                    row["us"] = bench.host_us(_layer_call(layer, x), calls=config.host_calls)
-            except Exception as exc:
-                row.update({"status": "failed", "error": _error(exc)})
-            rows.append(row)
+    for n, k in sorted(set(_projection_shapes(config))):
+        linear = nn.Linear(k, n, bias=False, device=config.device, dtype=config.torch_dtype)
+        dynamic = W8A8Linear.from_float(linear)
+        static = W8A8Linear.from_float(linear, activation="static", act_scale=0.02)
+        calls = {"nn.Linear": linear, f"W8A8Linear ({DYNAMIC})": dynamic, f"W8A8Linear ({STATIC})": static,
+                 "F.linear (compiled code's call)": lambda x, w=linear.weight: torch.nn.functional.linear(x, w),
+                 "baracuda::quantized_linear (compiled code's call)":
+                     lambda x, m=dynamic: ops.quantized_linear(x, m.weight_q, m.weight_scale, None, True)}
+        for tokens in config.host_tokens:
+            x = torch.randn(tokens, k, device=config.device, dtype=config.torch_dtype)
+            for name, layer in calls.items():
+                row = {"section": "host", "layer": name, "shape": f"{n}x{k}", "tokens": tokens, "status": "ok"}
+                try:
+                    with torch.no_grad():
+                        row["us"] = bench.host_us(_layer_call(layer, x), calls=config.host_calls)
+                except Exception as exc:
+                    row.update({"status": "failed", "error": _error(exc)})
+                rows.append(row)
     return rows
 
 
-def _layer_call(layer: nn.Module, x: torch.Tensor) -> Callable[[], None]:
+def _layer_call(layer: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> Callable[[], None]:
     def call() -> None:
         layer(x)
 
@@ -502,14 +548,17 @@ def markdown(rows: list[dict]) -> str:
         lines += [f"| {r['model']} | {r['tokens']} | {r.get('projections', '')} | {_cell(r, 'ms', '.3f')} | "
                   f"{_cell(r, 'speedup_vs_bf16', '.2f')} | {_status(r)} |" for r in by["projections"]]
     if by["host"]:
-        lines += ["", "Host time per eager layer call (behind a GPU busy wait):", "",
-                  "| layer | tokens | us / call | status |", "|---|---:|---:|---|"]
-        lines += [f"| {r['layer']} | {r['tokens']} | {_cell(r, 'us', '.1f')} | {_status(r)} |" for r in by["host"]]
+        lines += ["", "Host time per layer call (behind a GPU busy wait):", "",
+                  "| layer | out x in | tokens | us / call | status |", "|---|---|---:|---:|---|"]
+        lines += [f"| {r['layer']} | {r.get('shape', '')} | {r['tokens']} | {_cell(r, 'us', '.1f')} | {_status(r)} |"
+                  for r in by["host"]]
     if by["fidelity"]:
-        lines += ["", "Compiled (torch.compile, default mode) against eager logits, same tokens:", "",
-                  "| model | relative difference | top-1 agreement | status |", "|---|---:|---:|---|"]
+        lines += ["", "Compiled (torch.compile, default mode) against eager logits, same tokens; then with Inductor "
+                  "rounding bf16 intermediates as eager does (emulate_precision_casts):", "",
+                  "| model | relative difference | top-1 agreement | relative difference, casts emulated | status |",
+                  "|---|---:|---:|---:|---|"]
         lines += [f"| {r['model']} | {_cell(r, 'rel_error', '.3e')} | {_cell(r, 'top1_agreement', '.4f')} | "
-                  f"{_status(r)} |" for r in by["fidelity"]]
+                  f"{_cell(r, 'rel_error_emulated_casts', '.3e')} | {_status(r)} |" for r in by["fidelity"]]
     return "\n".join(lines) + "\n"
 
 

@@ -8,7 +8,10 @@ import torch
 from torch import nn
 
 from ..errors import InvalidProblem, problem_message
+from ..kernels.observer import ObserverConfig
+from ..ops.linear_bound import BoundQuantizedLinear, bind_quantized_linear
 from . import ops as _ops  # registers torch.ops.baracuda
+from .observer import RANGE_DTYPES, ObserverUpdate
 
 __all__ = ["FakeQuantize", "W8A8Linear", "StateDictMismatch", "w8a8_state_dict_spec", "check_w8a8_scales",
            "check_w8a8_entries"]
@@ -87,6 +90,7 @@ class FakeQuantize(nn.Module):
         self.register_buffer("observer_enabled", torch.tensor([1], dtype=torch.uint8))
         # The switches as host values: forward never reads a device buffer (a synchronisation each call).
         self._observing = self._fake_quantizing = True
+        self._update: ObserverUpdate | None = None  # the observer's one-launch update on CUDA tensors
 
     def enable_observer(self, enabled: bool = True) -> FakeQuantize:
         self.observer_enabled[0] = int(enabled)
@@ -129,6 +133,10 @@ class FakeQuantize(nn.Module):
             for name in ("scale", "zero_point", "min_val", "max_val"):
                 old = getattr(self, name)
                 setattr(self, name, old.new_empty(low.shape).fill_(old.flatten()[0]))
+        update = self._fused_update(low, high)
+        if update is not None:  # CUDA tensors: one launch (torch.observer)
+            update.update(low, high, self.min_val, self.max_val, self.scale, self.zero_point)
+            return
         if self.observer == "minmax":
             torch.minimum(self.min_val, low, out=self.min_val)
             torch.maximum(self.max_val, high, out=self.max_val)
@@ -138,6 +146,28 @@ class FakeQuantize(nn.Module):
             torch.where(first, low, self.min_val + c * (low - self.min_val), out=self.min_val)
             torch.where(first, high, self.max_val + c * (high - self.max_val), out=self.max_val)
         self._qparams(self.scale, self.zero_point)
+
+    def _fused_update(self, low: torch.Tensor, high: torch.Tensor) -> ObserverUpdate | None:
+        """The one-launch update for these extremes and buffers
+        (:class:`~baracuda_numba.torch.observer.ObserverUpdate`), or None where the PyTorch operations below run:
+        CPU tensors (whose division by a number differs from CUDA's), buffers no longer float32 / int32, and while
+        ``torch.compile`` traces."""
+        if not low.is_cuda or torch.compiler.is_compiling() or low.dtype not in RANGE_DTYPES:
+            return None
+        device = low.device
+        for buffer, dtype in ((self.min_val, torch.float32), (self.max_val, torch.float32),
+                              (self.scale, torch.float32), (self.zero_point, torch.int32)):
+            if buffer.dtype != dtype or buffer.device != device or not buffer.is_contiguous():
+                return None
+        count = low.numel()
+        found = self._update
+        if found is None or found.count != count or found.config.range_element is not RANGE_DTYPES[low.dtype]:
+            config = ObserverConfig(RANGE_DTYPES[low.dtype], self.observer == "moving_average", self.symmetric)
+            divisor = (self.q_max - self.q_min) / 2 if self.symmetric else float(self.q_max - self.q_min)
+            found = self._update = ObserverUpdate(config, count, self.averaging_constant, divisor, self.q_min,
+                                                  self.q_max, self._symmetric_zero_point,
+                                                  torch.finfo(torch.float32).eps)
+        return found
 
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scale, zero_point)`` from ``min_val`` / ``max_val`` (see the class docstring)."""
@@ -172,6 +202,15 @@ class FakeQuantize(nn.Module):
             return y.reshape(x.shape)
         return _ops.fake_quantize_with_grad("channel", x, self.scale, self.zero_point, self.ch_axis % x.dim(),
                                             self.q_min, self.q_max)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_update"] = None  # rebuilt by the next observed batch (it holds a kernel launcher)
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self.__dict__.setdefault("_update", None)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # Per-channel buffers take the saved size (they are sized on the first observed batch).
@@ -299,6 +338,7 @@ class W8A8Linear(nn.Module):
         self.register_buffer("bias", torch.zeros(out_features, dtype=f32) if bias else None)
         self.register_buffer("act_scale", torch.tensor(float(act_scale), dtype=f32) if activation == "static" else None)
         self._act_scale = float(act_scale) if activation == "static" else None  # a constant for torch.compile
+        self._bound: BoundQuantizedLinear | None = None  # the eager call over the buffers (forward)
 
     @staticmethod
     def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -328,16 +368,37 @@ class W8A8Linear(nn.Module):
         return module
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (not torch.compiler.is_compiling() and type(x) is torch.Tensor
+                and not (x.requires_grad and torch.is_grad_enabled())):
+            # eager: the bound call, no custom-op dispatch (ops.linear_bound); rebound where a buffer was replaced
+            buffers, bound = self._buffers, self._bound
+            if (bound is None or bound.weight_q is not buffers["weight_q"]
+                    or bound.weight_scale is not buffers["weight_scale"] or bound.bias is not buffers["bias"]):
+                bound = self._bind()
+            return bound(x)
+        return self._op_forward(x)
+
+    def _op_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The forward through the custom ops (what ``torch.compile`` traces, and the full way of an eager call)."""
         if x.shape[-1] != self.in_features:
             raise InvalidProblem(problem_message(self.name, "x", f"[..., {self.in_features}]", tuple(x.shape)))
         if self.activation == "dynamic":
             # the buffers are written at load and by from_float, never by the kernel before a forward
-            return _baracuda.quantized_linear(x, self.weight_q, self.weight_scale, self.bias, True)
+            return _ops.quantized_linear(x, self.weight_q, self.weight_scale, self.bias, True)
         if x.dtype != torch.float64:  # the quantize and the GEMM in one call (one kernel at decode)
-            return _baracuda.quantized_linear(x, self.weight_q, self.weight_scale, self.bias, True, self._act_scale)
+            return _ops.quantized_linear(x, self.weight_q, self.weight_scale, self.bias, True, self._act_scale)
         act_q = _baracuda.quantize_per_tensor(x, self._act_scale, 0, torch.int8, -127, 127)
-        return _baracuda.smoothquant_linear(act_q, self.weight_q, self.weight_scale, self._act_scale, self.bias,
-                                            x.dtype, True)
+        return _ops.smoothquant_linear(act_q, self.weight_q, self.weight_scale, self._act_scale, self.bias, x.dtype,
+                                       True)
+
+    def _bind(self) -> BoundQuantizedLinear:
+        """The layer's eager call over its current buffers
+        (:func:`~baracuda_numba.ops.linear_bound.bind_quantized_linear`: a shape seen before launches its
+        remembered plan; any other call goes through :meth:`_op_forward`)."""
+        bound = bind_quantized_linear(self.weight_q, self.weight_scale, self.bias, static_weight=True,
+                                      act_scale=self._act_scale, fallback=self._op_forward, name=self.name)
+        self._bound = bound
+        return bound
 
     def state_dict_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """``{key: (shape, dtype)}`` of this layer's state dict (:func:`w8a8_state_dict_spec`)."""
@@ -363,6 +424,16 @@ class W8A8Linear(nn.Module):
         (after the buffers were written other than through ``load_state_dict``, e.g. by a checkpoint loader)."""
         if self.act_scale is not None and not self.act_scale.is_meta:
             self._act_scale = float(self.act_scale)
+        self._bound = None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_bound"] = None  # rebuilt by the first forward (it holds compiled launches)
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self.__dict__.setdefault("_bound", None)
 
     def _apply(self, fn, recurse=True):
         # `.to(dtype)` / `.half()` move the float32 scales and bias but keep their dtype: the epilogue is

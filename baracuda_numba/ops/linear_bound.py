@@ -1,0 +1,187 @@
+""":func:`~baracuda_numba.ops.linear.quantized_linear` on PyTorch tensors with the least host work: the entries
+of the PyTorch layer (``docs/design-linear.md``, "The launch path").
+
+- :func:`bind_quantized_linear`: the function of ``x`` alone that a layer holds, its weight, scales, bias and
+  options checked once; :class:`~baracuda_numba.torch.W8A8Linear` calls it in eager mode, without the torch
+  custom-op dispatch (about 10 us a call on a CPU host, the whole of a decode GEMM's GPU time).
+- :func:`quantized_linear_tensors`: what the ``baracuda::quantized_linear`` op runs (under ``torch.compile``
+  every call goes through it), each tensor checked in one frame.
+
+Both end in the plan's one fast launch (:mod:`baracuda_numba.plans.linear.fast`), remembered per input shape,
+dtype and device once a first call has gone the full way; whatever it declines (another layout, an operand off
+its alignment, the fused kernel under graph capture, the simulator) goes the full way, with the same bits.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidProblem, problem_message
+from ..plans.base import checked_scale
+from ..plans.linear import QuantizedLinearDescriptor, QuantizedLinearPlan
+from ..vocabulary import element_kind
+from .linear import _select, quantized_linear
+
+__all__ = ["bind_quantized_linear", "BoundQuantizedLinear", "quantized_linear_tensors", "clear_bound_launches"]
+
+_ZERO_F32 = np.float32(0.0)
+_LAUNCHES: dict[tuple, Any] = {}  # (x shape, dtype, device, N, bias, static weight, static scale) -> launch
+_LAUNCHES_LIMIT = 512
+
+
+def clear_bound_launches() -> None:
+    """Forget every remembered launch (:func:`~baracuda_numba.ops.common.clear_plan_cache` calls it)."""
+    _LAUNCHES.clear()
+
+
+def _remember(key: tuple, x: Any, n: int, has_bias: bool, static_weight: bool, static_activation: bool) -> None:
+    """Remember the fast launch of the plan a call of ``key`` selects, and its result's shape (nothing where the
+    plan has no fast path: the simulator, ``K % 16 != 0``)."""
+    shape = tuple(x.shape)
+    plan = _select(QuantizedLinearPlan, QuantizedLinearDescriptor(
+        int(np.prod(shape[:-1], dtype=np.int64)), n, shape[-1], element_kind(x.dtype), element_kind(x.dtype),
+        has_bias, static_weight, static_activation))
+    fast = plan._fast_path()
+    if fast is None:
+        return
+    if len(_LAUNCHES) >= _LAUNCHES_LIMIT:
+        _LAUNCHES.clear()
+    _LAUNCHES[key] = (fast.launch, (*shape[:-1], n))
+
+
+def _is_tensor(value: Any, torch: Any) -> bool:
+    return type(value) is torch.Tensor or type(value) is torch.nn.Parameter
+
+
+def _launched(x: Any, weight_q: Any, weight_scale: Any, bias: Any, act_scale: float | None, key: tuple,
+              torch: Any) -> Any:
+    """The result of the remembered launch of ``key``, or None where there is none or it declines the operands."""
+    found = _LAUNCHES.get(key)
+    if found is None:
+        return None
+    device, n = key[2], key[3]
+    if not (weight_q.get_device() == device and weight_scale.get_device() == device
+            and weight_q.shape[1] == x.shape[-1] and weight_scale.numel() == n):
+        return None
+    s_ptr = weight_scale.data_ptr()
+    b_ptr = s_ptr  # the unused bias slot points at weight_scale
+    if bias is not None:
+        if not (_is_tensor(bias, torch) and bias.dtype is torch.float32 and bias.is_contiguous()
+                and bias.get_device() == device and bias.numel() == n):
+            return None
+        b_ptr = bias.data_ptr()
+    scale = _ZERO_F32 if act_scale is None else checked_scale("quantized_linear", act_scale, np.float32,
+                                                                "act_scale")[1]
+    launch, shape = found
+    x_ptr, w_ptr = x.data_ptr(), weight_q.data_ptr()
+    out = x.new_empty(shape)
+    if (x_ptr | w_ptr) & 15 or (s_ptr | b_ptr) & 3 or not launch(x_ptr, w_ptr, s_ptr, b_ptr, out.data_ptr(), device,
+                                                                 None, scale):
+        return None
+    return out
+
+
+def quantized_linear_tensors(x: Any, weight_q: Any, weight_scale: Any, bias: Any = None, static_weight: bool = False,
+                             act_scale: float | None = None) -> Any:
+    """:func:`~baracuda_numba.ops.linear.quantized_linear` of torch tensors (the same result and errors): a
+    repeat call on contiguous CUDA tensors of the expected dtypes on one device launches the remembered plan with
+    the tensors' pointers, every check in one frame; any other goes the full way and, on CUDA tensors, remembers
+    its plan's launch."""
+    torch = sys.modules["torch"]
+    key = None
+    if (type(x) is torch.Tensor and _is_tensor(weight_q, torch) and _is_tensor(weight_scale, torch)
+            and x.dim() >= 1 and weight_q.dim() == 2 and weight_q.dtype is torch.int8
+            and weight_scale.dtype is torch.float32 and x.is_contiguous() and weight_q.is_contiguous()
+            and weight_scale.is_contiguous()):
+        key = (x.shape, x.dtype, x.get_device(), weight_q.shape[0], bias is None, static_weight, act_scale is None)
+        out = _launched(x, weight_q, weight_scale, bias, act_scale, key, torch)
+        if out is not None:
+            return out
+    out = quantized_linear(x, weight_q, weight_scale, bias=bias, static_weight=static_weight, act_scale=act_scale)
+    if key is not None and key[2] >= 0 and key not in _LAUNCHES:
+        _remember(key, x, key[3], bias is not None, static_weight, act_scale is not None)
+    return out
+
+
+class BoundQuantizedLinear:
+    """``quantized_linear(x, weight_q, weight_scale, bias=bias, static_weight=..., act_scale=...)`` as a function
+    of ``x`` (see :func:`bind_quantized_linear`). :attr:`weight_q`, :attr:`weight_scale` and :attr:`bias` are the
+    tensors bound; their pointers are read at each call."""
+
+    __slots__ = ("_bound", "_device", "_fallback", "_k", "_launches", "_n", "_name", "_scale", "act_scale", "bias",
+                 "static_weight", "weight_q", "weight_scale")
+
+    def __init__(self, weight_q: Any, weight_scale: Any, bias: Any, static_weight: bool, act_scale: float | None,
+                 fallback: Callable[[Any], Any] | None, name: str) -> None:
+        torch = sys.modules["torch"]
+        self.weight_q, self.weight_scale, self.bias = weight_q, weight_scale, bias
+        self.static_weight, self.act_scale, self._name = static_weight, act_scale, name
+        self._scale = _ZERO_F32 if act_scale is None else checked_scale(name, act_scale, np.float32, "act_scale")[1]
+        self._n, self._k = (weight_q.shape[0], weight_q.shape[1]) if weight_q.dim() == 2 else (-1, -1)
+        self._device = weight_q.get_device()
+        self._launches: dict[tuple, Any] = {}
+        self._fallback = fallback
+        vectors = (weight_scale,) if bias is None else (weight_scale, bias)
+        # what the fast launch takes unchecked at every call: checked once here
+        self._bound = (self._device >= 0 and weight_q.dtype is torch.int8 and weight_q.dim() == 2
+                       and weight_q.is_contiguous()
+                       and all(v.dtype is torch.float32 and v.is_contiguous() and v.numel() == self._n
+                               and v.get_device() == self._device for v in vectors))
+
+    def __call__(self, x: Any) -> Any:
+        if type(x) is sys.modules["torch"].Tensor and x.is_contiguous():
+            found = self._launches.get((x.shape, x.dtype, x.get_device()))
+            if found is not None:
+                launch, shape = found
+                out = x.new_empty(shape)
+                x_ptr, w_ptr, s_ptr = x.data_ptr(), self.weight_q.data_ptr(), self.weight_scale.data_ptr()
+                b_ptr = s_ptr if self.bias is None else self.bias.data_ptr()
+                if not ((x_ptr | w_ptr) & 15 or (s_ptr | b_ptr) & 3) and launch(
+                        x_ptr, w_ptr, s_ptr, b_ptr, out.data_ptr(), self._device, None, self._scale):
+                    return out
+        return self._full(x)
+
+    def _full(self, x: Any) -> Any:
+        """The call the full way (the fallback, else :func:`quantized_linear`), then its launch remembered."""
+        if x.shape[-1:] != (self._k,):
+            raise InvalidProblem(problem_message(self._name, "x", f"[..., {self._k}]", tuple(x.shape)))
+        if self._fallback is not None:
+            out = self._fallback(x)
+        else:
+            out = quantized_linear(x, self.weight_q, self.weight_scale, bias=self.bias,
+                                   static_weight=self.static_weight, act_scale=self.act_scale)
+        torch = sys.modules["torch"]
+        if (self._bound and type(x) is torch.Tensor and x.is_contiguous() and x.get_device() == self._device
+                and x.dtype in (torch.float16, torch.bfloat16, torch.float32)):
+            key = (x.shape, x.dtype, self._device)
+            if key not in self._launches:
+                shared = (*key, self._n, self.bias is None, self.static_weight, self.act_scale is None)
+                if shared not in _LAUNCHES:
+                    _remember(shared, x, self._n, self.bias is not None, self.static_weight,
+                              self.act_scale is not None)
+                found = _LAUNCHES.get(shared)
+                if found is not None:
+                    if len(self._launches) >= _LAUNCHES_LIMIT:
+                        self._launches.clear()
+                    self._launches[key] = found
+        return out
+
+
+def bind_quantized_linear(weight_q: Any, weight_scale: Any, bias: Any = None, *, static_weight: bool = False,
+                          act_scale: float | None = None, fallback: Callable[[Any], Any] | None = None,
+                          name: str = "quantized_linear") -> BoundQuantizedLinear:
+    """``quantized_linear`` with everything but ``x`` bound: ``call(x)`` gives
+    ``quantized_linear(x, weight_q, weight_scale, bias=bias, static_weight=static_weight, act_scale=act_scale)``,
+    the same bits.
+
+    For a layer whose buffers change only at load: ``weight_q`` ``[N, K]`` int8, ``weight_scale`` and ``bias``
+    ``[N]`` float32, contiguous torch tensors on one CUDA device, are checked here once; a call on a contiguous
+    ``x`` of a shape, dtype and device seen before launches the remembered plan with the pointers of ``x``, of a
+    new output and of the bound tensors (read at the call). Other calls go the full way: ``fallback(x)`` where
+    given (the layer's custom op), else :func:`quantized_linear`. ``act_scale`` is checked here (finite, > 0);
+    an ``x`` whose last dimension is not ``K`` raises :class:`InvalidProblem` naming ``name``."""
+    return BoundQuantizedLinear(weight_q, weight_scale, bias, static_weight, act_scale, fallback, name)
