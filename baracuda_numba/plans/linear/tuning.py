@@ -168,7 +168,10 @@ def _device_properties(device_id: int) -> DeviceProperties:
 
     gpu = cuda.gpus[device_id]
     major, minor = tuple(gpu.compute_capability)
-    bandwidth = 2 * gpu.MEMORY_CLOCK_RATE * 1e3 * gpu.GLOBAL_MEMORY_BUS_WIDTH / 8  # kHz, bits
+    try:
+        bandwidth = 2 * gpu.MEMORY_CLOCK_RATE * 1e3 * gpu.GLOBAL_MEMORY_BUS_WIDTH / 8  # kHz, bits
+    except Exception:  # a driver that does not report them: no bandwidth, the H100's values
+        bandwidth = 0.0
     return DeviceProperties((major, minor), gpu.MULTIPROCESSOR_COUNT, bandwidth, (major, minor) == (9, 0))
 
 
