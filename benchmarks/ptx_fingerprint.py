@@ -28,9 +28,12 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
 from numba import cuda
 
 from baracuda_numba import registry
+from baracuda_numba.kernels.elementwise import ElementwiseOp, ScaleMode, chunk_elements
 from baracuda_numba.kernels.linear import Output, WarpgroupConfig, gemm_kernel
+from baracuda_numba.kernels.packed import chunk_elements as packed_chunk_elements
+from baracuda_numba.kernels.packed import dynamic_layout
 from baracuda_numba.plans.linear import H100_SXM, H100_TUNING, choose
-from baracuda_numba.vocabulary import ElementKind
+from baracuda_numba.vocabulary import ElementKind, QuantizeKind
 
 FLOATS = (ElementKind.F32, ElementKind.F64, ElementKind.F16, ElementKind.BF16)
 MS = (1, 2, 3, 4, 5, 8, 12, 16, 17, 32, 48, 64, 65, 128, 256, 2048, 4096)
@@ -107,6 +110,60 @@ def registered_kernels():
                         yield "dynamic" + ("_fp8" if fp8 else ""), kernel.py_func.__name__, kernel
 
 
+# The dynamic plans' segment kernels beyond the defaults, as ``(keep, threads, min_blocks, streaming, split,
+# kernel)`` on an H100: the defaults storing evict-first (tensors past L2), the wide resident blocks of few
+# long rows (keep and threads doubled up to 8 x 1024, a launch bound of one block), and the fixed kernel of
+# the W8A8 decode's rows (K = 4096 and 8192 of 16-bit floats, 2048 of f32).
+DYNAMIC_SHAPES = ((4, 128, 0, True, 1, "segment"), (4, 128, 0, True, 1, "resident"),
+                  (4, 256, 1, False, 1, "resident"), (8, 256, 1, False, 1, "resident"),
+                  (8, 512, 1, False, 1, "resident"), (8, 1024, 1, False, 1, "resident"),
+                  (4, 128, 0, False, 1, "fixed"), (4, 256, 0, False, 1, "fixed"))
+PACKED_GROUPS = (16, 32, 64, 128, 256, 512, 1024)  # group sizes whose one-pass dynamic layouts are compiled
+
+
+def plan_kernels():
+    """``(family, name, kernel)`` of the memory-bound kernels the plans pick besides the registry's defaults:
+    the elementwise family's shift, thread-stationary and channel-vector kernels (and PyTorch's float64 fake
+    quantize), each with the unroll of its launch policy; the dynamic plans' kernels of :data:`DYNAMIC_SHAPES`;
+    the packed 4-bit kernels."""
+    for entry in registry.entries():
+        if isinstance(entry, registry.RegistryEntry):
+            family = "elementwise_fp8_plans" if entry.grid else "elementwise_plans"
+            ops = (None,)
+            if (entry.op is ElementwiseOp.FAKE_QUANTIZE and entry.mode is ScaleMode.SCALAR
+                    and entry.a is ElementKind.F64):
+                ops = (None, ElementwiseOp.FAKE_QUANTIZE_F32_PRODUCT)
+            for op in ops:
+                kernels = [entry.kernel(True, op)] if op else []
+                if entry.mode is not ScaleMode.SCALAR:
+                    kernels.append(entry.kernel(True, op, True))
+                if entry.mode is ScaleMode.CHANNELS:
+                    kernels.append(entry.kernel(False, op, stationary=True))
+                    if (entry.op in registry.CHANNEL_VECTOR_OPS
+                            and chunk_elements(entry.a, entry.b, entry.out) <= registry.CHANNEL_VECTOR_MAX_CHUNK):
+                        kernels.append(entry.kernel(False, op, channel_vectors=True))
+                for kernel in kernels:
+                    yield family, kernel.py_func.__name__, kernel
+        elif isinstance(entry, registry.DynamicRangeEntry):
+            for symmetric in (True,) if entry.output_element.is_fp8 else (True, False):
+                for keep, threads, bound, streaming, split, name in DYNAMIC_SHAPES:
+                    kernel = getattr(entry.kernels(symmetric, keep, threads, bound, streaming, split), name)
+                    yield "dynamic_plans", kernel.py_func.__name__, kernel
+        elif isinstance(entry, registry.PackedEntry):
+            if entry.kind is not QuantizeKind.DYNAMIC_RANGE:
+                kernel = entry.kernel()
+                yield "packed", kernel.py_func.__name__, kernel
+                continue
+            G = packed_chunk_elements(entry.input_element)
+            layouts = sorted({dynamic_layout(g // G) for g in PACKED_GROUPS if g % G == 0} - {None})
+            for symmetric in (True,) if entry.output_element is ElementKind.S4 else (True, False):
+                for lanes, per_lane in layouts:
+                    kernel = entry.dynamic_kernel(symmetric, per_lane, lanes)
+                    yield "packed", kernel.py_func.__name__, kernel
+    packer = registry.lookup(QuantizeKind.DYNAMIC_RANGE, ElementKind.F32, ElementKind.S4).kernel()
+    yield "packed", "pack_nibbles", packer
+
+
 def fingerprints(families: set[str] | None = None, full: bool = False, dump: Path | None = None):
     """``family -> (kernel count, sha256 of their normalised PTX in order)``."""
     digests: dict[str, hashlib._Hash] = {}
@@ -114,6 +171,7 @@ def fingerprints(families: set[str] | None = None, full: bool = False, dump: Pat
 
     def kernels():
         yield from registered_kernels()
+        yield from plan_kernels()
         if families is None or "linear" in families:
             for config in linear_configs(full):
                 yield "linear", config.name, gemm_kernel(config)
@@ -132,7 +190,8 @@ def fingerprints(families: set[str] | None = None, full: bool = False, dump: Pat
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", nargs="+", default=None,
-                        help="elementwise, elementwise_fp8, dynamic, dynamic_fp8, linear (default: all)")
+                        help="elementwise, elementwise_fp8, dynamic, dynamic_fp8, elementwise_plans, "
+                             "elementwise_fp8_plans, dynamic_plans, packed, linear (default: all)")
     parser.add_argument("--full", action="store_true", help="every W8A8 configuration chosen, not one per body")
     parser.add_argument("--dump", type=Path, default=None, help="write each kernel's normalised PTX here")
     parser.add_argument("--list", action="store_true", help="only list the W8A8 configurations")
