@@ -176,10 +176,13 @@ def fingerprints(families: set[str] | None = None, full: bool = False, dump: Pat
             for config in linear_configs(full):
                 yield "linear", config.name, gemm_kernel(config)
 
+    compiled: dict[int, str] = {}  # a kernel object met again (several entries share one) is not compiled again
     for family, name, kernel in kernels():
         if families is not None and family not in families:
             continue
-        ptx = normalise(ptx_of(kernel))
+        ptx = compiled.get(id(kernel))
+        if ptx is None:
+            ptx = compiled[id(kernel)] = normalise(ptx_of(kernel))
         if dump is not None:
             (dump / f"{family}-{name}.ptx").write_text(ptx)
         digests.setdefault(family, hashlib.sha256()).update(ptx.encode())
