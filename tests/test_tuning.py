@@ -183,3 +183,41 @@ def _expand(family, values, shape, layout):
     if family == "group":
         return ref.expand_groups(values, shape, layout["group_size"])
     return ref.expand_channels(values, shape, layout["axis"])
+
+
+def test_the_tuning_tool_varies_fields_that_exist_and_prints_what_it_found():
+    """benchmarks/tune_cards.py: every variant names fields of its family's part of the value; the best variants
+    merge (a field two families set differently goes to the larger gain); the printed value, executed, is the
+    value (the fields that differ from the H100's, which are the class defaults)."""
+    from benchmarks import tune_cards as tool
+
+    for family in tool.FAMILIES:
+        section = linear.LinearTuning() if family.section == "linear" else getattr(H100_TUNING, family.section)
+        names = {f.name for f in dataclasses.fields(section)}
+        assert family.variants and all(set(changes) <= names for changes in family.variants.values()), family.name
+        memory, linear_tuning = tool.with_changes(H100_TUNING, linear.H100_TUNING, family.section,
+                                                  next(iter(family.variants.values())))
+        assert (memory, linear_tuning) != (H100_TUNING, linear.H100_TUNING)
+
+    a = tool.Result("fp8", "a", {"narrow_input_bytes": 16, "unroll": 4})
+    b = tool.Result("tensor_dequantize", "b", {"narrow_input_bytes": 32})
+    c = tool.Result("dynamic", "c", {"resident_keep": 8})
+    sections, notes = tool.merged([(a, 1.0), (b, 3.0), (c, 2.0)])
+    assert sections == {"elementwise": {"narrow_input_bytes": 32, "unroll": 4}, "dynamic": {"resident_keep": 8}}
+    assert len(notes) == 1 and "narrow_input_bytes" in notes[0]
+
+    memory = dataclasses.replace(
+        H200_TUNING, elementwise=dataclasses.replace(H200_TUNING.elementwise, narrow_input_bytes=16,
+                                                     tensor_dequantize_policy=registry.LaunchPolicy(128, 4096, 4)),
+        packed=dataclasses.replace(H200_TUNING.packed, quantize_policy=registry.LaunchPolicy(256, 8, one_wave=True)))
+    linear_tuning = dataclasses.replace(linear.H200_TUNING, vector_chunks=4)
+    text = tool.literal(memory, linear_tuning)
+    assert all(len(line) <= 120 for line in text.splitlines())
+    memory_part, linear_part = text.split("# baracuda_numba/plans/linear/tuning.py")
+    found: dict = {}
+    exec("from baracuda_numba.plans.tuning import *\nfrom baracuda_numba.registry import LaunchPolicy\n"
+         + memory_part, found)
+    assert found["H200_TUNING"] == memory
+    exec("from baracuda_numba.plans.linear.tuning import LinearTuning\n" + linear_part, found)
+    assert found["H200_TUNING"] == linear_tuning
+    assert tool.literal(H100_TUNING, linear.H100_TUNING).count("=") == 4  # nothing but the names and cards
