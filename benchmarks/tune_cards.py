@@ -333,6 +333,36 @@ DEVICE = "cuda"
 # -- running -------------------------------------------------------------------------------------------------------
 
 
+# Fields that change only a launch's grid, not what a kernel compiles: a variant of these alone compiles nothing.
+GRID_ONLY = frozenset({"stationary_waves", "resident_blocks_per_sm", "tensor_partial_blocks_per_sm",
+                       "tensor_quantize_blocks_per_sm", "column_threads_per_sm", "segment_blocks_per_sm",
+                       "dependent_segments_max"})
+
+
+def compiles(base: Any, changes: dict) -> bool:
+    """Whether a variant builds kernels of its own: a field other than a grid's, or a launch policy whose chunks in
+    flight (``unroll``) differ from ``base``'s (its threads and grid cap are the launch's)."""
+    for name, value in changes.items():
+        if isinstance(value, LaunchPolicy):
+            if value.unroll != getattr(base, name).unroll:
+                return True
+        elif name not in GRID_ONLY:
+            return True
+    return False
+
+
+def kernel_estimate(families: list[Family], memory: MemoryTuning, linear_tuning: Any) -> tuple[int, int]:
+    """``(about, at most)`` kernels a run compiles: the shipped value's and those of the variants that compile
+    (:func:`compiles`), ``kernels_per_case`` per case at most; about: one per case."""
+    about = most = 0
+    for f in families:
+        base = linear_tuning if f.section == "linear" else getattr(memory, f.section)
+        values = 1 + sum(compiles(base, changes) for changes in f.variants.values())
+        about += f.count * values
+        most += f.kernels_per_case * f.count * values
+    return about, most
+
+
 def with_changes(memory: MemoryTuning, linear_tuning: Any, section: str, changes: dict) -> tuple[MemoryTuning, Any]:
     """The two tuning values with ``changes`` applied to ``section``."""
     if section == "linear":
@@ -478,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="write tune_cards.json / .md and tuned_values.py")
     parser.add_argument("--only", nargs="+", choices=[f.name for f in FAMILIES], default=None)
-    parser.add_argument("--budget", type=float, default=480.0, help="seconds after which variants are skipped")
+    parser.add_argument("--budget", type=float, default=450.0, help="seconds after which variants are skipped")
     parser.add_argument("--log2n", type=int, default=28)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--min-gain", type=float, default=MIN_GAIN,
@@ -495,9 +525,9 @@ def main(argv: list[str] | None = None) -> int:
     families = [f for f in FAMILIES if args.only is None or f.name in args.only]
     base_memory, base_linear = current_tuning(), linear.current_tuning()
     device = "simulator" if SMOKE else torch.cuda.get_device_name()
-    most = sum(f.kernels_per_case * f.count * (1 + len(f.variants)) for f in families)
+    about, most = kernel_estimate(families, base_memory, base_linear)
     print(f"{device}: tuning values {base_memory.card} (memory-bound) / {base_linear.card} (W8A8); n = {n}; "
-          f"at most {most} kernels to compile (about {most} to {3 * most} s), budget {args.budget:.0f} s", flush=True)
+          f"about {about} kernels to compile, at most {most} (1-3 s each); budget {args.budget:.0f} s", flush=True)
     copy = copy_gbs(n, args.repeats)
     print(f"device-to-device copy {copy:.0f} GB/s", flush=True)
     report: dict[str, Any] = {"device": device, "copy_gbs": copy, "card": base_memory.card, "families": {}}

@@ -95,7 +95,7 @@ class Plan:
     Args: ClassVar[type]
     ENTRY: ClassVar[type] = registry.Entry  # the entry type this plan runs
 
-    tuning: Any  # the tuning value the plan was selected with (a card's MemoryTuning here; see LinearPlan)
+    tuning: Any = None  # the tuning value the plan was selected with (a card's MemoryTuning; LinearPlan's own)
 
     def __init__(self, desc: Any, entry: registry.RegistryEntry, pref: PlanPreference) -> None:
         self.desc = desc
@@ -201,7 +201,7 @@ class Plan:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"{self.name}({self.desc}, sku={self.entry.sku}, tuning={self.tuning.card})"
+        return f"{self.name}({self.desc}, sku={self.entry.sku}, tuning={getattr(self.tuning, 'card', None)})"
 
 
 @dataclass(slots=True)
