@@ -43,7 +43,7 @@ class ElementwiseTuning:
     # -- compiled into the kernels (ElementwiseKernelTuning) ---------------------------------------------------
     unroll: int = 2  # chunks in flight of the general kernels whose launch policy says none
     # Dequantize: input bytes in flight per thread, its chunks in flight raised to cover them (0: as its policy
-    # says). Off on an H100, whose dequantize kernels reach 94-97% of copy on their policies' chunks alone.
+    # says). Off on an H100, whose dequantize kernels reach 91-98% of copy on their policies' chunks alone.
     narrow_input_bytes: int = 0
     # The general kernels' launch bounds (threads at least every policy's); none on an H100, whose values were
     # measured with NVVM's own register counts.
