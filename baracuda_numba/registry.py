@@ -6,21 +6,28 @@ way the op moves data; fake-quantize has the float element on both sides (its FP
 and the int8 / uint8 ones with array scales, are keyed by the simulated element). FP8 entries carry
 their element as ``grid``; packed S4 / U4 quantize, dequantize and dynamic range are
 :class:`PackedEntry` (two values per byte). Each entry holds its kernel specialisation(s) (compiled on
-first use), its launch policy and its :class:`KernelSku`.
+first use), its launch role (the grid a card's tuning value gives it: ``plans/tuning.py``) and its
+:class:`KernelSku`.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .errors import Unsupported
-from .kernels.dynamic import DynamicKernels, dynamic_kernels
-from .kernels.elementwise import ElementwiseKernel, ElementwiseOp, ScaleMode, elementwise_kernel
+from .kernels.dynamic import DynamicKernels, DynamicKernelTuning, dynamic_kernels
+from .kernels.elementwise import (
+    ElementwiseKernel,
+    ElementwiseKernelTuning,
+    ElementwiseOp,
+    ScaleMode,
+    elementwise_kernel,
+)
 from .kernels.linear import TILE_THREADS
 from .kernels.packed import PACKED_ELEMENTS, dequantize_kernel, dynamic_kernel, pack_kernel, quantize_kernel
-from .platform import SIMULATOR
 from .vocabulary import (
     ArchSku,
     BackendKind,
@@ -32,7 +39,7 @@ from .vocabulary import (
     QuantizeKind,
 )
 
-__all__ = ["LaunchPolicy", "Entry", "RegistryEntry", "DynamicRangeEntry", "LinearEntry", "LinearVariant",
+__all__ = ["LaunchPolicy", "LaunchRole", "Entry", "RegistryEntry", "DynamicRangeEntry", "LinearEntry", "LinearVariant",
            "PackedEntry", "lookup",
            "entries", "FLOAT_ELEMENTS", "INT_ELEMENTS", "FP8_ELEMENTS", "PACKED_ELEMENTS"]
 
@@ -58,40 +65,25 @@ class LaunchPolicy:
         return max(1, min(needed, self.blocks_per_sm * sm_count))
 
 
-# The simulator runs one Python thread per CUDA thread: keep grids tiny there.
-ELEMENTWISE_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(512, 32)
-# Per-tensor ops and the per-group / per-token dequantize stream fastest in short-lived 128-thread blocks, a
-# chunk or two per thread (PyTorch's elementwise launch); H100, benchmarks/tune_elementwise.py --variants
-# policy, copy 3007 GB/s: per-tensor dequantize f32 90.8% -> 94.3% of copy, bf16 93.6% -> 97.0%; group-128
-# dequantize bf16 91.6% -> 93.6%, f32 90.7% -> 93.3%; group-128 quantize f32 82.6% -> 85.6%. Per-token and
-# per-channel quantize keep the resident grid above (per-token bf16 87.0% there, 82.4% in short blocks).
-STREAM_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(128, 1024)
-# Per-tensor dequantize: one chunk per thread and a grid that covers the tensor (no block loops): f32
-# 94.1% -> 96.9% of copy (Tensor.dequantize 96.5% in the same run), bf16 97.2% both ways. Per-tensor
-# quantize is slower so (95.7% against 102.7% for f32): it keeps STREAM_POLICY.
-TENSOR_DEQUANTIZE_POLICY = LaunchPolicy(32, 2, 1) if SIMULATOR else LaunchPolicy(128, 4096, 1)
-# Per-token and per-group quantize to integers: a grid of up to 128 blocks of 256 threads per SM, between the
-# resident grid (512 x 32) and the short-block one (128 x 1024). H100, tune_elementwise --variants grid, 2^28
-# elements in rows of 4096, copy 3010 GB/s, 512 x 32 / 128 x 1024 -> 256 x 128: group 128 bf16
-# 90.4 / 90.0 -> 92.7% of copy, group 128 f32 91.0 / 93.2 -> 94.3%, token bf16 93.9 / 89.1 -> 95.2%.
-SEGMENT_QUANTIZE_POLICY = LaunchPolicy(32, 2) if SIMULATOR else LaunchPolicy(256, 128)
-# Per-channel dequantize and quantize backward along the last axis, chunks of at most four elements (f32,
-# f64) and a channel count the chunk divides: each chunk's scales and zero points are read as vectors next
-# to it, in short-lived 128-thread blocks with 4 chunks per thread in flight, instead of the thread-stationary
-# kernel on one resident wave (which a write-heavy stream leaves short of the copy: int8 -> f32 88.8% of copy
-# with 2 to 8 chunks in flight and 50 to 100% occupancy). H100, tune_elementwise --variants vectors, 2^28
-# elements, copy 3007 GB/s: dequantize f32 88.8% -> 92.8%, quantize_backward f32 96.3% -> 100.1%. Not for
-# bf16 data (8 channels per chunk: 64 bytes of parameters per 24 of data): dequantize 90.1% -> 77.0%, nor for
-# quantize, whose stationary threads invert their scales once (f32 98.7% -> 71.0-84.7%).
-CHANNEL_VECTOR_POLICY = LaunchPolicy(32, 2, 1) if SIMULATOR else LaunchPolicy(128, 512, 4)
+class LaunchRole(enum.Enum):
+    """Which grid an elementwise entry launches with: the value names the field of a card's tuning value
+    (``plans/tuning.py``, ``ElementwiseTuning.<role>_policy``) that holds it, and why."""
+
+    ELEMENTWISE = "elementwise"  # a resident grid-stride grid
+    FP8_QUANTIZE = "fp8_quantize"  # FP8 quantize per tensor, token and group
+    STREAM = "stream"  # short-lived blocks
+    TENSOR_DEQUANTIZE = "tensor_dequantize"  # per-tensor dequantize
+    SEGMENT_QUANTIZE = "segment_quantize"  # per-token and per-group integer quantize
+    CHANNEL_VECTOR = "channel_vector"  # the channel-vector kernels (not an entry's own: the plan's choice)
+
+
+# Per-channel dequantize and quantize backward along the last axis, chunks of at most four elements (f32, f64)
+# and a channel count the chunk divides, read each chunk's scales and zero points as vectors next to it
+# (LaunchRole.CHANNEL_VECTOR); not bf16 data (8 channels per chunk: 64 bytes of parameters per 24 of data:
+# dequantize 90.1% -> 77.0% of copy on an H100), nor quantize, whose stationary threads invert their scales once
+# (f32 98.7% -> 71.0-84.7%).
 CHANNEL_VECTOR_OPS: frozenset[ElementwiseOp] = frozenset({ElementwiseOp.DEQUANTIZE, ElementwiseOp.QUANTIZE_BACKWARD})
 CHANNEL_VECTOR_MAX_CHUNK = 4  # elements per chunk
-# Packed 4-bit kernels: UNROLL chunks in flight per thread, and a grid that is resident in one wave (1024 threads
-# per SM fit up to 64 registers per thread; a second, partial wave of a grid-stride kernel costs a whole wave).
-PACKED_POLICY = LaunchPolicy(32, 2, one_wave=True) if SIMULATOR else LaunchPolicy(256, 4, one_wave=True)
-# Packed dequantize: 2 chunks per thread in short-lived 128-thread blocks, not one resident wave of 4 x 256
-# threads per SM (H100, tune_int4, copy 3008 GB/s: int4 / uint4 82.9% / 82.6% -> 89.9% / 91.9% of copy).
-PACKED_DEQUANTIZE_POLICY = LaunchPolicy(32, 2, 2) if SIMULATOR else LaunchPolicy(128, 1024, 2)
 LINEAR_POLICY = LaunchPolicy(TILE_THREADS, 0)  # one block per output tile (tiled and skinny alike): no grid-stride cap
 
 
@@ -118,7 +110,7 @@ class RegistryEntry(Entry):
     b: ElementKind | None
     out: ElementKind
     mode: ScaleMode
-    policy: LaunchPolicy
+    launch: LaunchRole
     grid: ElementKind | None = None  # the FP8 element of an FP8 op (its rounding and range)
 
     @property
@@ -129,20 +121,19 @@ class RegistryEntry(Entry):
     def scales(self) -> str:
         return self.mode.value
 
-    def kernel(self, uniform_chunk: bool = True, op: ElementwiseOp | None = None,
-               pow2_segments: bool = False, stationary: bool = False,
-               channel_vectors: bool = False) -> ElementwiseKernel:
-        """The kernel specialisation (built once per key; compiled on first launch); ``op`` replaces
-        the entry's op by a variant over the same operands (PyTorch's float64 fake quantize);
-        ``pow2_segments``: segments of a power-of-two number of chunks; ``stationary`` /
-        ``channel_vectors``: the thread-stationary or channel-vector channel kernel (see
-        :func:`~baracuda_numba.kernels.elementwise.elementwise_kernel`)."""
+    def kernel(self, tuning: ElementwiseKernelTuning, uniform_chunk: bool = True, op: ElementwiseOp | None = None,
+               pow2_segments: bool = False, stationary: bool = False, channel_vectors: bool = False,
+               unroll: int = 0) -> ElementwiseKernel:
+        """The kernel specialisation under a card's ``tuning`` (built once per key; compiled on first launch);
+        ``op`` replaces the entry's op by a variant over the same operands (PyTorch's float64 fake quantize);
+        ``pow2_segments``: segments of a power-of-two number of chunks; ``stationary`` / ``channel_vectors``: the
+        thread-stationary or channel-vector channel kernel; ``unroll``: its launch policy's chunks in flight (0:
+        the tuning's) (see :func:`~baracuda_numba.kernels.elementwise.elementwise_kernel`)."""
         uniform = uniform_chunk or self.mode is ScaleMode.SCALAR
         return elementwise_kernel(op or self.op, self.a, self.b, self.out, self.sku.precision_guarantee.math_precision,
                                   self.mode, uniform, self.grid,
-                                  pow2_segments and uniform and self.mode is not ScaleMode.SCALAR,
-                                  (CHANNEL_VECTOR_POLICY if channel_vectors else self.policy).unroll or None,
-                                  stationary, channel_vectors)
+                                  pow2_segments and uniform and self.mode is not ScaleMode.SCALAR, unroll or None,
+                                  stationary, channel_vectors, tuning=tuning)
 
 
 @dataclass(frozen=True)
@@ -150,15 +141,16 @@ class DynamicRangeEntry(Entry):
     """Dynamic-range quantize: range reductions (``kernels``) then the elementwise ``quantize``
     kernel of the matching granularity (``quantizer``)."""
 
-    policy: LaunchPolicy
     kernel_name: str = "dynamic_range"
     scales: str = "runtime"
 
-    def kernels(self, symmetric: bool, keep: int | None = None, threads: int | None = None,
-                min_blocks: int = 0, streaming: bool = False, split: int = 1) -> DynamicKernels:
+    def kernels(self, symmetric: bool, keep: int, threads: int, min_blocks: int = 0, streaming: bool = False,
+                split: int = 1, *, tuning: DynamicKernelTuning) -> DynamicKernels:
+        """The kernels of ``keep`` chunks per lane and ``threads`` per block under a card's ``tuning`` (see
+        :func:`~baracuda_numba.kernels.dynamic.dynamic_kernels`)."""
         return dynamic_kernels(self.input_element, self.output_element,
                                self.sku.precision_guarantee.math_precision, symmetric, keep, threads, min_blocks,
-                               streaming, split)
+                               streaming, split, tuning=tuning)
 
 
 @dataclass(frozen=True)
@@ -200,24 +192,25 @@ class PackedEntry(Entry):
     """Packed 4-bit (S4 / U4) per-group quantize, dequantize or dynamic-range quantize
     (:mod:`baracuda_numba.kernels.packed`): ``input_element`` the float, ``output_element`` S4 / U4."""
 
-    policy: LaunchPolicy
     kernel_name: str = "quantize_packed"
     scales: str = "rows"
 
-    def kernel(self) -> ElementwiseKernel:
-        """The packing kernel of this entry's direction (dynamic range: the two-pass path's nibble packer)."""
+    def kernel(self, unroll: int = 0) -> ElementwiseKernel:
+        """The packing kernel of this entry's direction, ``unroll`` chunks in flight per thread (dynamic range:
+        the two-pass path's nibble packer, which has none)."""
         precision = self.sku.precision_guarantee.math_precision
         if self.kernel_name == "quantize_packed":
-            return quantize_kernel(self.input_element, self.output_element, precision, self.policy.unroll or None)
+            return quantize_kernel(self.input_element, self.output_element, precision, unroll)
         if self.kernel_name == "dequantize_packed":
-            return dequantize_kernel(self.input_element, self.output_element, precision, self.policy.unroll or None)
+            return dequantize_kernel(self.input_element, self.output_element, precision, unroll)
         return pack_kernel()
 
-    def dynamic_kernel(self, symmetric: bool, per_lane: int, lanes: int = 0) -> ElementwiseKernel:
-        """The one-pass dynamic-range kernel for groups held ``per_lane`` chunks per lane by ``lanes``
-        lanes (0: a runtime argument)."""
+    def dynamic_kernel(self, symmetric: bool, per_lane: int, slots: int, threads: int,
+                       lanes: int = 0) -> ElementwiseKernel:
+        """The one-pass dynamic-range kernel for groups held ``per_lane`` chunks per lane by ``lanes`` lanes (0: a
+        runtime argument), ``slots`` chunks per lane per pass, ``threads`` per block."""
         return dynamic_kernel(self.input_element, self.output_element, self.sku.precision_guarantee.math_precision,
-                              symmetric, per_lane, fixed_lanes=lanes)
+                              symmetric, per_lane, slots, threads, fixed_lanes=lanes)
 
 
 def _packed_entries() -> Iterator[Entry]:
@@ -228,14 +221,13 @@ def _packed_entries() -> Iterator[Entry]:
             for kind, name, scales in ((QuantizeKind.PER_GROUP, "quantize_packed", "rows"),
                                        (QuantizeKind.DEQUANTIZE_PER_GROUP, "dequantize_packed", "rows"),
                                        (QuantizeKind.DYNAMIC_RANGE, "dynamic_range_packed", "runtime")):
-                policy = PACKED_DEQUANTIZE_POLICY if kind is QuantizeKind.DEQUANTIZE_PER_GROUP else PACKED_POLICY
-                yield PackedEntry(kind, f, p, _sku(kind, f, p), policy, name, scales)
+                yield PackedEntry(kind, f, p, _sku(kind, f, p), name, scales)
             for kind, op in ((QuantizeKind.PER_GROUP_BACKWARD, ElementwiseOp.QUANTIZE_BACKWARD),
                              (QuantizeKind.DEQUANTIZE_PER_GROUP_BACKWARD, ElementwiseOp.DEQUANTIZE_BACKWARD),
                              (QuantizeKind.FAKE_QUANTIZE, ElementwiseOp.FAKE_QUANTIZE),
                              (QuantizeKind.FAKE_QUANTIZE_BACKWARD, ElementwiseOp.FAKE_QUANTIZE_BACKWARD)):
                 b = f if op.reads_saved_input else None
-                yield RegistryEntry(kind, f, p, _sku(kind, f, p), op, f, b, f, ScaleMode.ROWS, ELEMENTWISE_POLICY)
+                yield RegistryEntry(kind, f, p, _sku(kind, f, p), op, f, b, f, ScaleMode.ROWS, LaunchRole.ELEMENTWISE)
 
 
 # The W8A8 GEMM's kernels: (name, what it is, the architecture it is built for: mma.sync and cp.async need
@@ -312,15 +304,14 @@ _STREAM_KINDS = frozenset({kind for kind, spec in _ELEMENTWISE_KINDS.items() if 
     QuantizeKind.PER_GROUP, QuantizeKind.DEQUANTIZE_PER_GROUP, QuantizeKind.DEQUANTIZE_PER_TOKEN})
 
 
-def _policy(kind: QuantizeKind, out: ElementKind) -> LaunchPolicy:
+def _launch_role(kind: QuantizeKind, out: ElementKind) -> LaunchRole:
     if kind is QuantizeKind.DEQUANTIZE_PER_TENSOR:
-        return TENSOR_DEQUANTIZE_POLICY
-    # FP8 quantize from bf16 per tensor ran at 89.6% of copy in short blocks, 97.3% on the resident grid
-    if out.is_fp8 and kind in (QuantizeKind.PER_TENSOR, QuantizeKind.PER_GROUP):
-        return ELEMENTWISE_POLICY
-    if kind in (QuantizeKind.PER_TOKEN, QuantizeKind.PER_GROUP) and not out.is_fp8:
-        return SEGMENT_QUANTIZE_POLICY
-    return STREAM_POLICY if kind in _STREAM_KINDS else ELEMENTWISE_POLICY
+        return LaunchRole.TENSOR_DEQUANTIZE
+    if out.is_fp8 and kind in (QuantizeKind.PER_TENSOR, QuantizeKind.PER_TOKEN, QuantizeKind.PER_GROUP):
+        return LaunchRole.FP8_QUANTIZE
+    if kind in (QuantizeKind.PER_TOKEN, QuantizeKind.PER_GROUP):
+        return LaunchRole.SEGMENT_QUANTIZE
+    return LaunchRole.STREAM if kind in _STREAM_KINDS else LaunchRole.ELEMENTWISE
 
 
 def _elementwise_entries() -> Iterator[RegistryEntry]:
@@ -329,7 +320,7 @@ def _elementwise_entries() -> Iterator[RegistryEntry]:
             for i in ((f,) if kind in _FAKE else INT_ELEMENTS):
                 role = {"f": f, "i": i, None: None}
                 yield RegistryEntry(kind, f, i, _sku(kind, f, None if kind in _FAKE else i), op,
-                                    role[a], role[b], role[out], mode, _policy(kind, role[out]))
+                                    role[a], role[b], role[out], mode, _launch_role(kind, role[out]))
     # FP8: keyed (kind, float element, FP8 element), fake-quantize included (its FP8 element names
     # the grid; its operands are both float).
     for kind, (op, mode, a, b, out) in _ELEMENTWISE_KINDS.items():
@@ -337,29 +328,28 @@ def _elementwise_entries() -> Iterator[RegistryEntry]:
             for g in FP8_ELEMENTS:
                 role = {"f": f, "i": f if kind in _FAKE else g, None: None}
                 yield RegistryEntry(kind, f, g, _sku(kind, f, g), op, role[a], role[b], role[out], mode,
-                                    _policy(kind, role[out]), g)
+                                    _launch_role(kind, role[out]), g)
 
 
 def _fake_array_entries() -> Iterator[RegistryEntry]:
     """Fake quantize and its straight-through backward with array scales on an int8 / uint8 grid, keyed by the
     simulated element (as the 4-bit ones): per channel, per token and per group alike, since each is the segment
     ``(i // seg_len) % channels`` of the flat tensor (:mod:`baracuda_numba.plans.fake`). Launched as the
-    per-channel quantize is (``ELEMENTWISE_POLICY``: 512-thread blocks, which its thread-stationary kernel's
-    launch bounds assume)."""
+    per-channel quantize is (``LaunchRole.ELEMENTWISE``: blocks within its thread-stationary kernel's launch
+    bounds)."""
     for kind, op in ((QuantizeKind.FAKE_QUANTIZE, ElementwiseOp.FAKE_QUANTIZE),
                      (QuantizeKind.FAKE_QUANTIZE_BACKWARD, ElementwiseOp.FAKE_QUANTIZE_BACKWARD)):
         for f in FLOAT_ELEMENTS:
             for i in INT_ELEMENTS:
                 b = f if op.reads_saved_input else None
                 yield RegistryEntry(kind, f, i, _sku(kind, f, i), op, f, b, f, ScaleMode.CHANNELS,
-                                    ELEMENTWISE_POLICY)
+                                    LaunchRole.ELEMENTWISE)
 
 
 def _dynamic_entries() -> Iterator[DynamicRangeEntry]:
     for f in FLOAT_ELEMENTS:
         for i in (*INT_ELEMENTS, *FP8_ELEMENTS):
-            yield DynamicRangeEntry(QuantizeKind.DYNAMIC_RANGE, f, i, _sku(QuantizeKind.DYNAMIC_RANGE, f, i),
-                                    ELEMENTWISE_POLICY)
+            yield DynamicRangeEntry(QuantizeKind.DYNAMIC_RANGE, f, i, _sku(QuantizeKind.DYNAMIC_RANGE, f, i))
 
 
 @functools.cache

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 import baracuda_numba as bn
+from baracuda_numba import bench
 from baracuda_numba.bench import device_ms, graph_ms
 from baracuda_numba.kernels.linear import PipelineShape, WgmmaShape
 from baracuda_numba.plans.linear import LinearTuning, current_tuning
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                         default=["prefill", "decode", "smoothquant"])
     parser.add_argument("--shapes", nargs="+", default=None, help="MxNxK (in place of the built-in lists)")
     args = parser.parse_args(argv)
+    bench._import_torch()  # the shared timers read the module's torch
     base = current_tuning()
     tunings = {"shipped": base, **dict(parse_variant(text, base) for text in args.variant)}
     out = Path(args.out)

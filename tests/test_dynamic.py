@@ -11,9 +11,11 @@ from conftest import SIMULATOR, requires_gpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_per_tensor import assert_same
+from tuned import CARDS, dynamic
 
 import baracuda_numba as bn
 from baracuda_numba import registry
+from baracuda_numba.plans.tuning import current_tuning
 from baracuda_numba.reference import dynamic as ref_dynamic
 
 # int8 / uint8 (FP8: test_fp8.py, packed int4: test_int4.py)
@@ -228,18 +230,10 @@ def test_gpu_tensor_scope_calls_queued_back_to_back_each_see_their_own_range(sha
         assert torch.equal(q, expected)
 
 
-@pytest.fixture
-def tuning():
-    """Set launch shapes of the dynamic plans for one test (plans are re-selected), restored after."""
-    saved = bn.plans.dynamic.TUNING
-
-    def set_tuning(**fields):
-        bn.plans.dynamic.TUNING = dataclasses.replace(saved, **fields)
-        bn.clear_plan_cache()
-
-    yield set_tuning
-    bn.plans.dynamic.TUNING = saved
-    bn.clear_plan_cache()
+def with_dynamic(base=None, **fields):
+    """``base`` (default: the current device's tuning value) with these dynamic-range fields replaced."""
+    base = base or current_tuning()
+    return dataclasses.replace(base, dynamic=dataclasses.replace(base.dynamic, **fields))
 
 
 def _special(shape, dtype, seed=5, offset=0):
@@ -295,10 +289,12 @@ KERNEL_PATHS = [
 ]
 
 
+@pytest.mark.parametrize("card", CARDS)
 @pytest.mark.parametrize(("fields", "shape", "kwargs", "offset"), KERNEL_PATHS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_every_kernel_path(tuning, fields, shape, kwargs, offset, dtype):
-    tuning(**fields)
+def test_every_kernel_path(fields, shape, kwargs, offset, dtype, card):
+    """Each path under each card's tuning value (tests/tuned.py) with the path's launch shape in it."""
+    tuning = with_dynamic(card, **fields)
     x = _special(shape, dtype, offset=offset)
     mode = kwargs.get("mode", "symmetric")
     scope = kwargs.get("scope", "token")
@@ -306,35 +302,53 @@ def test_every_kernel_path(tuning, fields, shape, kwargs, offset, dtype):
     for out in ("int8", "uint8"):
         q_min, q_max = bn.plans.dynamic.default_dynamic_q_range(bn.plans.dynamic.DynamicRangeMode(mode),
                                                                 bn.element_kind(out))
-        r = bn.dynamic_range_quantize(x, dtype=out, **kwargs)
+        got_q, got_scale, got_zero_point = dynamic(tuning, x, out=out, **kwargs)
         q, scale, zero_point = ref_dynamic.dynamic_range_quantize(x, mode, scope, q_min, q_max, np.dtype(out),
                                                                   axis, kwargs.get("group_size"))
-        assert_same(r.scale, scale)
-        assert_same(r.q, q)
+        assert_same(got_scale, scale)
+        assert_same(got_q, q)
         if mode == "asymmetric":
-            assert_same(r.zero_point, zero_point)
+            assert_same(got_zero_point, zero_point)
+
+
+@pytest.mark.parametrize("tuning", CARDS)
+@pytest.mark.parametrize("scope", SCOPES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape", [(3, 64), (70, 40), (2, 1000)])
+def test_every_card_tuning_matches_reference(shape, mode, scope, tuning):
+    """Each card's tuning value as it is (its launch shapes, chunks per lane, prefetches; tests/tuned.py) gives
+    the reference's bits in every scope, f16 in, int8 out, on whatever device runs the test."""
+    x = _special(shape, np.float16)
+    axis, group_size = (1 if scope == "channel" else None), (8 if scope == "group" else None)
+    q_min, q_max = bn.plans.dynamic.default_dynamic_q_range(bn.plans.dynamic.DynamicRangeMode(mode), bn.ElementKind.S8)
+    got_q, got_scale, got_zero_point = dynamic(tuning, x, mode, scope, axis, group_size)
+    q, scale, zero_point = ref_dynamic.dynamic_range_quantize(x, mode, scope, q_min, q_max, np.int8, axis, group_size)
+    assert_same(got_scale, scale)
+    assert_same(got_q, q)
+    if mode == "asymmetric":
+        assert_same(got_zero_point, zero_point)
 
 
 @pytest.mark.parametrize("forced", [None, True, False])
-def test_segment_stores_stream_only_past_l2(tuning, forced):
+def test_segment_stores_stream_only_past_l2(forced):
     """The segment kernels store evict-first when ``x`` and ``q`` together exceed the device's L2 (the
     simulator reports 4 KiB; ``segment_streaming_stores`` None), else cached; forced either way by the
     tuning. Both kernels give the reference's bits."""
     from baracuda_numba.plans.base import l2_bytes
 
-    tuning(segment_streaming_stores=forced)
+    tuning = with_dynamic(segment_streaming_stores=forced)
     for shape in ((4, 64), (40, 64)):  # 1280 and 12800 bytes of f32 x and int8 q
         x = _special(shape, np.float32)
         desc = bn.DynamicRangeQuantizeDescriptor(shape, bn.DynamicRangeMode.SYMMETRIC, bn.DynamicRangeScope.token(),
                                                  -127, 127, bn.ElementKind.F32, bn.ElementKind.S8)
-        plan = bn.DynamicRangeQuantizePlan.select(desc)
+        plan = bn.DynamicRangeQuantizePlan.select(desc, tuning=tuning)
         past_l2 = x.size * 5 > l2_bytes(0)
         assert plan._streaming is (past_l2 if forced is None else forced)
         assert all(k.py_func.__name__.endswith("_cs") is plan._streaming for k in plan._segment_kernels)
-        r = bn.dynamic_range_quantize(x)
+        got_q, got_scale, _ = dynamic(tuning, x)
         q, scale, _ = ref_dynamic.dynamic_range_quantize(x, "symmetric", "token", -127, 127, np.dtype(np.int8))
-        assert_same(r.scale, scale)
-        assert_same(r.q, q)
+        assert_same(got_scale, scale)
+        assert_same(got_q, q)
 
 
 @requires_gpu
@@ -366,29 +380,24 @@ def test_gpu_streaming_stores_and_next_row_prefetch_match_reference():
                 assert_same(r.zero_point.cpu().numpy(), zero_point)
 
 
-def test_few_segments_launch_as_programmatic_dependents(monkeypatch):
-    """Up to ``DEPENDENT_SEGMENTS_MAX`` segments (the decode quantizer's rows) the segment kernels launch
-    as programmatic dependents of the kernel before them; more, or with the knob at 0, plainly. The
+def test_few_segments_launch_as_programmatic_dependents():
+    """Up to the tuning's ``dependent_segments_max`` segments (the decode quantizer's rows) the segment kernels
+    launch as programmatic dependents of the kernel before them; more, or with the knob at 0, plainly. The
     results are the reference's either way."""
-    from baracuda_numba.ops.common import clear_plan_cache
-    from baracuda_numba.plans import dynamic as plans_dynamic
-
-    limit = plans_dynamic.DEPENDENT_SEGMENTS_MAX
+    limit = current_tuning().dynamic.dependent_segments_max
     assert limit >= 1
     for rows, knob, dependent in ((1, limit, True), (limit, limit, True), (limit + 1, limit, False), (1, 0, False)):
-        monkeypatch.setattr(plans_dynamic, "DEPENDENT_SEGMENTS_MAX", knob)
-        clear_plan_cache()
+        tuning = with_dynamic(dependent_segments_max=knob)
         plan = bn.DynamicRangeQuantizePlan.select(bn.DynamicRangeQuantizeDescriptor(
             (rows, 96), bn.plans.dynamic.DynamicRangeMode.SYMMETRIC, bn.plans.dynamic.DynamicRangeScope.token(),
-            -127, 127, "f32", "s8"))
+            -127, 127, "f32", "s8"), tuning=tuning)
         assert plan._launchers["segment"].dependent is dependent, rows
         assert plan._launchers["unaligned"].dependent is dependent, rows
         x = _special((rows, 96), np.float32)
-        r = bn.dynamic_range_quantize(x)
+        got_q, got_scale, _ = dynamic(tuning, x)
         q, scale, _ = ref_dynamic.dynamic_range_quantize(x, "symmetric", "token", -127, 127, np.dtype(np.int8))
-        assert_same(r.scale, scale)
-        assert_same(r.q, q)
-    clear_plan_cache()
+        assert_same(got_scale, scale)
+        assert_same(got_q, q)
 
 
 # (threads, keep, split asked, shape, scope kwargs, offset, dtype, (kernel, split) expected): few aligned
@@ -417,8 +426,8 @@ FIXED_CASES = [
 
 
 @pytest.mark.parametrize(("threads", "keep", "most", "shape", "kwargs", "offset", "dtype", "expected"), FIXED_CASES)
-def test_few_segments_of_one_block_take_the_fixed_kernel(tuning, monkeypatch, threads, keep, most, shape, kwargs,
-                                                         offset, dtype, expected):
+def test_few_segments_of_one_block_take_the_fixed_kernel(monkeypatch, threads, keep, most, shape, kwargs, offset,
+                                                         dtype, expected):
     """The fixed resident kernel (``DynamicTuning.fixed_segments``) and its split across blocks
     (``segment_split`` the most; ``nseg * split`` blocks within the SMs): the reference's bits, scales and
     zero points; the grid ``nseg * split``. Misaligned operands take the one-block element path and its
@@ -426,13 +435,14 @@ def test_few_segments_of_one_block_take_the_fixed_kernel(tuning, monkeypatch, th
     from baracuda_numba.plans import dynamic as plans_dynamic
 
     monkeypatch.setattr(plans_dynamic, "sm_count", lambda device=0: 64)
-    tuning(resident_threads=threads, resident_keep=keep, segment_split=most, fixed_keep=kwargs.get("fixed_keep", 0))
+    tuning = with_dynamic(resident_threads=threads, resident_keep=keep, segment_split=most,
+                          fixed_keep=kwargs.get("fixed_keep", 0))
     mode = plans_dynamic.DynamicRangeMode(kwargs.get("mode", "symmetric"))
     scope, group = kwargs.get("scope", "token"), kwargs.get("group_size")
     q_min, q_max = plans_dynamic.default_dynamic_q_range(mode, bn.ElementKind.S8)
     plan = bn.DynamicRangeQuantizePlan.select(bn.DynamicRangeQuantizeDescriptor(
         shape, mode, plans_dynamic.DynamicRangeScope.group(group) if group else plans_dynamic.DynamicRangeScope.token(),
-        q_min, q_max, "f32" if dtype == np.float32 else "f16", "s8"))
+        q_min, q_max, "f32" if dtype == np.float32 else "f16", "s8"), tuning=tuning)
     kind, split = expected
     name = plan._segment_kernels[0].py_func.__name__
     assert name.startswith(f"dynamic_{kind}{split if split > 1 else ''}_"), name
@@ -442,12 +452,12 @@ def test_few_segments_of_one_block_take_the_fixed_kernel(tuning, monkeypatch, th
     segments = shape[0] * shape[1] // (group or shape[1])
     assert plan._segment_blocks == (segments * split if kind == "fixed" else plan._unaligned_blocks)
     x = _special(shape, dtype, offset=offset)
-    r = bn.dynamic_range_quantize(x, mode=mode.value, scope=scope, group_size=group)
+    got_q, got_scale, got_zero_point = dynamic(tuning, x, mode.value, scope, group_size=group)
     q, scale, zero_point = ref_dynamic.dynamic_range_quantize(x, mode.value, scope, q_min, q_max, np.int8, None, group)
-    assert_same(r.scale, scale)
-    assert_same(r.q, q)
+    assert_same(got_scale, scale)
+    assert_same(got_q, q)
     if mode is plans_dynamic.DynamicRangeMode.ASYMMETRIC:
-        assert_same(r.zero_point, zero_point)
+        assert_same(got_zero_point, zero_point)
 
 
 @requires_gpu
@@ -465,7 +475,7 @@ def test_gpu_decode_rows_take_the_fixed_kernel(shape, dtype, mode):
         shape, bn.plans.dynamic.DynamicRangeMode(mode), bn.plans.dynamic.DynamicRangeScope.token(), q_min, q_max,
         "f32" if dtype == np.float32 else "f16", "s8"))
     assert plan._segment_kernels[0].py_func.__name__.startswith("dynamic_fixed_"), plan._segment_kernels[0]
-    assert plan._segment_blocks == shape[0] * bn.plans.dynamic.TUNING.segment_split
+    assert plan._segment_blocks == shape[0] * current_tuning().dynamic.segment_split
     x = _special(shape, dtype)
     r = bn.dynamic_range_quantize(x, mode=mode)
     q, scale, zero_point = ref_dynamic.dynamic_range_quantize(x, mode, "token", q_min, q_max, np.int8)
@@ -476,51 +486,51 @@ def test_gpu_decode_rows_take_the_fixed_kernel(shape, dtype, mode):
 
 
 @pytest.mark.parametrize("wide_keep", [2, 8])
-def test_few_long_segments_take_one_wide_resident_block_each(tuning, wide_keep):
+def test_few_long_segments_take_one_wide_resident_block_each(wide_keep):
     """Segments longer than the resident block holds, no more of them than SMs: one block per segment,
     every chunk in registers, its threads doubled up to ``wide_segment_base_threads``, then its chunks
     per thread up to ``wide_segment_keep``, then its threads up to ``wide_segment_threads``; past all
     three (or with more segments than SMs) the streaming kernel."""
-    from baracuda_numba.kernels.dynamic import TPB
     from baracuda_numba.plans.base import sm_count
 
-    tuning(resident_threads=32, resident_keep=2, wide_segment_threads=128, wide_segment_base_threads=64,
-           wide_segment_keep=wide_keep)
+    tuning = with_dynamic(resident_threads=32, resident_keep=2, wide_segment_threads=128,
+                          wide_segment_base_threads=64, wide_segment_keep=wide_keep)
+    tpb = tuning.dynamic.threads
     sms = sm_count(0)
     # (shape, threads, chunks per thread or None for the streaming kernel); f32: 4 elements per chunk.
-    # The streaming kernel runs blocks of the default TPB threads (its segments one warp each at most).
+    # The streaming kernel runs blocks of the tuning's `threads` (its segments one warp each at most).
     wide = wide_keep == 8
-    cases = [((sms, 1000), 64 if wide else 128, 4 if wide else 2), ((sms + 1, 1000), TPB, None),
-             ((sms, 2200), 128 if wide else TPB, 8 if wide else None), ((sms, 5000), TPB, None),
+    cases = [((sms, 1000), 64 if wide else 128, 4 if wide else 2), ((sms + 1, 1000), tpb, None),
+             ((sms, 2200), 128 if wide else tpb, 8 if wide else None), ((sms, 5000), tpb, None),
              ((sms, 400), 64, 2), ((sms, 200), 32, 2)]
     for shape, threads, keep in cases:
         plan = bn.DynamicRangeQuantizePlan.select(bn.DynamicRangeQuantizeDescriptor(
             shape, bn.plans.dynamic.DynamicRangeMode.SYMMETRIC, bn.plans.dynamic.DynamicRangeScope.token(), -127, 127,
-            "f32", "s8"))
+            "f32", "s8"), tuning=tuning)
         assert plan._threads == threads, shape
         name = plan._segment_kernels[0].py_func.__name__
         assert name.startswith("dynamic_segment_" if keep is None else "dynamic_resident_"), shape
         if keep is not None:
             assert f"_k{keep}_t{threads}" in name, (shape, name)
         x = _special(shape, np.float32)
-        r = bn.dynamic_range_quantize(x)
+        got_q, got_scale, _ = dynamic(tuning, x)
         q, scale, _ = ref_dynamic.dynamic_range_quantize(x, "symmetric", "token", -127, 127, np.dtype(np.int8))
-        assert_same(r.scale, scale)
-        assert_same(r.q, q)
+        assert_same(got_scale, scale)
+        assert_same(got_q, q)
 
 
-def test_all_zero_and_nonfinite_segments(tuning):
-    tuning(resident_threads=64, resident_keep=2, column_threads_per_sm=64)
+def test_all_zero_and_nonfinite_segments():
+    tuning = with_dynamic(resident_threads=64, resident_keep=2, column_threads_per_sm=64)
     x = np.zeros((4, 64), np.float32)
     x[1, 3], x[2, :] = np.nan, np.inf
     x[3, 0] = -np.inf
     for mode, q_min in (("symmetric", -127), ("asymmetric", -128)):
         for scope, axis in (("token", None), ("tensor", None), ("channel", 1)):
-            r = bn.dynamic_range_quantize(x, mode=mode, scope=scope, axis=axis)
-            assert np.all(np.asarray(r.scale) == 1.0)  # no finite nonzero element anywhere: scale 1
+            got_q, got_scale, _ = dynamic(tuning, x, mode, scope, axis=axis)
+            assert np.all(got_scale == 1.0)  # no finite nonzero element anywhere: scale 1
             zp = 0 if mode == "symmetric" else q_min  # q_min - rint(0 / 1)
             expected = np.where(np.isposinf(x), 127, np.where(np.isneginf(x), q_min, zp))
-            assert_same(r.q, expected.astype(np.int8))
+            assert_same(got_q, expected.astype(np.int8))
 
 
 @settings(max_examples=20 if SIMULATOR else 40)
@@ -533,27 +543,20 @@ def test_segment_launch_shapes_match_reference(threads, keep, staged, min_blocks
     """Any launch shape of the segment kernels (resident, staged, streaming when the row is longer than
     keep * threads chunks; a launch bound, which only the GPU compiler sees) gives the reference's bits:
     tokens or groups of f32 rows of ``4 * chunks``."""
-    saved = bn.plans.dynamic.TUNING
-    bn.plans.dynamic.TUNING = dataclasses.replace(saved, resident_threads=threads, resident_keep=keep,
-                                                  resident_staged=staged, resident_blocks_per_sm=blocks_per_sm,
-                                                  resident_min_blocks=min_blocks)
-    bn.clear_plan_cache()
-    try:
-        cols = 4 * chunks * (groups or 1)
-        x = _special((rows, cols), np.float32, seed=seed % 1000)
-        kwargs = dict(scope="group", group_size=cols // groups) if groups else {}
-        q_min, q_max = bn.plans.dynamic.default_dynamic_q_range(bn.plans.dynamic.DynamicRangeMode(mode),
-                                                                bn.ElementKind.S8)
-        r = bn.dynamic_range_quantize(x, mode=mode, **kwargs)
-        q, scale, zero_point = ref_dynamic.dynamic_range_quantize(x, mode, "group" if groups else "token", q_min,
-                                                                  q_max, np.int8, None, kwargs.get("group_size"))
-        assert_same(r.scale, scale)
-        assert_same(r.q, q)
-        if mode == "asymmetric":
-            assert_same(r.zero_point, zero_point)
-    finally:
-        bn.plans.dynamic.TUNING = saved
-        bn.clear_plan_cache()
+    tuning = with_dynamic(resident_threads=threads, resident_keep=keep, resident_staged=staged,
+                          resident_blocks_per_sm=blocks_per_sm, resident_min_blocks=min_blocks)
+    cols = 4 * chunks * (groups or 1)
+    x = _special((rows, cols), np.float32, seed=seed % 1000)
+    scope, group_size = ("group", cols // groups) if groups else ("token", None)
+    q_min, q_max = bn.plans.dynamic.default_dynamic_q_range(bn.plans.dynamic.DynamicRangeMode(mode),
+                                                            bn.ElementKind.S8)
+    got_q, got_scale, got_zero_point = dynamic(tuning, x, mode, scope, group_size=group_size)
+    q, scale, zero_point = ref_dynamic.dynamic_range_quantize(x, mode, scope, q_min, q_max, np.int8, None,
+                                                              group_size)
+    assert_same(got_scale, scale)
+    assert_same(got_q, q)
+    if mode == "asymmetric":
+        assert_same(got_zero_point, zero_point)
 
 
 @requires_gpu

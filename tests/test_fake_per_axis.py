@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_per_axis import expand, segments
 from test_per_tensor import assert_same, make_values
+from tuned import CARDS, fake_per_axis
 
 import baracuda_numba as bn
 from baracuda_numba import reference as ref
@@ -103,6 +104,7 @@ def test_matches_reference(entry):
     check()
 
 
+@pytest.mark.parametrize("tuning", CARDS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
 @pytest.mark.parametrize(("family", "shape", "axis", "group_size", "variant"), [
     ("channel", (24, 512), 0, None, "shift"), ("channel", (24, 40), 0, None, "tracking"),
@@ -111,10 +113,11 @@ def test_matches_reference(entry):
     ("group", (24, 512), None, 128, "shift"), ("group", (24, 288), None, 48, "tracking"),
     ("channel", (1, 1003), 0, None, "one segment"), ("token", (1, 1003), None, None, "one segment"),
 ])
-def test_kernel_variants_match_reference(family, shape, axis, group_size, variant, dtype):
+def test_kernel_variants_match_reference(family, shape, axis, group_size, variant, dtype, tuning):
     # Segments of a power-of-two number of chunks take the shift kernel; others track their segment; channels
     # along the last axis whose period divides the simulator's 2 x 32-thread stride take the thread-stationary
-    # kernel. A tensor of one segment is one scale whatever its length: chunks never straddle segments.
+    # kernel. A tensor of one segment is one scale whatever its length: chunks never straddle segments. Every
+    # card's tuning value.
     rng = np.random.default_rng(sum(shape))
     f = bn.element_kind(dtype).numpy_dtype
     count = segments(family, shape, axis, group_size)
@@ -125,13 +128,12 @@ def test_kernel_variants_match_reference(family, shape, axis, group_size, varian
     full_s, full_z = (expand(family, v, shape, axis, group_size) for v in (scales, zps))
     x = make_values(rng, math.prod(shape), f, 0.1, 0, -128, 127).reshape(shape)
     dy = rng.standard_normal(shape).astype(np.float32).astype(f)
-    layout = {"channel": (axis,), "token": (), "group": (group_size,)}[family]
-    name = NAMES[family]
-    assert_same(getattr(bn, f"fake_quantize_{name}")(x, scales, zps, *layout, dtype="int8"),
+    layout = dict(axis=axis, group_size=group_size)
+    assert_same(fake_per_axis(family, False, tuning, x, scales, zps, **layout),
                 ref.fake_quantize(x, full_s, full_z, -128, 127))
-    assert_same(getattr(bn, f"fake_quantize_{name}_backward")(dy, x, scales, zps, *layout, dtype="int8"),
+    assert_same(fake_per_axis(family, True, tuning, x, scales, zps, dy=dy, **layout),
                 ref.fake_quantize_backward(dy, x, full_s, full_z, -128, 127))
-    plan = _plan(family, False, shape, axis, group_size, dtype)
+    plan = _plan(family, False, shape, axis, group_size, dtype, tuning=tuning)
     if variant == "shift":
         assert plan._pow2_segments() and plan._uniform
     elif variant == "one segment":  # 1003 elements: a segment of whole chunks
@@ -143,11 +145,11 @@ def test_kernel_variants_match_reference(family, shape, axis, group_size, varian
         assert not plan._pow2_segments()
 
 
-def _plan(family, backward, shape, axis, group_size, dtype, grid="s8", q=(-128, 127)):
+def _plan(family, backward, shape, axis, group_size, dtype, grid="s8", q=(-128, 127), tuning=None):
     plan_type, descriptor = PLANS[(family, backward)]
     fields = {"channel": (shape, axis), "token": (math.prod(shape[:-1]), shape[-1]),
               "group": (math.prod(shape[:-1]), shape[-1], group_size)}[family]
-    return plan_type.select(descriptor(*fields, *q, dtype, grid))
+    return plan_type.select(descriptor(*fields, *q, dtype, grid), tuning=tuning)
 
 
 def test_zero_scale_gives_zero_with_zero_gradient_and_nan_propagates():

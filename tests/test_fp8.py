@@ -13,6 +13,7 @@ import pytest
 from conftest import FLOAT_DTYPES, SIMULATOR, requires_gpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tuned import CARDS, dynamic, per_axis, planned
 
 import baracuda_numba as bn
 from baracuda_numba import registry
@@ -282,6 +283,37 @@ def assert_same(got, expected) -> None:
     np.testing.assert_array_equal(got.astype(np.float64), expected.astype(np.float64))
 
 
+@pytest.mark.parametrize("tuning", CARDS)
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_card_tuning_matches_reference(family, dtype, tuning):
+    """Each card's tuning value (tests/tuned.py) through the plans: E4M3 quantize and dequantize per tensor
+    (the FP8 quantize grid, the narrow-input dequantize), per token and per group of a power-of-two number of
+    chunks (the shift kernels), per channel along the first axis, against the reference."""
+    element, f = E.FP8_E4M3, FLOAT_DTYPES[dtype]
+    math_t = np.float32
+    rng = np.random.default_rng(len(family))
+    shape, axis, group_size = (24, 512), (0 if family == "channel" else None), (128 if family == "group" else None)
+    count = segment_count(family, shape, axis, group_size)
+    scales = rng.choice([1.0, 0.5, 2.0**-6, 0.013, 3.7], count).astype(math_t)
+    full = expand(family, scales, shape, axis, group_size)
+    x = make_values(rng, shape, f, float(np.median(scales)), element.fp8_max)
+    if family == "tensor":
+        n, scale = x.size, float(scales[0])
+        q = np.empty(shape, element.numpy_dtype)
+        planned(bn.QuantizePerTensorPlan, bn.QuantizePerTensorDescriptor(n, -448, 448, dtype, element), tuning,
+                bn.QuantizePerTensorArgs(x, scale, None, q))
+        d = np.empty(shape, f)
+        planned(bn.DequantizePerTensorPlan, bn.DequantizePerTensorDescriptor(n, dtype, element), tuning,
+                bn.DequantizePerTensorArgs(q, scale, None, d))
+    else:
+        layout = dict(scales=scales, axis=axis, group_size=group_size, out=element.short)
+        q = per_axis("quantize", family, tuning, x=x, **layout)
+        d = per_axis("dequantize", family, tuning, q=q, dtype=dtype, **layout)
+    assert_fp8_same(q, ref8.fp8_quantize(x, full, element.numpy_dtype))
+    assert_same(d, ref8.fp8_dequantize(q, full, f))
+
+
 @pytest.mark.parametrize("element", FP8, ids=fp8_id)
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f16", "f64"])
 def test_fake_quantize_and_its_gradient(dtype, element):
@@ -386,18 +418,15 @@ def test_dynamic_range_matches_reference_and_vllm_rule(scope, dtype, element):
 @pytest.mark.parametrize("element", FP8, ids=fp8_id)
 @pytest.mark.parametrize(("shape", "dtype"), [((3, 512), "f32"), ((2, 1024), "f16")] if SIMULATOR
                          else [((1, 4096), "bf16"), ((16, 4096), "f16"), ((7, 8192), "bf16"), ((12, 2048), "f32")])
-def test_dynamic_per_token_few_rows_in_the_fixed_kernel(monkeypatch, shape, dtype, element):
+@pytest.mark.parametrize("tuning", CARDS)
+def test_dynamic_per_token_few_rows_in_the_fixed_kernel(monkeypatch, shape, dtype, element, tuning):
     """Few rows of exactly one quantizer block's chunks (the W8A8 decode's) take the fixed resident kernel
-    (``kernels.dynamic`` ``fixed``) with FP8 outputs too: the reference's scales and bits, NaN and inf left
-    out of the range."""
-    import dataclasses
-
+    (``kernels.dynamic`` ``fixed``) with FP8 outputs too, under each card's tuning value: the reference's scales
+    and bits, NaN and inf left out of the range."""
     from baracuda_numba.plans import dynamic as plans_dynamic
 
     if SIMULATOR:  # the simulator's one SM and 32-thread blocks: rows of 32 x 4 chunks, as many SMs as rows
         monkeypatch.setattr(plans_dynamic, "sm_count", lambda device=0: 64)
-        monkeypatch.setattr(plans_dynamic, "TUNING", dataclasses.replace(plans_dynamic.TUNING, resident_keep=4))
-    bn.clear_plan_cache()
     f = FLOAT_DTYPES[dtype]
     rng = np.random.default_rng(shape[0])
     x = (rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 300.0], (shape[0], 1))).astype(np.float32).astype(f)
@@ -406,13 +435,12 @@ def test_dynamic_per_token_few_rows_in_the_fixed_kernel(monkeypatch, shape, dtyp
         x[1] = 0  # an all-zero row: the minimum scale
     plan = bn.DynamicRangeQuantizePlan.select(bn.DynamicRangeQuantizeDescriptor(
         shape, plans_dynamic.DynamicRangeMode.SYMMETRIC, plans_dynamic.DynamicRangeScope.token(), -int(element.fp8_max),
-        int(element.fp8_max), dtype, element))
+        int(element.fp8_max), dtype, element), tuning=tuning)
     assert plan._segment_kernels[0].py_func.__name__.startswith("dynamic_fixed_"), plan._segment_kernels[0]
-    r = bn.dynamic_range_quantize(x, dtype=element, scope="token")
+    q, scale, _ = dynamic(tuning, x, out=element.short)
     want_scale = ref8.fp8_dynamic_scale(x, element.numpy_dtype, "token", None, None)
-    np.testing.assert_array_equal(np.asarray(r.scale).reshape(-1), want_scale)
-    assert_fp8_same(r.q, ref8.fp8_quantize(x, ref.expand_tokens(want_scale, x.shape), element.numpy_dtype))
-    bn.clear_plan_cache()
+    np.testing.assert_array_equal(scale.reshape(-1), want_scale)
+    assert_fp8_same(q, ref8.fp8_quantize(x, ref.expand_tokens(want_scale, x.shape), element.numpy_dtype))
 
 
 def test_dynamic_per_token_equals_vllm_composition_in_torch():

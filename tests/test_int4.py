@@ -12,6 +12,7 @@ from conftest import FLOAT_DTYPES, requires_gpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import cuda
+from tuned import CARDS, packed_dequantize, packed_dynamic, packed_quantize
 
 import baracuda_numba as bn
 from baracuda_numba import registry
@@ -254,13 +255,15 @@ def test_chunked_and_byte_paths_agree(dtype, offset):
 
 
 def test_dynamic_layout_lanes_and_chunks_per_lane():
-    from baracuda_numba.kernels.packed import DYNAMIC_MAX_PER_LANE, dynamic_layout, group_shift
+    from baracuda_numba.kernels.packed import dynamic_layout, group_shift
 
-    # lanes: the largest power of two <= DYNAMIC_MAX_LANES (4) dividing the chunks per group, more (a
-    # power of two <= 32 dividing it) while a lane would hold more than DYNAMIC_MAX_PER_LANE (8)
-    assert [dynamic_layout(c) for c in (1, 2, 3, 12, 16, 32, 64, 96, 256)] == [
+    # lanes: the largest power of two <= 4 (max_lanes) dividing the chunks per group, more (a power of two
+    # <= 32 dividing it) while a lane would hold more than 8 (max_per_lane); other limits the same way
+    assert [dynamic_layout(c, 4, 8) for c in (1, 2, 3, 12, 16, 32, 64, 96, 256)] == [
         (1, 1), (2, 1), (1, 3), (4, 3), (4, 4), (4, 8), (8, 8), (16, 6), (32, 8)]
-    assert dynamic_layout(32 * (DYNAMIC_MAX_PER_LANE + 1)) is None and dynamic_layout(0) is None
+    assert dynamic_layout(32 * 9, 4, 8) is None and dynamic_layout(0, 4, 8) is None
+    assert [dynamic_layout(c, 8, 4) for c in (1, 16, 64, 96)] == [(1, 1), (8, 2), (16, 4), (32, 3)]
+    assert dynamic_layout(32 * 5, 8, 4) is None
     assert [group_shift(c) for c in (1, 2, 16, 3, 12)] == [0, 1, 4, -1, -1]
 
 
@@ -279,6 +282,7 @@ def _dynamic_input(rng, shape, group_size, f):
     return x.astype(f)
 
 
+@pytest.mark.parametrize("tuning", CARDS)
 @pytest.mark.parametrize("name", ["int4", "uint4"])
 @pytest.mark.parametrize(("dtype", "group_size"), [
     ("f32", 4), ("f32", 8), ("f32", 12), ("f32", 24), ("f32", 128), ("f32", 256), ("f32", 1024),
@@ -286,24 +290,24 @@ def _dynamic_input(rng, shape, group_size, f):
     ("f32", 2048),  # 16 chunks per lane: the two-pass path
     ("f32", 6),  # not a whole number of chunks: the two-pass path
 ])
-def test_dynamic_one_pass_matches_reference(dtype, group_size, name):
+def test_dynamic_one_pass_matches_reference(dtype, group_size, name, tuning):
     """Every lane layout of the one-pass kernel (one lane per group, several groups per pass, whole
     warps per group, several chunks per lane) and the two-pass fallback give the reference's scales,
-    zero points and nibbles."""
+    zero points and nibbles, under each card's tuning value (tests/tuned.py)."""
     element = PACKED[name]
     f = FLOAT_DTYPES[dtype]
     cols = max(group_size, 1024 if group_size <= 256 else group_size)
     cols -= cols % group_size
     x = _dynamic_input(np.random.default_rng(group_size), (3, cols), group_size, f)
-    r = bn.dynamic_range_quantize_packed(x, group_size=group_size, dtype=name)
     mode = "symmetric" if element is E.S4 else "asymmetric"
     low, high = element.int_range
-    q, scale, zp = ref_dynamic.dynamic_range_quantize(x, mode, "group", -high if element is E.S4 else low, high,
-                                                      np.int8, group_size=group_size)
-    assert_same(r.q, pack_nibbles(q))
-    np.testing.assert_array_equal(r.scale, scale)
+    q_range = (-high if element is E.S4 else low, high)
+    packed, got_scale, got_zero_point = packed_dynamic(tuning, x, group_size, element, mode, q_range)
+    q, scale, zp = ref_dynamic.dynamic_range_quantize(x, mode, "group", *q_range, np.int8, group_size=group_size)
+    assert_same(packed, pack_nibbles(q))
+    np.testing.assert_array_equal(got_scale, scale)
     if element is E.U4:
-        np.testing.assert_array_equal(r.zero_point, zp)
+        np.testing.assert_array_equal(got_zero_point, zp)
 
 
 @pytest.mark.parametrize("offset", [0, 1])
@@ -320,12 +324,14 @@ def test_dynamic_uint4_symmetric_and_misaligned(offset):
     assert r.zero_point == 8
 
 
+@pytest.mark.parametrize("tuning", CARDS)
 @pytest.mark.parametrize("name", ["int4", "uint4"])
 @pytest.mark.parametrize(("dtype", "group_size"), [("f32", 8), ("f32", 24), ("bf16", 40), ("f64", 6), ("f32", 32),
                                                     ("bf16", 64), ("f64", 96)])
-def test_many_chunks_per_thread_match_reference(dtype, group_size, name):
+def test_many_chunks_per_thread_match_reference(dtype, group_size, name, tuning):
     """Enough chunks that every thread runs full unrolled steps and a remainder, with the group index
-    by shift (chunks per group a power of two: 8, 32, 64 elements) and by division (24 / 40 / 6 / 96)."""
+    by shift (chunks per group a power of two: 8, 32, 64 elements) and by division (24 / 40 / 6 / 96), under
+    each card's tuning value."""
     element = PACKED[name]
     f = FLOAT_DTYPES[dtype]
     math_t = np.float64 if dtype == "f64" else np.float32
@@ -342,9 +348,9 @@ def test_many_chunks_per_thread_match_reference(dtype, group_size, name):
     s_full = ref.expand_groups(scales, x.shape, group_size)
     z_full = ref.expand_groups(zps if zps is not None else np.zeros(gshape, np.int32), x.shape, group_size)
     values = ref.quantize(x, s_full, z_full, low, high, np.int8)
-    q = bn.quantize_per_group_packed(x, scales, zps, group_size, dtype=name)
+    q = packed_quantize(tuning, x, scales, zps, group_size, element)
     assert_same(q, pack_nibbles(values))
-    assert_same(bn.dequantize_per_group_packed(q, scales, zps, group_size, q_dtype=name, dtype=f),
+    assert_same(packed_dequantize(tuning, q, scales, zps, group_size, element, f),
                 ref.dequantize(values, s_full, z_full, f))
 
 

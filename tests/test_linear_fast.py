@@ -111,9 +111,9 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
     assert all(config[8] == 0x77 for config, _ in calls)
     # the skinny GEMM after the quantizer, SmoothQuant's and the fused kernel after whatever kernel, start as
     # programmatic dependents, fast path or not; so does the quantizer of up to 64 rows
-    from baracuda_numba.plans import dynamic as plans_dynamic
+    from baracuda_numba.plans import tuning as memory_tuning
 
-    assert plans_dynamic.DEPENDENT_SEGMENTS_MAX >= 32
+    assert memory_tuning.current_tuning().dynamic.dependent_segments_max >= 32
     expected = {"two_launch_skinny": [True, True] * 4, "smoothquant_skinny": [True] * 4, "fused_bf16_bias": [True] * 4,
                 "fused_f64": [True] * 4}.get(case, [False] * len(calls))
     assert driver.dependent == expected

@@ -240,12 +240,12 @@ def test_gpu_chained_calls_read_the_previous_calls_output(m, k, variant, static)
     chain run one synchronized op at a time. ``static``: the weights are declared static, so the fused kernel loads
     them before its wait."""
     torch = pytest.importorskip("torch")
-    from baracuda_numba.plans import dynamic as plans_dynamic
+    from baracuda_numba.plans import tuning as memory_tuning
 
     tuning = current_tuning() if variant == "shipped" else forced(variant, current_tuning())
     # the quantizer is a dependent by its own rule (up to 64 rows), and its always-dependent launcher (the fast
     # path's past quantizer_dependent_min_weight) is counted below; the fused kernel is a dependent at both K
-    assert tuning.fused_dependent_min_k <= 4096 and m <= plans_dynamic.DEPENDENT_SEGMENTS_MAX
+    assert tuning.fused_dependent_min_k <= 4096 and m <= memory_tuning.current_tuning().dynamic.dependent_segments_max
     assert (k * k >= tuning.quantizer_dependent_min_weight) == (k == 8192)
     g = torch.Generator(device="cuda").manual_seed(m)
     weights = [torch.randint(-128, 128, (k, k), device="cuda", generator=g, dtype=torch.int8) for _ in range(3)]

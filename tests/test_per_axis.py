@@ -11,6 +11,7 @@ from conftest import requires_gpu
 from hypothesis import given
 from hypothesis import strategies as st
 from test_per_tensor import assert_same, make_values
+from tuned import CARDS, per_axis
 
 import baracuda_numba as bn
 from baracuda_numba import reference as ref
@@ -254,14 +255,15 @@ def test_empty_and_degenerate_shapes():
     assert bn.quantize_per_group(np.zeros((2, 0), np.float32), np.ones((2, 0), np.float32), None, 8).shape == (2, 0)
 
 
+@pytest.mark.parametrize("tuning", CARDS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
 @pytest.mark.parametrize("shape", [(5, 2, 8), (9, 16), (7, 24), (4, 3, 5), (40, 16), (3, 65, 8), (72, 16)])
-def test_last_axis_channels_thread_stationary_and_not(shape, dtype):
+def test_last_axis_channels_thread_stationary_and_not(shape, dtype, tuning):
     # channels along the last axes: one grid stride is a whole number of channel periods (each thread
     # loads its chunk's parameters once) for 8 / 16 channels, and not for 24 or 15 elements per period
     # on the simulator's 2 x 32-thread grid (40 x 16 and 3 x 65 x 8: several chunks per thread; 72 x 16:
     # enough for the stationary loop's 2, 4 or 8 chunks in flight and some left over); every op against
-    # the reference either way
+    # the reference either way, under every card's tuning value
     rng = np.random.default_rng(len(shape) * 100 + shape[-1])
     f = bn.element_kind(dtype).numpy_dtype
     scale_dtype = np.float64 if dtype == "float64" else np.float32
@@ -273,33 +275,37 @@ def test_last_axis_channels_thread_stationary_and_not(shape, dtype):
         full_s, full_z = ref.expand_channels(scales, shape, axis), ref.expand_channels(zps, shape, axis)
         x = (rng.standard_normal(shape) * 2).astype(np.float32).astype(f)
         dy = rng.standard_normal(shape).astype(np.float32).astype(f)
-        q = bn.quantize_per_channel(x, scales, zps, axis)
+        common = dict(scales=scales, axis=axis)
+        q = per_axis("quantize", "channel", tuning, x=x, zero_points=zps, **common)
         assert_same(q, ref.quantize(x, full_s, full_z, -128, 127, np.int8))
-        assert_same(bn.dequantize_per_channel(q, scales, zps, axis, dtype=dtype), ref.dequantize(q, full_s, full_z, f))
-        assert_same(bn.quantize_per_channel_backward(dy, x, scales, zps, axis),
+        assert_same(per_axis("dequantize", "channel", tuning, q=q, zero_points=zps, dtype=dtype, **common),
+                    ref.dequantize(q, full_s, full_z, f))
+        assert_same(per_axis("quantize_backward", "channel", tuning, x=x, dy=dy, zero_points=zps, **common),
                     ref.quantize_backward(dy, x, full_s, full_z, -128, 127))
-        assert_same(bn.dequantize_per_channel_backward(dy, scales, axis), ref.dequantize_backward(dy, full_s))
-    plan = bn.QuantizePerChannelPlan.select(bn.QuantizePerChannelDescriptor(shape, len(shape) - 1, -128, 127,
-                                                                            bn.element_kind(dtype), "s8"))
+        assert_same(per_axis("dequantize_backward", "channel", tuning, dy=dy, **common),
+                    ref.dequantize_backward(dy, full_s))
+    desc = bn.QuantizePerChannelDescriptor(shape, len(shape) - 1, -128, 127, bn.element_kind(dtype), "s8")
+    plan = bn.QuantizePerChannelPlan.select(desc, tuning=tuning)
     if not plan._uniform:
         period = shape[-1]
         blocks, step_q, step_r, launcher = plan._geometry(plan._n // plan._chunk, 0)
-        stride = blocks * plan.entry.policy.threads_per_block * plan._chunk
+        stride = blocks * plan._policy.threads_per_block * plan._chunk
         assert (step_q == step_r == 0) == (stride % period == 0)
         # the thread-stationary kernel (no general loop) exactly where the stride is whole periods
         assert (launcher is plan._stationary_launcher) == (step_q == step_r == 0)
         assert launcher in (plan._launcher, plan._stationary_launcher)
-        if SIMULATOR:  # a 2-block grid: stationary exactly where 8 or 16 divide the 32-thread stride
+        if SIMULATOR and tuning.elementwise.elementwise_policy.blocks_per_sm == 2:
+            # a 2-block grid: stationary exactly where 8 or 16 divide the 32-thread stride
             assert (step_q == step_r == 0) == (period in (8, 16))
 
 
 @requires_gpu
 def test_gpu_stationary_grid_over_several_waves_matches_reference():
     # bf16 along the last of 4096 channels: the thread-stationary kernel over more blocks than one resident
-    # wave (plans.base.STATIONARY_WAVES), each thread's parameters loaded once per block; every op
+    # wave (the tuning's stationary_waves), each thread's parameters loaded once per block; every op
     # against the float64 reference, the zero scale and +-inf / NaN included
-    from baracuda_numba.plans import base
     from baracuda_numba.plans.base import sm_count
+    from baracuda_numba.plans.tuning import H100_TUNING
 
     rng = np.random.default_rng(4096)
     shape = (2048, 4096)
@@ -316,21 +322,25 @@ def test_gpu_stationary_grid_over_several_waves_matches_reference():
     assert_same(bn.dequantize_per_channel(q, scales, zps, 1, dtype="bfloat16"), ref.dequantize(q, full_s, full_z, f))
     assert_same(bn.quantize_per_channel_backward(dy, x, scales, zps, 1),
                 ref.quantize_backward(dy, x, full_s, full_z, -128, 127))
-    assert base.STATIONARY_WAVES.get(2, 1) > 1
-    for plan in (bn.QuantizePerChannelPlan.select(bn.QuantizePerChannelDescriptor(shape, 1, -128, 127, "bf16", "s8")),
-                 bn.DequantizePerChannelPlan.select(bn.DequantizePerChannelDescriptor(shape, 1, "bf16", "s8"))):
+    assert H100_TUNING.elementwise.waves(2) > 1
+    for plan in (bn.QuantizePerChannelPlan.select(bn.QuantizePerChannelDescriptor(shape, 1, -128, 127, "bf16", "s8"),
+                                                  tuning=H100_TUNING),
+                 bn.DequantizePerChannelPlan.select(bn.DequantizePerChannelDescriptor(shape, 1, "bf16", "s8"),
+                                                    tuning=H100_TUNING)):
         blocks, step_q, step_r, launcher = plan._geometry(plan._n // plan._chunk, 0)
         assert launcher is plan._stationary_launcher and step_q == step_r == 0
         assert blocks > plan._resident_blocks * sm_count(0)
 
 
+@pytest.mark.parametrize("tuning", CARDS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
 @pytest.mark.parametrize("cols", [8, 24, 4096, 6, 5])
-def test_last_axis_channel_vectors_and_their_alignment(cols, dtype):
+def test_last_axis_channel_vectors_and_their_alignment(cols, dtype, tuning):
     # dequantize and quantize backward of f32 / f64 data along the last axis read each chunk's scales and
     # zero points as vectors where the chunk (4 / 2 elements) divides the channel count; bf16 data (8 per
     # chunk), other counts and quantize keep the per-element kernels. Scale and zero-point views off their
-    # vector alignment take the element path. Every result against the float64 reference.
+    # vector alignment take the element path. Every result against the float64 reference, under every card's
+    # tuning value.
     rng = np.random.default_rng(cols)
     f = bn.element_kind(dtype).numpy_dtype
     scale_dtype = np.float64 if dtype == "float64" else np.float32
@@ -338,15 +348,16 @@ def test_last_axis_channel_vectors_and_their_alignment(cols, dtype):
     chunk = 16 // max(np.dtype(f).itemsize, 1)
     vectors = dtype != "bfloat16" and cols % chunk == 0
     element = bn.element_kind(dtype)
-    deq = bn.DequantizePerChannelPlan.select(bn.DequantizePerChannelDescriptor(shape, 1, element, bn.ElementKind.S8))
+    deq = bn.DequantizePerChannelPlan.select(bn.DequantizePerChannelDescriptor(shape, 1, element, bn.ElementKind.S8),
+                                             tuning=tuning)
     back = bn.QuantizePerChannelBackwardPlan.select(
-        bn.QuantizePerChannelBackwardDescriptor(shape, 1, -128, 127, element, bn.ElementKind.S8))
+        bn.QuantizePerChannelBackwardDescriptor(shape, 1, -128, 127, element, bn.ElementKind.S8), tuning=tuning)
     quant = bn.QuantizePerChannelPlan.select(bn.QuantizePerChannelDescriptor(shape, 1, -128, 127, element,
-                                                                             bn.ElementKind.S8))
+                                                                             bn.ElementKind.S8), tuning=tuning)
     assert deq._channel_vectors() == back._channel_vectors() == vectors
     assert not quant._channel_vectors()
     if vectors:
-        assert deq._stationary_launcher is None and deq._policy is registry.CHANNEL_VECTOR_POLICY
+        assert deq._stationary_launcher is None and deq._policy == tuning.elementwise.channel_vector_policy
     scale_buffer = rng.choice([0.5, 2.0**-6, 0.013, 0.1, 1.7, 0.0], cols + 1).astype(scale_dtype)
     zp_buffer = rng.integers(-6, 6, cols + 1).astype(np.int32)
     q = rng.integers(-128, 128, shape).astype(np.int8)
@@ -355,19 +366,22 @@ def test_last_axis_channel_vectors_and_their_alignment(cols, dtype):
     for offset in (0, 1):  # 1: the views start 4 (8) bytes into their buffers
         scales, zps = scale_buffer[offset:offset + cols], zp_buffer[offset:offset + cols]
         full_s, full_z = ref.expand_channels(scales, shape, 1), ref.expand_channels(zps, shape, 1)
-        assert_same(bn.dequantize_per_channel(q, scales, zps, 1, dtype=dtype), ref.dequantize(q, full_s, full_z, f))
-        assert_same(bn.quantize_per_channel_backward(dy, x, scales, zps, 1),
-                    ref.quantize_backward(dy, x, full_s, full_z, -128, 127))
+        assert_same(per_axis("dequantize", "channel", tuning, q=q, scales=scales, zero_points=zps, axis=1, dtype=dtype),
+                    ref.dequantize(q, full_s, full_z, f))
+        assert_same(per_axis("quantize_backward", "channel", tuning, x=x, dy=dy, scales=scales, zero_points=zps,
+                             axis=1), ref.quantize_backward(dy, x, full_s, full_z, -128, 127))
 
 
+@pytest.mark.parametrize("tuning", CARDS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
 @pytest.mark.parametrize(("family", "cols", "group_size"), [
     ("group", 512, 128), ("group", 384, 64), ("group", 288, 48), ("token", 256, None), ("token", 96, None),
     ("channel", 512, None), ("channel", 40, None)])
-def test_power_of_two_segments_shift_and_tracking_agree_with_reference(family, cols, group_size, dtype):
+def test_power_of_two_segments_shift_and_tracking_agree_with_reference(family, cols, group_size, dtype, tuning):
     # Segments of a power-of-two number of chunks (group 128 / 64, rows of 256 / 512) take the
     # kernel that finds a chunk's segment by a shift; 48-element groups and rows of 96 / 40 elements
-    # track it incrementally. Many more chunks than the grid's threads, so each thread strides.
+    # track it incrementally. Many more chunks than the grid's threads, so each thread strides. Every
+    # card's tuning value.
     rng = np.random.default_rng(cols)
     f = bn.element_kind(dtype).numpy_dtype
     shape = (24, cols)
@@ -379,19 +393,22 @@ def test_power_of_two_segments_shift_and_tracking_agree_with_reference(family, c
     zps = rng.integers(-6, 6, count).astype(np.int32)
     full_s, full_z = (expand(family, v, shape, axis, group_size) for v in (scales, zps))
     x = (rng.standard_normal(shape) * 3).astype(np.float32).astype(f)
-    extra = {"channel": (axis,), "token": (), "group": (group_size,)}[family]
-    name = {"channel": "per_channel", "token": "per_token", "group": "per_group"}[family]
-    q = getattr(bn, f"quantize_{name}")(x, scales, zps, *extra)
+    layout = dict(scales=scales, zero_points=zps, axis=axis, group_size=group_size)
+    q = per_axis("quantize", family, tuning, x=x, **layout)
     assert_same(q, ref.quantize(x, full_s, full_z, -128, 127, np.int8))
-    assert_same(getattr(bn, f"dequantize_{name}")(q, scales, zps, *extra, dtype=dtype),
+    assert_same(per_axis("dequantize", family, tuning, q=q, dtype=dtype, **layout),
                 ref.dequantize(q, full_s, full_z, f))
+    dy = rng.standard_normal(shape).astype(np.float32).astype(f)
+    assert_same(per_axis("quantize_backward", family, tuning, x=x, dy=dy, **layout),
+                ref.quantize_backward(dy, x, full_s, full_z, -128, 127))
     seg_len = group_size or cols
     chunks = seg_len // (16 // np.dtype(f).itemsize)
     descriptor = {"group": lambda: bn.QuantizePerGroupDescriptor(*shape, group_size, -128, 127, dtype, "s8"),
                   "token": lambda: bn.QuantizePerTokenDescriptor(*shape, -128, 127, dtype, "s8"),
                   "channel": lambda: bn.QuantizePerChannelDescriptor(shape, 0, -128, 127, dtype, "s8")}[family]()
     plan = {"group": bn.QuantizePerGroupPlan, "token": bn.QuantizePerTokenPlan,
-            "channel": bn.QuantizePerChannelPlan}[family].select(descriptor)
+            "channel": bn.QuantizePerChannelPlan}[family].select(descriptor, tuning=tuning)
     pow2 = seg_len % (16 // np.dtype(f).itemsize) == 0 and chunks & (chunks - 1) == 0
     assert plan._pow2_segments() == pow2
-    assert ("_pow2_" in plan.entry.kernel(plan._uniform, None, pow2).py_func.__name__) == pow2
+    kernel = plan.entry.kernel(tuning.elementwise.kernel, plan._uniform, None, pow2)
+    assert ("_pow2_" in kernel.py_func.__name__) == pow2

@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 from conftest import FLOAT_DTYPES
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import cuda
+from tuned import CARDS, planned
 
 import baracuda_numba as bn
 from baracuda_numba import reference as ref
@@ -110,6 +111,56 @@ def test_matches_reference(entry):
     @given(problems(entry))
     def check(p):
         got, expected = run_entry(entry, p)
+        assert_same(got, expected)
+
+    check()
+
+
+def run_plan(entry, p, tuning):
+    """(result of the entry's plan under ``tuning``, reference) for one problem: the plans the dispatch functions
+    select, NumPy in and out."""
+    rng = np.random.default_rng(p["seed"])
+    f, i, kind, n = entry.input_element, entry.output_element, entry.kind, p["n"]
+    scale, zp, q_min, q_max = p["scale"], p["zero_point"], p["q_min"], p["q_max"]
+    x = make_values(rng, n, f.numpy_dtype, scale, zp, q_min, q_max)
+    dy = (rng.standard_normal(n) * 4).astype(np.float32).astype(f.numpy_dtype)
+    out = np.empty(n, (i if kind is K.PER_TENSOR else f).numpy_dtype)
+    if kind is K.PER_TENSOR:
+        planned(bn.QuantizePerTensorPlan, bn.QuantizePerTensorDescriptor(n, q_min, q_max, f, i), tuning,
+                bn.QuantizePerTensorArgs(x, scale, zp, out))
+        return out, ref.quantize(x, scale, zp, q_min, q_max, i.numpy_dtype)
+    if kind is K.PER_TENSOR_BACKWARD:
+        planned(bn.QuantizePerTensorBackwardPlan, bn.QuantizePerTensorBackwardDescriptor(n, q_min, q_max, f, i),
+                tuning, bn.QuantizePerTensorBackwardArgs(x, scale, zp, dy, out))
+        return out, ref.quantize_backward(dy, x, scale, zp, q_min, q_max)
+    if kind is K.DEQUANTIZE_PER_TENSOR:
+        low, high = i.int_range
+        q = rng.integers(low, high + 1, n).astype(i.numpy_dtype)
+        planned(bn.DequantizePerTensorPlan, bn.DequantizePerTensorDescriptor(n, f, i), tuning,
+                bn.DequantizePerTensorArgs(q, scale, zp, out))
+        return out, ref.dequantize(q, scale, zp, f.numpy_dtype)
+    if kind is K.DEQUANTIZE_PER_TENSOR_BACKWARD:
+        planned(bn.DequantizePerTensorBackwardPlan, bn.DequantizePerTensorBackwardDescriptor(n, f, i), tuning,
+                bn.DequantizePerTensorBackwardArgs(scale, dy, out))
+        return out, ref.dequantize_backward(dy, scale)
+    if kind is K.FAKE_QUANTIZE:
+        planned(bn.FakeQuantizePlan, bn.FakeQuantizeDescriptor(n, q_min, q_max, f), tuning,
+                bn.FakeQuantizeArgs(x, scale, zp, out))
+        return out, ref.fake_quantize(x, scale, zp, q_min, q_max)
+    planned(bn.FakeQuantizeBackwardPlan, bn.FakeQuantizeBackwardDescriptor(n, q_min, q_max, f), tuning,
+            bn.FakeQuantizeBackwardArgs(x, scale, zp, dy, out))
+    return out, ref.fake_quantize_backward(dy, x, scale, zp, q_min, q_max)
+
+
+@pytest.mark.parametrize("tuning", CARDS)
+@pytest.mark.parametrize("entry", ENTRIES, ids=entry_id)
+def test_every_card_tuning_matches_reference(entry, tuning):
+    """Each card's tuning value (its chunks in flight, launch bounds and grids; tests/tuned.py) gives the
+    reference's bits through the plans, on whatever device runs the test."""
+    @settings(max_examples=10)
+    @given(problems(entry))
+    def check(p):
+        got, expected = run_plan(entry, p, tuning)
         assert_same(got, expected)
 
     check()

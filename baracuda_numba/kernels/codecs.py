@@ -37,12 +37,6 @@ class Fp8Format:
     infinities: bool
 
 
-# How the GPU kernels decode FP8: True, the conversion unit (``cvt.rn.f16x2.e4m3x2`` / E5M2 as a
-# float16, then ``cvt.f32.f16``); False, the exact rescale of fp8_bits_codec (integer and float
-# work, what the simulator runs). Same bits either way. H100, bf16, 2^28 elements (tune_fp8):
-# fake quantize 78% of copy by conversion against 57% by rescale, dequantize 79% against 73%.
-FP8_DECODE_BY_CONVERSION = True
-
 _FP8 = {
     ElementKind.FP8_E4M3: Fp8Format(3, 7, 0x7E, False),
     ElementKind.FP8_E5M2: Fp8Format(2, 15, 0x7B, True),
@@ -132,12 +126,14 @@ def _fp8_codec(element: ElementKind, M: type):
     with the NaN's sign put back (the instruction gives the canonical NaN, PyTorch keeps the sign);
     the simulator runs :func:`fp8_bits_codec`'s integer model of it. Both are held to PyTorch's
     ``x.to(float8)`` bit for bit (tests/test_fp8.py). Decoding on the GPU goes through the conversion
-    unit as well (``FP8_DECODE_BY_CONVERSION``), on the simulator through :func:`fp8_bits_codec`'s
-    exact rescale; the GPU tests hold both to ml_dtypes' values.
+    unit as well (``cvt.rn.f16x2.e4m3x2``, E5M2 as a float16's top byte, then ``cvt.f32.f16``), on the
+    simulator through :func:`fp8_bits_codec`'s exact rescale (integer and float work): the same bits, and on an
+    H100 (bf16, 2^28 elements) fake quantize at 78% of copy by conversion against 57% by rescale, dequantize 79%
+    against 73%. The GPU tests hold both to ml_dtypes' values.
     """
     fp8_decode, fp8_encode = fp8_bits_codec(element)
 
-    if FP8_DECODE_BY_CONVERSION and not SIMULATOR:
+    if not SIMULATOR:
         if element is ElementKind.FP8_E4M3:
             @device_function
             def decode_fp8(w):

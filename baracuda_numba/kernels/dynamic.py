@@ -23,7 +23,7 @@ optional ``min_blocks`` launch bound that caps registers so that many blocks sha
   first) of at most ``keep * tps`` chunks, ``tps`` lanes per segment (a power of two up to the
   block): each chunk loaded once (all of a lane's 16-byte loads before the range pass), kept as raw
   words, quantized from the registers. Lanes meet by warp shuffles, warps in shared memory. Once a
-  row's loads are issued, the lanes ask L2 for the row the block takes next (``RESIDENT_PREFETCH_ROWS``),
+  row's loads are issued, the lanes ask L2 for the row the block takes next (``resident_prefetch_rows``),
   so HBM keeps streaming through the reduce and the quantize. Built with ``streaming``, the segment
   kernels store evict-first (for outputs past L2).
 - ``fixed``: the resident kernel compiled for aligned segments of exactly ``keep * threads`` chunks, one
@@ -72,24 +72,23 @@ from .elementwise import (
     uint_name,
 )
 
-__all__ = ["TPB", "WARP", "KEEP_CHUNKS", "DynamicKernels", "dynamic_kernels"]
+__all__ = ["WARP", "DynamicKernelTuning", "DynamicKernels", "dynamic_kernels"]
 
-TPB = 32 if SIMULATOR else 128  # threads per block of the reduction kernels (tuned on an H100)
 WARP = 32
 LINE_CHUNKS = 8  # 16-byte chunks per 128-byte cache line
-KEEP_CHUNKS = 4  # chunks per lane in registers: kept between the passes, and loads in flight per round
-# The tensor scope's quantize pass stores with the streaming (evict-first) cache operator, so that its
-# output leaves L2 before the tail of x that the partial pass left there and this pass reads first.
-TENSOR_STREAMING_STORES = True
-# Measured knob (session 19, slower everywhere): x read through the read-only path with 256-byte L2 prefetch.
-LOAD_HINT = False
-# The resident kernel: rows ahead (in its grid-stride order) whose chunks each block asks L2 for
-# (``prefetch.L2``, one per 128-byte line, no register held) once this row's loads are issued, so that
-# HBM keeps streaming while the row is reduced and quantized (0: none). H100, tune_dynamic, [65536, 4096]
-# bf16, % of copy on 3n bytes, token / group 128 (session 20): with streaming stores on a grid of 128
-# blocks per SM 96.1 / 96.4 -> 98.6 / 96.5; 2 rows ahead fell to 79; on the grid of 32 per SM 1 row
-# was slower (91.1 against 93.8).
-RESIDENT_PREFETCH_ROWS = 1
+
+
+@dataclass(frozen=True)
+class DynamicKernelTuning:
+    """What the dynamic-range kernels compile in besides their shape (``keep``, ``threads``, launch bounds), for
+    one card (part of each kernel's key). The values, and the measurement behind each, are the plans' tuning
+    values (``baracuda_numba/plans/tuning.py``, :class:`~baracuda_numba.plans.tuning.DynamicTuning`)."""
+
+    # rows ahead (in the resident kernel's grid-stride order) whose chunks each block asks L2 for once its row's
+    # loads are issued (``prefetch.L2``, one per 128-byte line, no register held; 0: none)
+    resident_prefetch_rows: int
+    tensor_streaming_stores: bool  # the tensor scope's quantize pass stores evict-first
+    load_hint: bool  # x read through the read-only path with 256-byte L2 fills
 
 
 @dataclass(frozen=True)
@@ -285,14 +284,14 @@ def int_chunk_quantizer(a: ElementKind, precision: MathPrecision):
 
 
 @functools.cache
-def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, symmetric: bool,
-                    keep: int | None = None, threads: int | None = None, min_blocks: int = 0,
-                    streaming: bool = False, split: int = 1) -> DynamicKernels:
-    """The kernels for one combination; ``keep`` / ``threads`` default to ``KEEP_CHUNKS`` / ``TPB``;
-    ``min_blocks`` > 0 compiles with ``launch_bounds=(threads, min_blocks)``; ``streaming``: the segment
-    kernels (token, group, channel rows) store with the streaming (evict-first) cache operator, for
-    outputs that L2 would not keep anyway; ``split`` (a divisor of ``keep``): blocks per segment of the
-    ``fixed`` kernel."""
+def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, symmetric: bool, keep: int,
+                    threads: int, min_blocks: int = 0, streaming: bool = False, split: int = 1, *,
+                    tuning: DynamicKernelTuning) -> DynamicKernels:
+    """The kernels for one combination: ``keep`` chunks per lane, ``threads`` per block; ``min_blocks`` > 0
+    compiles with ``launch_bounds=(threads, min_blocks)``; ``streaming``: the segment kernels (token, group,
+    channel rows) store with the streaming (evict-first) cache operator, for outputs that L2 would not keep
+    anyway; ``split`` (a divisor of ``keep``): blocks per segment of the ``fixed`` kernel; ``tuning``: what
+    they compile in besides (:class:`DynamicKernelTuning`)."""
     M = math_type(precision)
     G = chunk_elements(a, out)
     zero = M(0.0)
@@ -303,22 +302,21 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     o_encode = codec(out, precision).encode
     a_bits, o_bits = 8 * a.itemsize, 8 * out.itemsize
     a_load, _ = chunk_io(G * a.itemsize)
-    if LOAD_HINT and G * a.itemsize == 16:
+    if tuning.load_hint and G * a.itemsize == 16:
         a_load = device.load_u64x2_streaming
     _, o_store = chunk_io(G * out.itemsize)
     evict_first_store = device.streaming_store(G * out.itemsize)
     segment_store = evict_first_store if streaming else o_store
-    tensor_store = evict_first_store if TENSOR_STREAMING_STORES else o_store
+    tensor_store = evict_first_store if tuning.tensor_streaming_stores else o_store
     quantize = op_functions(precision, out if fp8 else None)[ElementwiseOp.QUANTIZE]
     reciprocal, shuffle_xor = device.reciprocal, device.shuffle_xor
-    tpb = threads or TPB
-    keep = keep or KEEP_CHUNKS
+    tpb = threads
     nwarps = max(1, tpb // WARP)
     warp_slots = 2 * nwarps  # shared-array sizes must be compile-time constants, not expressions
     stage_words = 2 * 2 * keep * tpb  # staged kernel: two rounds of keep 16-byte chunks per thread
     wait_previous, wait_all = device.cp_async_wait_group(1), device.cp_async_wait_group(0)
     # (prefetch_l2 takes 16-byte pairs of a uint64 array)
-    prefetch_rows = RESIDENT_PREFETCH_ROWS if G * a.itemsize == 16 else 0
+    prefetch_rows = tuning.resident_prefetch_rows if G * a.itemsize == 16 else 0
     prefetch_l2 = device.prefetch_l2
 
     accumulate, combine, range_params = range_functions(precision, symmetric, out.fp8_max if fp8 else None)
@@ -415,7 +413,7 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
         return warps_range(hi, lo, sh_hi, sh_lo, 0, 0, nwarps, tid)
 
     def segment_kernel(xw, xe, qw, qe, scales, zero_points, nseg, seg_len, cps, tps, q_min, q_max, zp_sym):
-        # Launched as a programmatic dependent (plans.dynamic.DEPENDENT_SEGMENTS_MAX), this kernel may start
+        # Launched as a programmatic dependent (DynamicTuning.dependent_segments_max), this kernel may start
         # while the kernel before it runs: nothing is read or written before that kernel is complete.
         # Then a kernel launched as dependent on this one (the W8A8 linear's GEMM) may start its loads
         # of what this one does not write: it waits for this grid before reading the results. (Its
@@ -832,6 +830,9 @@ def dynamic_kernels(a: ElementKind, out: ElementKind, precision: MathPrecision, 
     q_views = f"{uint_name(chunk_view_itemsize(G * out.itemsize))}[::1], {uint_name(out.itemsize)}[::1]"
     bounds = f"_b{min_blocks}" if min_blocks else ""
     tag = f"{'sym' if symmetric else 'asym'}_{a.short}_{out.short}_k{keep}_t{tpb}{bounds}{'_cs' if streaming else ''}"
+    # what an H100's values leave untagged (1 row prefetched, streaming tensor stores, plain loads)
+    tag += (f"_pf{tuning.resident_prefetch_rows}" if tuning.resident_prefetch_rows != 1 else "") + (
+        "" if tuning.tensor_streaming_stores else "_ts0") + ("_lh" if tuning.load_hint else "")
     options = (("launch_bounds", (tpb, min_blocks)),) if min_blocks else ()
 
     def make(py_func, name: str, signature: str) -> ElementwiseKernel:

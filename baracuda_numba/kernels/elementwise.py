@@ -20,7 +20,7 @@ nearest even by the output encoder, NaN kept, no zero point.
 Layout: operands are flat and C-contiguous, read and written in chunks of ``G`` consecutive
 elements, ``G = 16 / (widest itemsize)``: the widest operand moves 16 bytes per chunk (one
 ``v2.u64`` access), the others ``G * itemsize`` bytes. Consecutive threads take consecutive chunks
-(grid-stride, ``UNROLL`` chunks in flight per thread, ``POW2_UNROLL`` in the shift kernels), so every
+(grid-stride, a tuning value's chunks in flight per thread: :class:`ElementwiseKernelTuning`), so every
 access of a warp is coalesced, loads and stores alike. The ``n % G`` tail, or everything when an
 operand is not aligned to its chunk, goes through the element path. Scales are a scalar (per tensor)
 or arrays indexed by a segment: ``i // seg_len`` (per token / per group) or ``(i // seg_len) %
@@ -50,41 +50,30 @@ from . import device
 from .codecs import codec, math_type
 from .device import device_function
 
-__all__ = ["CHUNK_BYTES", "UNROLL", "POW2_UNROLL", "chunk_elements", "chunk_io", "chunk_view_itemsize",
+__all__ = ["CHUNK_BYTES", "ElementwiseKernelTuning", "chunk_elements", "chunk_io", "chunk_view_itemsize",
            "op_functions", "uint_name", "ElementwiseOp", "ScaleMode", "ElementwiseKernel", "elementwise_kernel"]
 
 CHUNK_BYTES = 16  # bytes per chunk of the widest operand
-UNROLL = 2  # chunks each thread loads before computing
-# Chunks in flight of the kernels whose segments are a power-of-two number of chunks (per group 128,
-# per token and per channel along axis 0 of power-of-two rows; the segment is a shift of the chunk
-# index). One: on an H100 (tune_elementwise --variants pow2, 2^28 elements, copy 3008 GB/s) bf16 group-128
-# quantize 82.7% of copy at 1, 70.5% at 2, 69.7% at 4 (the tracked kernel 70.0%); per token 87.1% /
-# 75.2% / 74.5%; dequantize within 0.3% across 1 and 2.
-POW2_UNROLL = 1
-# Grid strides ahead at which the shift kernels ask L2 for their 16-byte input chunks (``prefetch.L2``:
-# DRAM requests in flight without the registers of more chunks in flight); 0: none.
-POW2_PREFETCH = 0
-# ``launch_bounds`` of the shift kernels with float32 math: 32 registers, four 512-thread blocks per SM
-# instead of three (NVVM gave bf16 -> s8 34 registers; no spills at 32 except float64 math, which
-# keeps NVVM's count). H100, tune_elementwise --variants prefetch, copy 3008 GB/s, bf16 / f32:
-# per-token quantize 87.1% / 85.8% -> 94.0% / 94.3% of copy, axis-0 channels 87.1% / 85.6% -> 93.9% /
-# 94.3%, group-128 quantize 83.2% / 85.7% -> 90.0% / 93.3%; dequantize unchanged. (L2 prefetches one
-# or two strides ahead were slower: 74.4-85.3%.) The kernels launch with at most 512 threads.
-POW2_LAUNCH_BOUNDS: tuple[int, int] | None = (512, 4)
-# ``launch_bounds`` of the per-channel kernels whose chunks span several channels: NVVM gave the
-# bf16 -> s8 kernel 74 registers, one 512-thread block per SM (25% occupancy, DRAM 62% in ncu);
-# capped at 64, two blocks fit. H100, 2^28 elements (tune_elementwise, 2026-11-23): bf16 quantize
-# 79.4% -> 84.8% of copy, dequantize 81.4% -> 90.4%, f32 quantize 80.2% -> 97.5%, the rest within 1%.
-CHANNEL_LAUNCH_BOUNDS: tuple[int, int] | None = (512, 2)
-# Input bytes each thread of the thread-stationary kernel has in flight: its loop keeps
-# ``max(2, STATIONARY_INPUT_BYTES // input bytes per chunk)`` chunks in flight (4 for int8 -> bf16, whose
-# chunks read 8 bytes; 2 for the 16-byte chunks of f32 / bf16 inputs). H100, tune_elementwise --variants
-# stationary, 2^28 elements, copy 3008 GB/s, two runs: bf16 dequantize 89.8% / 90.0% of copy at 8 or 16
-# bytes, 90.4% / 90.7% at 32, 90.4% at 64 (where bf16 quantize fell 92.2% -> 90.2%). More blocks per SM
-# (3 or 4, at 40 or 32 registers) did not help any stationary kernel: 70-90% against 90-98% at 2.
-STATIONARY_INPUT_BYTES = 32
-# ``launch_bounds`` of the thread-stationary kernels, whose grid is one wave of this many blocks per SM.
-STATIONARY_LAUNCH_BOUNDS: tuple[int, int] = (512, 2)
+_UNTAGGED_UNROLL = 2  # kernel names tag the chunks in flight of the general kernels when they differ from this
+
+
+@dataclass(frozen=True)
+class ElementwiseKernelTuning:
+    """What the elementwise kernels keep in flight and the launch bounds they are compiled with, for one card
+    (part of each kernel's key). The values, and the measurement behind each, are the plans' tuning values
+    (``baracuda_numba/plans/tuning.py``, :class:`~baracuda_numba.plans.tuning.ElementwiseTuning`)."""
+
+    unroll: int  # chunks a thread of the general kernels loads before computing (a launch policy's own first)
+    # input bytes in flight per thread of the general, shift and channel-vector kernels whose input is narrower
+    # than their output (dequantize): their chunks in flight raised to cover this many (0: as they are)
+    narrow_input_bytes: int
+    general_launch_bounds: tuple[int, int] | None  # launch_bounds of the general kernels (None: none)
+    pow2_unroll: int  # chunks in flight of the shift kernels (segments a power-of-two number of chunks)
+    pow2_prefetch: int  # grid strides ahead at which the shift kernels ask L2 for their 16-byte inputs (0: none)
+    pow2_launch_bounds: tuple[int, int] | None  # launch_bounds of the shift kernels with float32 math
+    channel_launch_bounds: tuple[int, int] | None  # launch_bounds of the channel kernels whose chunks span channels
+    stationary_input_bytes: int  # input bytes in flight per thread of the thread-stationary channel kernel
+    stationary_launch_bounds: tuple[int, int]  # its launch_bounds (its grid: one wave of this many blocks per SM)
 
 
 def chunk_elements(*elements: ElementKind | None) -> int:
@@ -301,7 +290,6 @@ def chunk_io(chunk_bytes: int):
     return load, store
 
 
-@functools.cache
 def elementwise_kernel(
     op: ElementwiseOp,
     a: ElementKind,
@@ -315,9 +303,12 @@ def elementwise_kernel(
     unroll: int | None = None,
     stationary: bool = False,
     channel_vectors: bool = False,
+    *,
+    tuning: ElementwiseKernelTuning,
 ) -> ElementwiseKernel:
-    """The kernel for ``op`` reading ``a`` (and ``b``), writing ``out`` (built once per key,
-    compiled on first use).
+    """The kernel for ``op`` reading ``a`` (and ``b``), writing ``out`` under ``tuning`` (built once per
+    key of what it compiles, compiled on first use: tuning values that differ only in what this kernel does
+    not read share it).
 
     ``uniform_chunk`` says every chunk lies in one scale segment (``seg_len % G == 0``), so scales
     are read once per chunk. ``grid`` is the FP8 element of an FP8 op (see :func:`op_functions`):
@@ -325,7 +316,8 @@ def elementwise_kernel(
     power of two: the segment of chunk ``c`` is ``c >> log2(seg_len / G)``, with no per-thread
     tracking (``step_q`` / ``step_r`` unused); in channel mode the caller guarantees that the channel
     axis is the outermost (``n == channels * seg_len``), so that no modulo applies. ``unroll``: the
-    chunks a thread has in flight, for kernels without power-of-two segments (default :data:`UNROLL`).
+    chunks a thread has in flight, for kernels without power-of-two segments (default ``tuning.unroll``;
+    ``tuning.narrow_input_bytes`` may raise it, and the shift kernels' is ``tuning.pow2_unroll``).
     ``stationary`` (channel mode, chunks spanning channels): the thread-stationary kernel, for a grid
     whose stride is a whole number of channel periods (``step_q == step_r == 0``), so that every chunk
     of a thread sees the same ``G`` channels and loads their parameters once. It is a kernel of its
@@ -335,6 +327,43 @@ def elementwise_kernel(
     are read as vectors (aligned to ``G`` elements, up to 16 bytes, which the caller guarantees) next
     to the chunk, for grids of short-lived blocks.
     """
+    G = chunk_elements(a, b, out)
+    scalar = mode is ScaleMode.SCALAR
+    shifted = pow2_segments and not scalar and uniform_chunk
+    unroll = tuning.pow2_unroll if shifted else (unroll or tuning.unroll)
+    if tuning.narrow_input_bytes and a.itemsize < out.itemsize and not stationary:
+        unroll = max(unroll, tuning.narrow_input_bytes // (G * a.itemsize))
+    prefetch = tuning.pow2_prefetch if shifted and G * a.itemsize == 16 else 0  # aw holds uint64 pairs
+    depth = max(2, tuning.stationary_input_bytes // (G * (a.itemsize + (b.itemsize if b is not None else 0))))
+    if channel_vectors:
+        depth = unroll
+    per_element_params = not scalar and not uniform_chunk
+    spans_channels = mode is ScaleMode.CHANNELS and per_element_params and not channel_vectors
+    bounds = tuning.general_launch_bounds
+    if spans_channels:
+        bounds = tuning.channel_launch_bounds
+    if stationary:
+        bounds = tuning.stationary_launch_bounds
+    pow2_bounds = None
+    if shifted and tuning.pow2_launch_bounds and precision is not MathPrecision.F64:
+        bounds = pow2_bounds = tuning.pow2_launch_bounds
+    elif shifted:
+        bounds = None
+    resident = tuning.stationary_launch_bounds[1] if stationary else 0
+    return _elementwise_kernel(op, a, b, out, precision, mode, uniform_chunk, grid, shifted, unroll, stationary,
+                               channel_vectors, prefetch, depth, bounds, pow2_bounds, resident)
+
+
+@functools.cache
+def _elementwise_kernel(op: ElementwiseOp, a: ElementKind, b: ElementKind | None, out: ElementKind,
+                        precision: MathPrecision, mode: ScaleMode, uniform_chunk: bool, grid: ElementKind | None,
+                        shifted: bool, unroll: int, stationary: bool, channel_vectors: bool, prefetch: int,
+                        depth: int, bounds: tuple[int, int] | None, pow2_bounds: tuple[int, int] | None,
+                        resident: int) -> ElementwiseKernel:
+    """:func:`elementwise_kernel` once its tuning is resolved: ``unroll`` chunks in flight, L2 prefetches
+    ``prefetch`` strides ahead (shift kernels), ``depth`` chunks in flight of the stationary and
+    channel-vector loops, ``bounds`` the launch bounds (``pow2_bounds``: those of a shift kernel, which its
+    name tags), ``resident`` the stationary kernel's blocks per SM."""
     M = math_type(precision)
     compute = op_functions(precision, grid)[op]
     G = chunk_elements(a, b, out)
@@ -353,16 +382,10 @@ def elementwise_kernel(
         raise ValueError("thread-stationary and channel-vector kernels are for channel scales with chunks "
                          "spanning channels")
     copy_params = device.vector_copy(G)
-    shifted = pow2_segments and not scalar and uniform_chunk
     zero = M(0.0)
     word_zero = np.uint64(0)
     u64 = np.uint64
-    unroll = POW2_UNROLL if shifted else (unroll or UNROLL)
-    prefetch = POW2_PREFETCH if shifted and G * a.itemsize == 16 else 0  # aw holds uint64 pairs
     prefetch_l2 = device.prefetch_l2
-    depth = max(2, STATIONARY_INPUT_BYTES // (G * (a.itemsize + (b.itemsize if b is not None else 0))))
-    if channel_vectors:
-        depth = unroll
     vector_slots = depth * G  # the parameters of the chunks in flight (channel vectors)
 
     reads_zero_points = op is not ElementwiseOp.DEQUANTIZE_BACKWARD and grid is None
@@ -629,15 +652,12 @@ def elementwise_kernel(
     if channel_vectors:
         grid_tag += "_vectors"
     pow2_tag = (f"_pow2_u{unroll}" + (f"_pf{prefetch}" if prefetch else "") if shifted
-                else ("" if unroll == UNROLL else f"_u{unroll}"))
+                else ("" if unroll == _UNTAGGED_UNROLL else f"_u{unroll}"))
+    if pow2_bounds:
+        pow2_tag += f"_lb{pow2_bounds[1]}"
+    elif bounds and (bounds != (512, 2) or not per_element_params):  # all but an H100's channel kernels'
+        pow2_tag += f"_lb{bounds[0]}x{bounds[1]}"
     kernel.__name__ = f"{op.value}_{a.short}_{b_elem.short}_{out.short}_{mode.value}{grid_tag}{pow2_tag}"
     kernel.__qualname__ = kernel.__name__
-    spans_channels = channels_mode and per_element_params and not channel_vectors
-    options = (("launch_bounds", CHANNEL_LAUNCH_BOUNDS),) if spans_channels and CHANNEL_LAUNCH_BOUNDS else ()
-    if stationary:
-        options = (("launch_bounds", STATIONARY_LAUNCH_BOUNDS),)
-    if shifted and POW2_LAUNCH_BOUNDS and precision is not MathPrecision.F64:
-        options = (("launch_bounds", POW2_LAUNCH_BOUNDS),)
-        kernel.__name__ = kernel.__qualname__ = f"{kernel.__name__}_lb{POW2_LAUNCH_BOUNDS[1]}"
-    resident = STATIONARY_LAUNCH_BOUNDS[1] if stationary else 0
+    options = (("launch_bounds", bounds),) if bounds else ()
     return ElementwiseKernel(kernel, signature, a, b, out, precision, G, options, unroll, resident)

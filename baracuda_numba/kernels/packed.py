@@ -33,7 +33,6 @@ import functools
 import numpy as np
 from numba import cuda
 
-from ..platform import SIMULATOR
 from ..vocabulary import ElementKind, MathPrecision
 from . import device
 from .codecs import codec, math_type
@@ -49,19 +48,10 @@ from .elementwise import (
     uint_name,
 )
 
-__all__ = ["PACKED_ELEMENTS", "UNROLL", "DYNAMIC_SLOTS", "DYNAMIC_THREADS", "chunk_elements", "group_shift",
-           "dynamic_layout", "groups_per_pass", "quantize_kernel", "dequantize_kernel", "dynamic_kernel", "pack_kernel"]
+__all__ = ["PACKED_ELEMENTS", "chunk_elements", "group_shift", "dynamic_layout", "groups_per_pass",
+           "quantize_kernel", "dequantize_kernel", "dynamic_kernel", "pack_kernel"]
 
 PACKED_ELEMENTS = (ElementKind.S4, ElementKind.U4)
-UNROLL = 4  # chunks each thread loads before computing, unless the entry's launch policy says (registry)
-DYNAMIC_SLOTS = 4  # chunks a lane of the one-pass dynamic kernel holds per pass (several groups when they are small)
-DYNAMIC_MAX_PER_LANE = 8  # larger groups (more than 8 chunks per lane) take the two-pass path
-DYNAMIC_THREADS = 32 if SIMULATOR else 256  # threads per block of the dynamic kernel
-# Lanes a group of the one-pass dynamic kernel spreads over, unless more are needed to keep a lane at
-# DYNAMIC_MAX_PER_LANE chunks: fewer lanes share the per-group work (range, scale division,
-# reciprocal, butterfly) among more elements. H100, bf16 groups of 128 (tune_int4, copy 2996 GB/s):
-# 16 lanes 86.8% / 66.0% of copy (int4 / uint4), 8 lanes 89.8% / 82.8%, 4 lanes 89.5% / 85.3%.
-DYNAMIC_MAX_LANES = 4
 _NIBBLE = np.uint64(0xF)
 _FOUR = np.uint64(4)
 
@@ -82,24 +72,24 @@ def group_shift(chunks_per_group: int) -> int:
     return -1
 
 
-def dynamic_layout(chunks_per_group: int) -> tuple[int, int] | None:
+def dynamic_layout(chunks_per_group: int, max_lanes: int, max_per_lane: int) -> tuple[int, int] | None:
     """``(lanes, per_lane)`` of the one-pass dynamic kernel for groups of ``chunks_per_group`` chunks:
-    ``lanes`` the largest power of two <= ``DYNAMIC_MAX_LANES`` dividing it, or more (up to 32) while a
-    lane would hold more than ``DYNAMIC_MAX_PER_LANE`` chunks; ``per_lane = chunks_per_group / lanes``;
-    None when a lane would still hold more than ``DYNAMIC_MAX_PER_LANE`` chunks."""
+    ``lanes`` the largest power of two <= ``max_lanes`` dividing it, or more (up to 32) while a lane would
+    hold more than ``max_per_lane`` chunks; ``per_lane = chunks_per_group / lanes``; None when a lane would
+    still hold more than ``max_per_lane`` chunks (such groups take the two-pass path)."""
     if chunks_per_group <= 0:
         return None
     lanes = 1
     while lanes < 32 and chunks_per_group % (2 * lanes) == 0 and (
-            lanes < DYNAMIC_MAX_LANES or chunks_per_group // lanes > DYNAMIC_MAX_PER_LANE):
+            lanes < max_lanes or chunks_per_group // lanes > max_per_lane):
         lanes *= 2
     per_lane = chunks_per_group // lanes
-    return (lanes, per_lane) if per_lane <= DYNAMIC_MAX_PER_LANE else None
+    return (lanes, per_lane) if per_lane <= max_per_lane else None
 
 
-def groups_per_pass(per_lane: int, slots: int | None = None) -> int:
+def groups_per_pass(per_lane: int, slots: int) -> int:
     """Groups a team of the dynamic kernel takes per pass: as many as ``slots`` chunks per lane hold."""
-    return max(1, (slots or DYNAMIC_SLOTS) // per_lane)
+    return max(1, slots // per_lane)
 
 
 @device_function
@@ -141,19 +131,18 @@ def _nibble_packer(element: ElementKind, packed: ElementKind, precision: MathPre
 
 @functools.cache
 def quantize_kernel(element: ElementKind, packed: ElementKind, precision: MathPrecision,
-                    unroll: int | None = None) -> ElementwiseKernel:
+                    unroll: int) -> ElementwiseKernel:
     """``q[b] = nibble(quantize(x[2b])) | nibble(quantize(x[2b + 1])) << 4``.
 
     Arguments: ``x_chunks (uint64 pairs), x_elems, q_chunks (G / 2 bytes each), q_bytes, scales,
     zero_points, nchunks, nbytes, group_size, shift, q_min, q_max`` (``shift``: :func:`group_shift` of
-    the chunks per group). Each thread loads ``unroll`` chunks (default :data:`UNROLL`) and their
-    scales before quantizing them; every chunk lies inside one group (the plan passes ``nchunks = 0``
-    unless ``group_size % G == 0`` and the operands are aligned); the bytes past the chunks go one per
-    thread. Zero points are read for U4 only (S4 is symmetric: zero point 0).
+    the chunks per group). Each thread loads ``unroll`` chunks and their scales before quantizing them;
+    every chunk lies inside one group (the plan passes ``nchunks = 0`` unless ``group_size % G == 0`` and the
+    operands are aligned); the bytes past the chunks go one per thread. Zero points are read for U4 only (S4
+    is symmetric: zero point 0).
     """
     M = math_type(precision)
     G = chunk_elements(element)
-    unroll = unroll or UNROLL
     decode = codec(element, precision).decode
     nibble, pack = _nibble_packer(element, packed, precision)
     load, _ = chunk_io(CHUNK_BYTES)
@@ -212,7 +201,7 @@ def quantize_kernel(element: ElementKind, packed: ElementKind, precision: MathPr
 
 @functools.cache
 def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: MathPrecision,
-                      unroll: int | None = None) -> ElementwiseKernel:
+                      unroll: int) -> ElementwiseKernel:
     """``x[2b + k] = (nibble_k(q[b]) - zero_point) * scale`` (S4 nibbles sign-extended).
 
     Arguments: ``q_chunks, q_bytes, x_chunks, x_elems, scales, zero_points, nchunks, nbytes,
@@ -222,7 +211,6 @@ def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: Math
     """
     M = math_type(precision)
     G = chunk_elements(element)
-    unroll = unroll or UNROLL
     dequantize = op_functions(precision)[ElementwiseOp.DEQUANTIZE]
     encode, encode_pair = codec(element, precision).encode, codec(element, precision).encode_pair
     pairs = encode_pair is not None
@@ -306,8 +294,7 @@ def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: Math
 
 @functools.cache
 def dynamic_kernel(element: ElementKind, packed: ElementKind, precision: MathPrecision, symmetric: bool,
-                   per_lane: int, slots: int | None = None, threads: int | None = None,
-                   fixed_lanes: int = 0) -> ElementwiseKernel:
+                   per_lane: int, slots: int, threads: int, fixed_lanes: int = 0) -> ElementwiseKernel:
     """Dynamic-range quantize per group to packed nibbles in one pass (read ``x`` once).
 
     Arguments: ``x_chunks (uint64 pairs), q_chunks (G / 2 bytes each), scales, zero_points, ngroups,
@@ -317,15 +304,14 @@ def dynamic_kernel(element: ElementKind, packed: ElementKind, precision: MathPre
     lane ``l`` holds chunks ``l, l + lanes, ...`` of its group. The butterfly over the team gives
     every lane the range; lane 0 writes the scale and, when ``zero_points`` is not empty, the zero
     point. Every thread of a block runs the same number of passes (the shuffles need the whole warp;
-    the simulator's need the whole block). ``threads`` per block (default :data:`DYNAMIC_THREADS`)
-    is baked in for the simulator's shuffle scratch. ``fixed_lanes`` (a power of two) bakes ``lanes``
+    the simulator's need the whole block). ``threads`` per block is baked in for the simulator's shuffle
+    scratch. ``fixed_lanes`` (a power of two) bakes ``lanes``
     in, so that the butterfly is unrolled and a team's index is a shift; the ``lanes`` argument must
     then equal it.
     """
     M = math_type(precision)
     G = chunk_elements(element)
-    slots = slots or DYNAMIC_SLOTS
-    tpb = threads or DYNAMIC_THREADS
+    tpb = threads
     per_pass = groups_per_pass(per_lane, slots)
     held = per_pass * per_lane
     _, pack = _nibble_packer(element, packed, precision)

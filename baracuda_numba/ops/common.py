@@ -11,7 +11,8 @@ import numpy as np
 
 from ..arrays import Operand, adapt, allocate_like, require_contiguous
 from ..errors import InvalidOperand, InvalidProblem, problem_message
-from ..plans.base import Plan
+from ..plans.base import DEFAULT_PREFERENCE, Plan
+from ..plans.tuning import current_tuning
 from ..vocabulary import ElementKind, element_kind
 from .checks import check_operands
 
@@ -20,16 +21,21 @@ __all__ = ["coerced", "operand", "scale_operands", "select_plan", "resolve_dtype
            "remember_fast", "remembered_plan"]
 
 
-@functools.lru_cache(maxsize=1024)
 def select_plan(plan_type: type[Plan], desc: Any, *options: Any) -> Plan:
     """``plan_type.select(desc, *options)``, cached on the (frozen, hashable) descriptor and options (a
-    preference, a tuning value)."""
+    preference, a tuning value); without options, the default preference and the current device's memory-bound
+    tuning value (:func:`~baracuda_numba.plans.tuning.current_tuning`), so that the tuning is in the key."""
+    return _select_plan(plan_type, desc, *(options or (DEFAULT_PREFERENCE, current_tuning())))
+
+
+@functools.lru_cache(maxsize=1024)
+def _select_plan(plan_type: type[Plan], desc: Any, *options: Any) -> Plan:
     return plan_type.select(desc, *options)
 
 
 def clear_plan_cache() -> None:
     """Forget every cached plan (compiled kernels stay cached in the registry)."""
-    select_plan.cache_clear()
+    _select_plan.cache_clear()
     _FAST_PLANS.clear()
     from .linear_bound import clear_bound_launches  # here: that module imports this one
 

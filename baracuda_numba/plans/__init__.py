@@ -13,5 +13,7 @@ from .per_axis import *  # noqa: F403
 from .per_axis import __all__ as _per_axis
 from .per_tensor import *  # noqa: F403
 from .per_tensor import __all__ as _per_tensor
+from .tuning import DynamicTuning, ElementwiseTuning, MemoryTuning, PackedTuning
 
-__all__ = ["Plan", "Verdict", *_per_tensor, *_per_axis, *_dynamic, *_linear, *_packed, *_fake]
+__all__ = ["Plan", "Verdict", *_per_tensor, *_per_axis, *_dynamic, *_linear, *_packed, *_fake, "MemoryTuning",
+           "ElementwiseTuning", "DynamicTuning", "PackedTuning"]

@@ -23,6 +23,7 @@ from ..kernels.elementwise import ElementwiseOp, ScaleMode, chunk_elements, chun
 from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize, torch_current_stream
 from ..platform import SIMULATOR, require_device
 from ..vocabulary import ElementKind, KernelSku, PlanPreference, PrecisionGuarantee, QuantizeKind, element_kind
+from .tuning import MemoryTuning, current_tuning
 
 __all__ = ["Verdict", "Plan", "ElementwisePlan", "ArrayScalePlan", "normalise_descriptor"]
 
@@ -94,6 +95,8 @@ class Plan:
     Args: ClassVar[type]
     ENTRY: ClassVar[type] = registry.Entry  # the entry type this plan runs
 
+    tuning: Any = None  # the tuning value the plan was selected with (a card's MemoryTuning; LinearPlan's own)
+
     def __init__(self, desc: Any, entry: registry.RegistryEntry, pref: PlanPreference) -> None:
         self.desc = desc
         self.entry = entry
@@ -104,8 +107,10 @@ class Plan:
         return type(self).__name__
 
     @classmethod
-    def select(cls, desc: Any, pref: PlanPreference = DEFAULT_PREFERENCE) -> Plan:
-        """Validate ``desc``, find the kernel and return a reusable plan.
+    def select(cls, desc: Any, pref: PlanPreference = DEFAULT_PREFERENCE, tuning: MemoryTuning | None = None) -> Plan:
+        """Validate ``desc``, find the kernel and return a reusable plan, launched as a card's ``tuning`` value
+        says (default: the current device's, :func:`~baracuda_numba.plans.tuning.current_tuning`; under the
+        simulator pass :func:`~baracuda_numba.plans.tuning.launchable` of a card's value).
 
         Raises :class:`InvalidProblem` for a bad descriptor and :class:`Unsupported` when the
         registry has no kernel for its elements.
@@ -113,6 +118,7 @@ class Plan:
         name = cls.__name__
         entry = cls._resolve(desc)
         plan = cls(desc, entry, pref)
+        plan.tuning = current_tuning() if tuning is None else tuning
         if pref.max_workspace_bytes is not None and plan.workspace_size() > pref.max_workspace_bytes:
             raise Unsupported(problem_message(name, "pref.max_workspace_bytes",
                                               f">= {plan.workspace_size()}", pref.max_workspace_bytes))
@@ -195,7 +201,7 @@ class Plan:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"{self.name}({self.desc}, sku={self.entry.sku})"
+        return f"{self.name}({self.desc}, sku={self.entry.sku}, tuning={getattr(self.tuning, 'card', None)})"
 
 
 @dataclass(slots=True)
@@ -295,11 +301,12 @@ class ElementwisePlan(Plan):
         return desc.output_element.q_range
 
     def _prepare(self) -> None:
-        entry = self.entry
+        entry, tuning = self.entry, self.tuning.elementwise
         self._uniform = self._uniform_chunk()
         vectors = self._channel_vectors()
-        kernel = entry.kernel(self._uniform, self._kernel_op(), self._pow2_segments(), channel_vectors=vectors)
-        self._policy = registry.CHANNEL_VECTOR_POLICY if vectors else entry.policy
+        self._policy = tuning.policy(registry.LaunchRole.CHANNEL_VECTOR if vectors else entry.launch)
+        kernel = entry.kernel(tuning.kernel, self._uniform, self._kernel_op(), self._pow2_segments(),
+                              channel_vectors=vectors, unroll=self._policy.unroll)
         self._grid_element = entry.grid
         G = self._chunk = kernel.chunk
         self._unroll = kernel.unroll
@@ -316,7 +323,8 @@ class ElementwisePlan(Plan):
         self._stationary_launcher: KernelLauncher | None = None
         self._resident_blocks = 0
         if entry.mode is ScaleMode.CHANNELS and not self._uniform and not vectors:
-            stationary = entry.kernel(False, self._kernel_op(), stationary=True)
+            stationary = entry.kernel(tuning.kernel, False, self._kernel_op(), stationary=True,
+                                      unroll=self._policy.unroll)
             self._stationary_launcher = KernelLauncher(stationary.compiled, 8, (np.int64,) * 6 + (M,) * 5)
             self._resident_blocks = stationary.resident_blocks
             if not SIMULATOR:
@@ -500,7 +508,7 @@ class ElementwisePlan(Plan):
             if nchunks and self._stationary_launcher is not None:
                 # One wave of resident threads, each looping over many chunks: a stationary thread
                 # loads G parameter triples once, which a 16-wave grid would repeat for ~4 chunks.
-                waves = STATIONARY_WAVES.get(max(e.itemsize for e in self._elements), 1)
+                waves = self.tuning.elementwise.waves(max(e.itemsize for e in self._elements))
                 resident = self._resident_blocks * sm_count(device_id) * waves
                 blocks = stationary_blocks(min(blocks, resident), policy.threads_per_block * self._chunk,
                                            seg_len * channels, policy.blocks_per_sm * sm_count(device_id))
@@ -619,16 +627,6 @@ class ArrayScalePlan(ElementwisePlan):
             return scale, None
         zero_point = self._operand(args, "zero_point", ElementKind.I32, count) if self.READS_ZERO_POINT else None
         return scale, zero_point
-
-
-# Waves of blocks the thread-stationary channel kernel's grid spans, by the bytes of the op's widest
-# element (1, the default: one resident wave, each thread looping over its share; more: shorter-lived
-# blocks, each thread loading its parameters once per block). H100, copy 2868-3007 GB/s, 2^28 elements
-# along the last of 4096 channels (benchmarks/tune_elementwise.py --variants waves, notes/membound-2026-11-23.md,
-# session 18): bf16 quantize / dequantize / quantize backward 91.6 / 89.1 / 95.2% of copy at 1 wave,
-# 95.4 / 89.7 / 95.6% at 4, 94.9 / 90.4 / 96.8% at 8, 95.1 / 89.9 / 97.7% at 16; f32 quantize 98.7% at
-# 1, 97.5-98.1% at 2-16 (its dequantize and backward take the channel-vector kernels).
-STATIONARY_WAVES: dict[int, int] = {2: 8}
 
 
 def stationary_blocks(blocks: int, chunk_elements_per_block: int, period: int, cap: int) -> int:

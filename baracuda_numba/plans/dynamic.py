@@ -12,14 +12,14 @@ else streamed; a few aligned segments of exactly one block's chunks, the W8A8 de
 resident kernel compiled for that length); the tensor scope reduces one partial per block, then
 quantizes in a second launch whose blocks combine the partials; other channel axes reduce 16-byte column chunks of the
 ``[outer, C, inner]`` view over slices of rows, finalize per channel, then quantize the same
-column decomposition. Launch shapes: :data:`TUNING`.
+column decomposition. Launch shapes: the plan's tuning value (:class:`~.tuning.DynamicTuning`, a card's).
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ import numpy as np
 from ..arrays import Operand, adapt, finish
 from ..errors import InvalidProblem, problem_message
 from ..kernels.codecs import math_type
-from ..kernels.dynamic import TPB, WARP
+from ..kernels.dynamic import WARP
 from ..kernels.elementwise import chunk_view_itemsize
 from ..launch import ArrayArg, KernelLauncher, array_values, stream_handle, synchronize
 from ..platform import SIMULATOR
@@ -44,96 +44,11 @@ from .base import (
 )
 
 __all__ = ["DynamicRangeMode", "DynamicRangeScope", "ScopeKind", "DynamicRangeQuantizeDescriptor",
-           "DynamicRangeQuantizeArgs", "DynamicRangeQuantizePlan", "default_dynamic_q_range", "DynamicTuning",
-           "TUNING"]
+           "DynamicRangeQuantizeArgs", "DynamicRangeQuantizePlan", "default_dynamic_q_range"]
 
 
-@dataclass
-class DynamicTuning:
-    """Launch shapes of the dynamic-range kernels (per SM counts scale with the device's SMs).
-    Plans read it when they are selected: after a change, ``clear_plan_cache()``."""
-
-    resident_threads: int = field(default_factory=lambda: TPB)  # threads per block, resident segments
-    resident_keep: int = 4  # chunks per thread of a resident segment (segments up to keep * threads chunks)
-    resident_min_blocks: int = 0  # launch bound: blocks per SM the register allocation must allow (0: none)
-    # Grid cap of the resident kernel (blocks loop over the segments). More, shorter-lived blocks hide
-    # each row's reduce-then-store bubble better (H100, tune_dynamic, [65536, 4096] bf16, % of copy on
-    # 3n bytes, token / group 128, session 20, with the next-row prefetch and streaming stores): 32 /
-    # SM 94.0 / 92.2 (neither), 64 95.3 / 93.7, 96 98.3 / 95.0, 128 98.6 / 96.5; one row per block (512)
-    # 81.1 / 88.6 without them.
-    resident_blocks_per_sm: int = 128
-    resident_staged: bool = False  # aligned resident segments: the next round's chunks staged by cp.async
-    # Blocks of the tensor scope's range pass (one partial each) and of its quantize pass. H100, [65536, 4096]
-    # bf16 against torch.compile's 455.5-457.8 us (session 27, calls 3-5, benchmarks/probe_tensor_scope.py;
-    # range : quantize blocks per SM): 4 : 8 456.7-457.0 us (a quarter of the warps resident in the range
-    # pass, 87% of DRAM peak), 8 : 8 451.0-452.3, 16 : 8 451.9-453.0, 2 : 8 501.7, 4 : 16 468.2-468.5,
-    # 8 : 16 460.1-462.3, 8 : 32 456.8-457.1, 16 : 128 451.9; 8 : 3 469.9-470.1, 8 : 4 447.8-449.6,
-    # 8 : 5 446.8-446.9, 8 : 6 448.7-450.1, 8 : 7 451.3-452.1, 8 : 12 482.3-483.0, 6 : 6 449.7-451.4.
-    tensor_partial_blocks_per_sm: int = 8
-    tensor_quantize_blocks_per_sm: int = 5
-    column_threads_per_sm: int = 2048  # threads of the column passes (rows split into that many slices)
-    # Segments too long for a resident block of resident_threads, but no more of them than SMs: one
-    # block of up to this many threads per segment (every chunk in registers, one round of loads), where
-    # the streaming kernel's one warp per segment would take rounds of loads one after another (the
-    # W8A8 decode's quantizer: 16 KiB rows of 8192 bf16 at M <= 16).
-    wide_segment_threads: int = 1024
-    # The wide block grows to wide_segment_base_threads, then its chunks per thread up to
-    # wide_segment_keep, then its threads again. One block's run is a chain of dependent steps and the
-    # fastest blocks had about 256 threads (session 16, H100, one bf16 row in graph replay, threads x
-    # chunks: K = 4096 128 x 4 3.3 us, 512 x 1 4.2; K = 8192 256 x 4 3.7, 128 x 8 4.2, 512 x 2 4.7,
-    # 1024 x 1 7.2; K = 11008 256 x 8 4.4, 512 x 4 5.0, 128 x 16 5.2).
-    wide_segment_base_threads: int = 256
-    wide_segment_keep: int = 8
-    # At most one segment per SM, aligned, of exactly one resident block's chunks (the W8A8 decode's rows of K = 4096 /
-    # 8192 bf16) take the resident kernel compiled for that length (kernels.dynamic ``fixed``): 559 PTX instructions and
-    # 32 registers against 1212 and 72 (bf16, 128 x 4). Not the arithmetic: the general kernel with each row's quantize
-    # split over 4 blocks (a quarter of the quantize steps per warp) gained nothing; what the fixed kernel drops is the
-    # general one's control flow and code. Session 34 (H100, benchmarks/probe_decode_quantizer.py, graph replay): the
-    # quantizer alone 2.74-2.84 -> 1.65-1.84 us; quantized_linear, % of the eager copy, general -> fixed, M = 8 / 16:
-    # 4096^2 54.7 / 52.0 -> 58.4 / 55.0, 11008 x 4096 66.9 / 69.4 -> 67.4 / 73.6, 8192^2 79.4 / 76.0 -> 80.2 / 76.6.
-    fixed_segments: bool = True
-    # Chunks per lane of the fixed kernel (its threads: the segment's chunks over this many, at most 1024);
-    # 0: the resident kernel's shape. Session 34, fixed_keep 2 / 1 against 0 (4 at K = 4096 / 8192), M = 8
-    # / 16: 4096^2 60.2 / 54.4, 57.1 / 53.9 (58.4 / 55.0); 11008 x 4096 68.7 / 72.8, 68.6 / 72.8 (67.4 /
-    # 73.6); 8192^2 80.0 / 77.0, 79.6 / 77.5 (80.2 / 76.6): no better within a run's spread.
-    fixed_keep: int = 0
-    # Blocks per fixed segment where one block per segment leaves SMs idle (nseg * split <= SMs): each
-    # block reduces the whole segment but quantizes only 1 / split of it. 1: one block per segment.
-    # Session 34, split 2 / 4 against 1, M = 8 / 16: 4096^2 60.2 / 49.4, 59.9 / 49.2 (58.1 / 54.9);
-    # 11008 x 4096 69.0 / 74.2, 68.5 / 72.8 (67.3 / 73.2); 8192^2 79.4 / 72.4, 76.7 / 76.1 (80.5 / 77.4).
-    segment_split: int = 1
-    # Registers per thread a split kernel is compiled to at most (a launch bound): 80 lets a block of 128
-    # threads stay beside two 256-thread decode GEMM blocks of up to 104 (65536 per SM). 0: no bound.
-    segment_split_registers: int = 80
-    # The segment kernels' stores: streaming (evict-first) when ``x`` and ``q`` together exceed the
-    # device's L2 (None), which keeps the lines of ``x`` the next-row prefetch brought in, or always /
-    # never. Smaller outputs stay cached: the W8A8 decode GEMM reads its quantizer's rows from L2.
-    # H100, [65536, 4096] bf16, token / asymmetric / FP8 e4m3: 93.8 / 86.2 / 91.1 -> 94.3 / 87.8 / 92.6
-    # (session 20; the session 19 run: 93.9 / 86.7 / 91.5 -> 94.6 / 88.7 / 93.1).
-    segment_streaming_stores: bool | None = None
-
-
-# The simulator runs one Python thread per CUDA thread: small grids there (several blocks still meet).
-# Plans of at most this many segments (per-token rows, groups) launch their kernel as a programmatic
-# dependent of the kernel before it (cuLaunchKernelEx, sm_90): the launch overlaps that kernel's run,
-# and the segment kernels wait for it (griddepcontrol.wait) before they touch memory. Where that kernel
-# lets its dependents start early (the W8A8 linear's decode GEMM does), the launch gap between the two
-# disappears: the decode quantizer's few rows, where that gap is much of the time. Session 17 (H100,
-# quantized_linear back to back, GPU time, % of copy, plain -> dependent quantizer, calls 7 and 9):
-# M = 1 / 2 / 4 / 8 at 4096^2 66.4 / 66.8 / 67.0 / 64.5 -> 71.3 / 68.2 / 68.4 / 67.5, 11008 x 4096 84.0
-# / 84.2 / 82.9 / 82.2 -> 86.6 / 86.2 / 85.0 / 83.6, 8192^2 and 4096 x 11008 +0.1 to +2.5; M = 16 at
-# 4096^2 61.5 -> 56.6 (1-2 points faster at the other shapes). Session 33 (the decode kernels of session 32,
-# % of the eager copy, tune-linear-2026-11-26-s33-call5-qdep.log): M = 12 / 16 at 4096^2 49.7 / 51.5 -> 52.7 /
-# 52.1, so up to 16 rows. Session 37 (probe-decode-knobs-2026-11-26-s37-call1-batches.log, quantized_linear with its
-# warpgroup GEMM as the quantizer's dependent, 4096^2, % of the eager copy, 16 -> 512 rows): M = 17 / 32 / 64 / 128
-# 46.0 / 46.2 / 45.2 / 41.5 -> 52.0 / 48.8 / 47.5 / 37.3, so up to 64 rows (past 16 MiB of weight the linear's
-# quantizer is a dependent at every M already: plans.linear.QUANTIZER_DEPENDENT_MIN_WEIGHT). 0: plain launches
-# everywhere.
-DEPENDENT_SEGMENTS_MAX = 64
 REGISTERS_PER_SM = 65536  # every architecture since sm_50
 MAX_THREADS = 1024  # per block
-TUNING = (DynamicTuning(resident_blocks_per_sm=2, tensor_partial_blocks_per_sm=2, tensor_quantize_blocks_per_sm=2,
-                        column_threads_per_sm=64, wide_segment_threads=128) if SIMULATOR else DynamicTuning())
 
 
 class DynamicRangeMode(enum.Enum):
@@ -274,14 +189,16 @@ class DynamicRangeQuantizePlan(Plan):
 
     def _prepare(self) -> None:
         desc, entry = self.desc, self.entry
-        tuning = TUNING
+        tuning = self.tuning.dynamic
+        compiled = tuning.kernel
         self._symmetric = desc.mode is DynamicRangeMode.SYMMETRIC
         self._n = math.prod(desc.shape)
         streaming = tuning.segment_streaming_stores
         if streaming is None:
             streaming = self._n * (desc.input_element.itemsize + desc.output_element.itemsize) > l2_bytes(0)
         self._streaming = streaming
-        self._kernels = kernels = entry.kernels(self._symmetric, streaming=streaming)
+        self._kernels = kernels = entry.kernels(self._symmetric, tuning.keep, tuning.threads, streaming=streaming,
+                                                tuning=compiled)
         self._threads = tpb = kernels.threads
         M = self._math = math_type(entry.sku.precision_guarantee.math_precision)
         self._scale_element = ElementKind.F64 if M is np.float64 else ElementKind.F32
@@ -332,7 +249,7 @@ class DynamicRangeQuantizePlan(Plan):
             units = -(-seg_len // G)
             min_blocks = tuning.resident_min_blocks
             resident = entry.kernels(self._symmetric, tuning.resident_keep, tuning.resident_threads, min_blocks,
-                                     streaming)
+                                     streaming, tuning=compiled)
             if nseg <= sms and units > resident.keep * resident.threads:
                 keep, wide = resident.keep, resident.threads
                 while wide * keep < units and wide < min(tuning.wide_segment_base_threads, tuning.wide_segment_threads):
@@ -343,7 +260,7 @@ class DynamicRangeQuantizePlan(Plan):
                     wide *= 2
                 if wide * keep >= units:
                     min_blocks = 1  # registers for `wide`
-                    resident = entry.kernels(self._symmetric, keep, wide, min_blocks, streaming)
+                    resident = entry.kernels(self._symmetric, keep, wide, min_blocks, streaming, tuning=compiled)
             split, fixed_grid = 1, False
             if units <= resident.keep * resident.threads:
                 # lanes per segment: every chunk in registers, at least four lanes where there is work for them
@@ -366,7 +283,8 @@ class DynamicRangeQuantizePlan(Plan):
                     bound = 0
                     if split > 1 and tuning.segment_split_registers:
                         bound = max(1, REGISTERS_PER_SM // (fixed_threads * tuning.segment_split_registers))
-                    fixed = entry.kernels(self._symmetric, fixed_keep, fixed_threads, bound, streaming, split).fixed
+                    fixed = entry.kernels(self._symmetric, fixed_keep, fixed_threads, bound, streaming, split,
+                                          tuning=compiled).fixed
                     self._segment_kernels = (fixed, resident.resident)
                     fixed_grid = True
             else:
@@ -375,7 +293,7 @@ class DynamicRangeQuantizePlan(Plan):
                 while (tps < WARP and tps * kernels.keep < units) or tps < min(units, 4):
                     tps *= 2
                 tps = min(tps, WARP)
-                blocks_per_sm = 16
+                blocks_per_sm = tuning.segment_blocks_per_sm
             self._tps = tps
             per_block = self._threads // tps
             self._unaligned_blocks = max(1, min(-(-nseg // per_block), blocks_per_sm * sms))
@@ -434,8 +352,8 @@ class DynamicRangeQuantizePlan(Plan):
         """Run on raw device addresses, unchecked: ``x`` (aligned to :meth:`fast_alignment`), ``q``,
         ``scale`` and an int32 ``zero_point`` array (scratch in symmetric mode), of this plan's sizes
         on ``device``. For callers that have checked them (the op's and the W8A8 linear's fast paths).
-        ``dependent``: launched as a programmatic dependent of the kernel before whatever
-        ``DEPENDENT_SEGMENTS_MAX`` says (else as it says)."""
+        ``dependent``: launched as a programmatic dependent of the kernel before whatever the tuning's
+        ``dependent_segments_max`` says (else as it says)."""
         launcher, blocks, threads, ints = self.segment_launch_fast(x_ptr, q_ptr, scale_ptr, zp_ptr, dependent)
         launcher.launch_patched(blocks, threads, stream, ints, (), device)
 
@@ -452,7 +370,7 @@ class DynamicRangeQuantizePlan(Plan):
         path also launches, ``_segment_blocks`` of ``_segment_threads``); ``"unaligned"``: the element path's
         (``_unaligned_blocks`` of ``_threads``);
         ``"segment_dependent"``: the aligned one always launched as a programmatic dependent."""
-        dependent = 0 < self._segments[0] <= DEPENDENT_SEGMENTS_MAX
+        dependent = 0 < self._segments[0] <= self.tuning.dynamic.dependent_segments_max
         aligned, unaligned = (KernelLauncher(kernel.compiled, 6, (np.int64,) * 4 + (M,) * 3, dependent=dependent)
                               for kernel in self._segment_kernels)
         always = KernelLauncher(self._segment_kernels[0].compiled, 6, (np.int64,) * 4 + (M,) * 3, dependent=True)

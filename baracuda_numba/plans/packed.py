@@ -22,7 +22,6 @@ import numpy as np
 from .. import registry
 from ..arrays import Operand, adapt, allocate_like, finish
 from ..errors import InvalidProblem, problem_message
-from ..kernels import packed as packed_kernels
 from ..kernels.codecs import math_type
 from ..kernels.packed import chunk_elements, dynamic_layout, group_shift, groups_per_pass
 from ..launch import ArrayArg, KernelLauncher, stream_handle, synchronize
@@ -120,8 +119,9 @@ class _PackedPlan(Plan):
             check_q_range(cls.__name__, desc.q_min, desc.q_max, *desc.output_element.int_range)
 
     def _prepare(self) -> None:
-        desc, entry = self.desc, self.entry
-        kernel = entry.kernel()
+        desc, entry, tuning = self.desc, self.entry, self.tuning.packed
+        policy = tuning.quantize_policy if self.QUANTIZE else tuning.dequantize_policy
+        kernel = entry.kernel(policy.unroll or tuning.unroll)
         M = self._math = math_type(kernel.precision)
         self._n = desc.outer_size * desc.axis_size
         self._groups = desc.outer_size * (desc.axis_size // desc.group_size)
@@ -131,7 +131,6 @@ class _PackedPlan(Plan):
         self._chunked = desc.group_size % G == 0  # every chunk inside one group
         self._shift = group_shift(desc.group_size // G)
         self._unroll = kernel.unroll  # chunks a thread takes per step
-        policy = entry.policy
         self._threads = policy.threads_per_block
         self._blocks_per_sm = resident_blocks(kernel, self._threads, policy.blocks_per_sm) if policy.one_wave \
             else policy.blocks_per_sm
@@ -238,8 +237,8 @@ class DynamicRangePackedPlan(Plan):
     """Dynamic-range quantize per group straight to nibbles: one pass over ``x`` (the kernel of
     :func:`..kernels.packed.dynamic_kernel`: a group's lanes reduce its range with shuffles, then
     quantize and pack what they hold), with the scales and zero points of the per-group dynamic plan
-    bit for bit. Groups that are not a whole number of 16-byte chunks (or hold more than
-    ``DYNAMIC_MAX_PER_LANE`` chunks per lane) and misaligned operands take the two-pass path: the
+    bit for bit. Groups that are not a whole number of 16-byte chunks (or hold more than the tuning's
+    ``dynamic_max_per_lane`` chunks per lane) and misaligned operands take the two-pass path: the
     per-group dynamic plan into one 4-bit value per byte, then the nibble packer."""
 
     KIND, Descriptor, Args = QuantizeKind.DYNAMIC_RANGE, DynamicRangePackedDescriptor, DynamicRangePackedArgs
@@ -253,26 +252,30 @@ class DynamicRangePackedPlan(Plan):
                                                  desc.mode.value))
 
     def _prepare(self) -> None:
-        desc = self.desc
+        desc, tuning = self.desc, self.tuning.packed
         self._n = desc.outer_size * desc.axis_size
         self._ngroups = self._n // desc.group_size
         self._symmetric = desc.mode is DynamicRangeMode.SYMMETRIC
         # The unpacked plan validates the range (as it did when it was the only path) and is the fallback.
         self._unpacked = DynamicRangeQuantizePlan.select(DynamicRangeQuantizeDescriptor(
             (desc.outer_size, desc.axis_size), desc.mode, DynamicRangeScope.group(desc.group_size), desc.q_min,
-            desc.q_max, desc.input_element, UNPACKED[desc.output_element]))
+            desc.q_max, desc.input_element, UNPACKED[desc.output_element]), tuning=self.tuning)
         self._pack = KernelLauncher(self.entry.kernel().compiled, 2, (np.int64,))
+        self._pack_policy = tuning.quantize_policy
         G = self._chunk = chunk_elements(desc.input_element)
-        self._layout = dynamic_layout(desc.group_size // G) if desc.group_size % G == 0 else None
+        self._slots = tuning.dynamic_slots
+        self._layout = (dynamic_layout(desc.group_size // G, tuning.dynamic_max_lanes, tuning.dynamic_max_per_lane)
+                        if desc.group_size % G == 0 else None)
         if self._layout is not None:
             M = math_type(self.entry.sku.precision_guarantee.math_precision)
             self._scale_element = ElementKind.F64 if M is np.float64 else ElementKind.F32
             zp_sym = symmetric_zero_point(desc.q_min, desc.q_max) if self._symmetric else 0
             self._q_scalars = (M(desc.q_min), M(desc.q_max), M(zp_sym))
-            kernel = self.entry.dynamic_kernel(self._symmetric, self._layout[1], self._layout[0])
-            self._threads = packed_kernels.DYNAMIC_THREADS
+            self._threads = tuning.dynamic_threads
+            kernel = self.entry.dynamic_kernel(self._symmetric, self._layout[1], self._slots, self._threads,
+                                               self._layout[0])
             self._one_pass = KernelLauncher(kernel.compiled, 4, (np.int64, np.int64, M, M, M))
-            self._blocks_per_sm = resident_blocks(kernel, self._threads, self.entry.policy.blocks_per_sm)
+            self._blocks_per_sm = resident_blocks(kernel, self._threads, tuning.quantize_policy.blocks_per_sm)
             self._scale_math = M
 
     def scale_shape(self) -> tuple[int, ...]:
@@ -315,7 +318,7 @@ class DynamicRangePackedPlan(Plan):
         G = self._chunk
         nchunks = self._n // G
         threads = self._threads
-        groups_per_block = (threads // lanes) * groups_per_pass(per_lane)
+        groups_per_block = (threads // lanes) * groups_per_pass(per_lane, self._slots)
         blocks = max(1, min(-(-count // groups_per_block), self._blocks_per_sm * sm_count(x.device_id)))
         arrays = (typed_view(x, np.uint64, 2 * nchunks), typed_view(packed, np.dtype(f"u{G // 2}"), nchunks),
                   typed_view(scale, self._scale_math), zps)
@@ -336,8 +339,8 @@ class DynamicRangePackedPlan(Plan):
                            device_id=values.device_id)
         self._unpacked.run(DynamicRangeQuantizeArgs(x, unpacked, args.scale, args.zero_point), stream=handle)
         nbytes = self._n // 2
-        blocks = self.entry.policy.blocks(nbytes, sm_count(x.device_id))
-        self._pack.launch(blocks, self.entry.policy.threads_per_block, handle,
+        blocks = self._pack_policy.blocks(nbytes, sm_count(x.device_id))
+        self._pack.launch(blocks, self._pack_policy.threads_per_block, handle,
                           (typed_view(values, np.uint8, self._n), typed_view(packed, np.uint8)), (nbytes,),
                           x.device_id)
 

@@ -1,42 +1,22 @@
 """The W8A8 linear's tuning: the measured device properties and a frozen tuning value per card.
 
 :func:`device_properties` reads what the choice depends on from the driver (compute capability,
-multiprocessors, memory bandwidth as ``2 x memory clock x bus width``); :func:`tuning_for` picks the
-tuning value of that card by a pure rule. Each field of :class:`LinearTuning` says in one line why it has
+multiprocessors, memory bandwidth as ``2 x memory clock x bus width``; :mod:`..device`, shared with the
+memory-bound families); :func:`tuning_for` picks the tuning value of that card by the rule there
+(:func:`~..device.card_of`). Each field of :class:`LinearTuning` says in one line why it has
 its value; the measurements behind them are in ``docs/design-linear.md``, "Tuning values". A value is part
 of the plan cache key: tests and the tuning tool pass their own (``dataclasses.replace(H100_TUNING, ...)``).
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from ...kernels.linear import PipelineShape, WgmmaShape
-from ...platform import SIMULATOR
+from ..device import H100_SXM, H200_SXM, SIMULATED, DeviceProperties, card_of, device_properties
 
 __all__ = ["DeviceProperties", "LinearTuning", "H100_TUNING", "H200_TUNING", "H100_SXM", "H200_SXM", "SIMULATED",
            "device_properties", "tuning_for", "current_tuning"]
-
-
-@dataclass(frozen=True)
-class DeviceProperties:
-    """What the W8A8 choice reads of a device: its compute capability, its multiprocessor count, its DRAM
-    bandwidth in bytes per second (``2 x memory clock x bus width``: the driver's attributes, not a
-    measurement), and whether it runs sm_90a code (a compute capability 9.0 GPU; never the simulator, which
-    has no warpgroup)."""
-
-    compute_capability: tuple[int, int]
-    multiprocessors: int
-    memory_bandwidth: float
-    sm90a: bool
-
-
-# The cards the tuning values are named after (an H100 SXM: 2619 MHz x 5120 bits; an H200: 3201 MHz x 6144).
-H100_SXM = DeviceProperties((9, 0), 132, 2 * 2619e6 * 5120 / 8, True)
-H200_SXM = DeviceProperties((9, 0), 132, 2 * 3201e6 * 6144 / 8, True)
-# What the simulator reports: an H100's shape (so that tests choose what an H100 runs), without sm_90a.
-SIMULATED = DeviceProperties((9, 0), 132, H100_SXM.memory_bandwidth, False)
 
 
 # The shapes the H100 values name (module constants: a dataclass default is one shared, frozen value).
@@ -136,43 +116,16 @@ class LinearTuning:
 
 H100_TUNING = LinearTuning()
 # The H200 (132 SMs like the H100, about 4.8 TB/s): the H100's values. No measurement on an H200 has
-# changed one yet; the per-card tuning fills in the fields where it finds a faster value, with its reason.
+# changed one yet; ``benchmarks/tune_cards.py`` run on an H200 prints the value to put here (the fields where
+# a variant was faster, bit for bit), and each changed field gets its measurement in docs/design-linear.md.
 H200_TUNING = LinearTuning(card="h200")
-# From this DRAM bandwidth a compute capability 9.0 card is H200-class (an H100 SXM has 3.35 TB/s, an H200 4.9).
-_H200_MIN_BANDWIDTH = 4.0e12
 
 
 def tuning_for(device: DeviceProperties) -> LinearTuning:
-    """The tuning value of ``device``: the H200's for a compute capability 9.0 card with at least 4 TB/s of
-    DRAM bandwidth, else the H100's (the card every value was measured on; the rules scale with the SM count)."""
-    if device.compute_capability == (9, 0) and device.memory_bandwidth >= _H200_MIN_BANDWIDTH:
-        return H200_TUNING
-    return H100_TUNING
-
-
-def device_properties(device_id: int | None = None) -> DeviceProperties:
-    """The properties of CUDA device ``device_id`` (None: the current device), read once per device from the
-    driver; :data:`SIMULATED` under the simulator."""
-    if SIMULATOR:
-        return SIMULATED
-    if device_id is None:
-        from numba import cuda
-
-        device_id = cuda.get_current_device().id
-    return _device_properties(device_id)
-
-
-@functools.cache
-def _device_properties(device_id: int) -> DeviceProperties:
-    from numba import cuda
-
-    gpu = cuda.gpus[device_id]
-    major, minor = tuple(gpu.compute_capability)
-    try:
-        bandwidth = 2 * gpu.MEMORY_CLOCK_RATE * 1e3 * gpu.GLOBAL_MEMORY_BUS_WIDTH / 8  # kHz, bits
-    except Exception:  # a driver that does not report them: no bandwidth, the H100's values
-        bandwidth = 0.0
-    return DeviceProperties((major, minor), gpu.MULTIPROCESSOR_COUNT, bandwidth, (major, minor) == (9, 0))
+    """The tuning value of ``device``: the H200's for an H200-class card (:func:`~..device.card_of`: compute
+    capability 9.0 with at least 4 TB/s of DRAM bandwidth), else the H100's (the card every value was measured on;
+    the rules scale with the SM count)."""
+    return H200_TUNING if card_of(device) == "h200" else H100_TUNING
 
 
 def current_tuning() -> LinearTuning:
