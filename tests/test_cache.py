@@ -184,13 +184,16 @@ for m, n, k, static in ((1, 4096, 4096, False), (1, 11008, 4096, False), (16, 40
             configs.append(spec.static_quantizer.config)
 configs = list(dict.fromkeys(configs))
 from baracuda_numba.kernels import dynamic, elementwise
+from baracuda_numba.plans.tuning import H100_TUNING as H100_MEMORY_TUNING
 from baracuda_numba.vocabulary import MathPrecision
 
 
 def others():
-    quantizer = dynamic.dynamic_kernels(E.BF16, E.S8, MathPrecision.F32, True)
+    d = H100_MEMORY_TUNING.dynamic
+    quantizer = dynamic.dynamic_kernels(E.BF16, E.S8, MathPrecision.F32, True, d.keep, d.threads, tuning=d.kernel)
     fake = elementwise.elementwise_kernel(elementwise.ElementwiseOp.FAKE_QUANTIZE, E.BF16, None, E.BF16,
-                                          MathPrecision.F32, elementwise.ScaleMode.ROWS)
+                                          MathPrecision.F32, elementwise.ScaleMode.ROWS,
+                                          tuning=H100_MEMORY_TUNING.elementwise.kernel)
     return [quantizer.segment, quantizer.fixed, quantizer.partial, fake]
 
 
@@ -198,7 +201,7 @@ names = [c.name for c in configs] + [k.py_func.__name__ for k in others()]
 first = [cache.kernel_identity(gemm_kernel(c)) for c in configs] + [cache.kernel_identity(k) for k in others()]
 clear_kernel_caches()
 dynamic.dynamic_kernels.cache_clear()
-elementwise.elementwise_kernel.cache_clear()
+elementwise._elementwise_kernel.cache_clear()
 second = [cache.kernel_identity(gemm_kernel(c)) for c in configs] + [cache.kernel_identity(k) for k in others()]
 print(json.dumps({"names": names, "first": first, "second": second}))
 """
