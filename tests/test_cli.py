@@ -30,7 +30,10 @@ def test_demo_reports_mismatches(monkeypatch, capsys):
     monkeypatch.setattr(reference, "quantize", lambda x, *args: np.full(np.shape(x), 1000))  # no int8 value
     assert cli.main(["demo", "--size", "128", "--dtype", "float32"]) == 1
     row = next(line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("quantize_per_tensor"))
-    assert row[2] == "128"
+    from baracuda_numba import platform
+
+    rows, columns = cli._demo_shape(128, cli.SIMULATED_COLUMNS if platform.SIMULATOR else cli.DEMO_COLUMNS)
+    assert row[2] == str(rows * columns)  # --size rounded up to whole rows
 
 
 def test_demo_says_where_it_runs(capsys):

@@ -20,6 +20,7 @@ from baracuda_numba.plans.linear import (
     SIMULATED,
     DeviceProperties,
     choose,
+    current_tuning,
     device_properties,
     tuning_for,
 )
@@ -32,6 +33,7 @@ from baracuda_numba.plans.linear.chooser import (
     streamed_rows,
     wgmma_shape,
 )
+from baracuda_numba.platform import SIMULATOR
 from baracuda_numba.vocabulary import ElementKind, PlanPreference
 
 E = ElementKind
@@ -63,7 +65,10 @@ def test_each_cards_properties_select_its_tuning():
     assert tuning_for(H100_SXM) is H100_TUNING and tuning_for(H200_SXM) is H200_TUNING
     assert tuning_for(DeviceProperties((8, 0), 108, 2.0e12, False)) is H100_TUNING
     assert tuning_for(DeviceProperties((10, 0), 148, 8.0e12, False)) is H100_TUNING
-    assert device_properties() == SIMULATED and tuning_for(SIMULATED) is H100_TUNING
+    assert tuning_for(SIMULATED) is H100_TUNING
+    here = device_properties()  # the simulator's stand-in, or the GPU's measured properties
+    assert here == SIMULATED if SIMULATOR else here.compute_capability >= (7, 0) and here.multiprocessors > 0
+    assert current_tuning() is tuning_for(here)
     assert H100_TUNING.card == "h100" and H200_TUNING.card == "h200" and H100_TUNING != H200_TUNING
     # the H200's values are the H100's until a measurement on an H200 moves one
     assert replace(H200_TUNING, card="h100") == H100_TUNING
