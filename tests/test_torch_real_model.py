@@ -118,7 +118,7 @@ def test_gpu_smollm2_every_layer_gives_the_emulation_bits(smollm2):
     for name, config in RECIPES.items():
         kernels = quantize_model(load(), calibration, config)
         seen = []
-        hooks = [m.register_forward_hook(lambda m, args, y: seen.append((m, args[0], y)))
+        hooks = [m.register_forward_hook(lambda m, args, y, seen=seen: seen.append((m, args[0], y)))
                  for m in kernels.modules() if type(m) is W8A8Linear]
         with torch.no_grad():
             logits = kernels(piece).logits.float()
