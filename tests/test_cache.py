@@ -208,7 +208,8 @@ print(json.dumps({"names": names, "first": first, "second": second}))
 
 
 def _identities(seed: str) -> dict:
-    environ = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=str(ROOT), PYTHONHASHSEED=seed)
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])  # keeps the caller's NumPy
+    environ = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=path, PYTHONHASHSEED=seed)
     child = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=environ, cwd=ROOT,
                            timeout=600)
     assert child.returncode == 0, child.stderr[-3000:]

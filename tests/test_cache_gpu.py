@@ -58,7 +58,8 @@ print(json.dumps({"stats": dataclasses.asdict(kernel_cache().stats), "compiles":
 
 
 def _run(directory: Path) -> dict:
-    environ = dict(os.environ, BARACUDA_CACHE_DIR=str(directory), PYTHONPATH=str(ROOT))
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])  # keeps the caller's NumPy
+    environ = dict(os.environ, BARACUDA_CACHE_DIR=str(directory), PYTHONPATH=path)
     child = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=environ, cwd=ROOT,
                            timeout=900)
     assert child.returncode == 0, child.stderr[-4000:]

@@ -183,7 +183,10 @@ def test_demo_on_a_gpu_reads_no_row_above_the_copy(capsys):
     percents = [float(word[:-1]) for line in out.splitlines() if line.split()[:1] and line.split()[0] in cli.DEMO_OPS
                 for word in line.split() if word.endswith("%")]
     assert len(percents) == 2 * (len(cli.DEMO_OPS) - 1)  # every memory-bound row, both dtypes
-    assert max(percents) <= 102, out  # timed as the copy is: a row above it is a timing error
+    # Timed as the copy is, so a row far above it is a timing error (allocations timed with the op read 116-130%).
+    # The copy is the driver's, which an H200's kernels pass: elementwise rows read 104-107% there (copy 3855 GB/s
+    # against 4264 for PyTorch's copy kernel), and stay within 102% on an H100.
+    assert max(percents) <= 110, out
 
 
 @pytest.mark.parametrize(("op", "out_dtype", "dtype"), [

@@ -333,7 +333,8 @@ def test_compiled_launches_are_cached_on_disk_for_the_next_process(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    environ = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root))
+    environ = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path),
+                   PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
     runs = []
     for _ in range(2):
         child = subprocess.run([sys.executable, "-c", _CACHE_CHILD], capture_output=True, text=True, env=environ,

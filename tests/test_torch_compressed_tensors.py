@@ -104,7 +104,10 @@ def test_the_kernels_backend_loads_the_same_bits():
                 assert torch.equal(b.state_dict()[key], value), (n, key)
     if not SIMULATOR:  # a full forward through 14 toy GEMMs is minutes on the simulator
         ids = _expected(name)["input_ids"]
-        assert torch.equal(_logits(ours.cuda(), ids.cuda()).cpu(), _logits(emulated, ids))
+        # both on the GPU: the loaded bits are compared above; the forwards agree up to what the bf16 / float32
+        # PyTorch ops between the layers may round differently (tests/test_torch_real_model.py compares the layers)
+        comparison = compare_logits(_logits(emulated.cuda(), ids.cuda()), _logits(ours.cuda(), ids.cuda()))
+        assert comparison["rel_error"] < 0.01 and comparison["top1_agreement"] == 1.0, comparison
 
 
 def _quantized_llama(config):

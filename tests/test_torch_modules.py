@@ -381,3 +381,10 @@ def test_calibration_shows_progress(capsys):
     calibrate(_block(), _batches(2, (2, 16)), QuantizeConfig(progress=True))
     captured = capsys.readouterr()
     assert "2/2" in captured.err
+
+
+def test_fake_quantize_on_another_device_than_its_buffers_is_refused_by_name():
+    # torch.ao's FakeQuantize needs .to(device) too; ours says so instead of failing inside an observer op
+    fq = FakeQuantize(observer="minmax")
+    with pytest.raises(InvalidProblem, match=r"FakeQuantize: x expected a tensor on cpu .*got a tensor on meta"):
+        fq(torch.empty(4, 8, device="meta"))

@@ -190,6 +190,9 @@ class FakeQuantize(nn.Module):
             zero_point.copy_(torch.clamp(self.q_min - torch.round(low / scale), self.q_min, self.q_max))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # as torch.ao's FakeQuantize, the module's buffers must be where x is (module.to(device))
+        _check("FakeQuantize", "x", x.device == self.scale.device, f"a tensor on {self.scale.device} (where the "
+               f"module's buffers are: move the module with .to(device))", f"a tensor on {x.device}")
         if self.training and self._observing:
             self.observe(x)
         if not self._fake_quantizing:
