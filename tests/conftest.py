@@ -51,3 +51,18 @@ def pytest_collection_modifyitems(config, items):
     index, count = (int(part) for part in shard.split("/"))
     config.hook.pytest_deselected(items=[item for position, item in enumerate(items) if position % count != index])
     items[:] = [item for position, item in enumerate(items) if position % count == index]
+
+
+def simulator_keeps(cases: list, *keep: int) -> list:
+    """``cases`` (parametrize values) with every case but those at the indices ``keep`` skipped on the simulator.
+
+    For kernel-variant tables whose every case compiles and runs a kernel of its own: each case costs tens of
+    seconds of a Python thread per CUDA thread there, and the CI machine's suite must stay within its time. The
+    kept cases cover each kind in the table (the comment at the call says which); the GPU runs every case.
+    """
+    skip = pytest.mark.skipif(SIMULATOR, reason="one case of each kind on the simulator; the GPU runs every case")
+    out = []
+    for index, case in enumerate(cases):
+        values = case if isinstance(case, tuple) else (case,)
+        out.append(case if index in keep else pytest.param(*values, marks=skip))
+    return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import FLOAT_DTYPES, SIMULATOR, requires_gpu
+from conftest import FLOAT_DTYPES, SIMULATOR, requires_gpu, simulator_keeps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from linear_helpers import device, ql, run_ql, run_sq, special_rows, sq, unfused, weights
@@ -230,13 +230,13 @@ def test_static_weight_must_be_a_bool():
 # (one token, two where the blocks fit one wave, or up to 4 with a static weight); elsewhere the static
 
 # the rows of exact ties; +-inf, NaN and zero rows.
-@pytest.mark.parametrize(("m", "n", "k", "dtype", "static", "act_scale", "fused"), [
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "static", "act_scale", "fused"), simulator_keeps([
     (1, 24, 1040, "f32", False, 0.0237, True), (2, 40, 528, "f16", True, 0.0237, True),
     (4, 24, 1040, "f32", True, 1.0, True), (2, 24, 1040, "f32", False, 0.0237, True),
     (3, 24, 1040, "f32", False, 0.0237, False),
     (8, 24, 528, "f16", True, 0.0237, False), (4, 16, 4096, "f32", True, 0.0237, False),
     (70, 24, 64, "f32", False, 0.0237, False), (3, 16, 50, "f32", False, 1.0, False),
-    (5, 24, 1040, "f32", False, 1.0, False), (16, 40, 528, "f16", False, 0.0237, False)])
+    (5, 24, 1040, "f32", False, 1.0, False), (16, 40, 528, "f16", False, 0.0237, False)], 0, 1, 2, 4, 7))
 def test_static_activation_scale_matches_quantize_then_smoothquant(m, n, k, dtype, static, act_scale, fused):
     rng = np.random.default_rng(m * n + k)
     x = (rng.standard_normal((m, k)) * 2).astype({"f16": np.float16, "f32": np.float32}[dtype])

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import FLOAT_DTYPES, SIMULATOR
+from conftest import FLOAT_DTYPES, SIMULATOR, simulator_keeps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from linear_helpers import device, forced, kernel_name, ql, run_ql, run_sq, special_rows, sq, unfused, weights
@@ -32,7 +32,7 @@ def _f32_problem(m: int, n: int, k: int, seed: int):
 # of stages wraps; zero-filled chunks past K), the skinny kernel with several column tiles per block (ragged N)
 # and several chunks in flight, and its double-buffered aligned form through an odd number of main-loop
 # iterations (the last pair's second half empty); which kernel ran is checked.
-@pytest.mark.parametrize(("m", "n", "k", "chunks", "tiles", "variant"), [
+@pytest.mark.parametrize(("m", "n", "k", "chunks", "tiles", "variant"), simulator_keeps([
     (70, 9, 272, 2, 1, "pipelined"),
     (70, 9, 272, 2, 1, "wgmma"),  # sm_90 devices only
     (70, 9, 200, 2, 1, "tiled"),
@@ -40,7 +40,7 @@ def _f32_problem(m: int, n: int, k: int, seed: int):
     (1, 24, 2064, 2, 2, "skinny_vector"),  # 33 chunks: 3 iterations of 16
     (5, 13, 1040, 1, 4, "skinny_vector"),  # 17 chunks: 3 iterations of 8, 4 column tiles for 13 columns
     (3, 37, 200, 4, 4, "skinny"),
-])
+], 0, 1, 2, 3, 6))
 def test_gemm_variants_match_reference(m, n, k, chunks, tiles, variant):
     if variant == "wgmma" and not hopper_available():
         pytest.skip("wgmma needs a compute capability 9.0 GPU")
@@ -55,7 +55,7 @@ def test_gemm_variants_match_reference(m, n, k, chunks, tiles, variant):
     np.testing.assert_array_equal(args.output, ref.linear.quantized_linear(x, w, ws, bias))
 
 
-@pytest.mark.parametrize(("static", "tiles"), [(False, 4), (True, 4), (False, 2)])
+@pytest.mark.parametrize(("static", "tiles"), simulator_keeps([(False, 4), (True, 4), (False, 2)], 0, 1))
 def test_decode_gemm_with_one_chunk_matches_reference(static, tiles):
     """The 1-chunk kernels at a small shape on one SM: quantized_linear's dependent GEMM and SmoothQuant's (waiting
     first, or loading its weight first with a static one), with 4 tiles (more blocks than SMs) and with 2 (one wave
@@ -77,7 +77,7 @@ def test_decode_gemm_with_one_chunk_matches_reference(static, tiles):
                                   ref.linear.smoothquant_linear(act, w, ws, 0.021, bias, np.float32))
 
 
-@pytest.mark.parametrize("m", [1, 2, 15])
+@pytest.mark.parametrize("m", simulator_keeps([1, 2, 15], 1))
 def test_few_token_wide_decode_gemm_matches_reference(m):
     """Below 16 tokens past three 2-tile blocks per SM, quantized_linear's GEMM takes blocks of up to
     ``wide_tiles_max_few_tokens`` tiles that fit one wave at two per SM, asking L2 for an iteration before its wait,
@@ -108,8 +108,8 @@ def test_few_token_wide_decode_gemm_matches_reference(m):
         np.testing.assert_array_equal(run_sq(plan, act, w, ws, 0.021, bias), expected_sq)
 
 
-@pytest.mark.parametrize(("m", "n", "name"), [(3, 40, "skinny2x3_db_v_dep1_l2p1_b2_"),
-                                              (16, 72, "skinny1x5_db_v_dep1_l2p1_b2_hna_l2_256_")])
+@pytest.mark.parametrize(("m", "n", "name"), simulator_keeps([(3, 40, "skinny2x3_db_v_dep1_l2p1_b2_"),
+                                              (16, 72, "skinny1x5_db_v_dep1_l2p1_b2_hna_l2_256_")], 0))
 def test_wide_decode_gemm_matches_reference(m, n, name):
     """Wider column tiles where blocks of 2 make more than one wave at two per SM, on one SM: 3 blocks of 2 tiles
     (one wave at three per SM) become 2 of 3 tiles, 2 chunks, for 3 tokens; 5 blocks become 2 of 5 tiles, 1 chunk,
@@ -154,8 +154,8 @@ def test_weight_load_hints_keep_the_bits():
         ql(2, 40, 528, tuning=forced("fused", weight_load_hint="L2"))
 
 
-@pytest.mark.parametrize(("m", "n", "k", "sms", "two_launches"), [
-    (1, 64, 64, 1, True), (1, 24, 64, 132, False), (1, 88, 64, 1, True), (1, 120, 64, 1, False)])
+@pytest.mark.parametrize(("m", "n", "k", "sms", "two_launches"), simulator_keeps([
+    (1, 64, 64, 1, True), (1, 24, 64, 132, False), (1, 88, 64, 1, True), (1, 120, 64, 1, False)], 0, 1))
 def test_captured_calls_launch_two_kernels_where_fusing_only_saves_host_time(monkeypatch, m, n, k, sms, two_launches):
     """A fused plan whose fusing only saves host time runs the quantizer and the GEMM while its stream is being
     captured into a CUDA graph, the fused kernel otherwise; bit for bit against the reference either way."""
@@ -181,11 +181,11 @@ def test_captured_calls_launch_two_kernels_where_fusing_only_saves_host_time(mon
 # elsewhere it asks L2 for weight before its wait (40 columns on one SM: 3 blocks, not one wave). Without the promise
 # it only asks L2 for weight before its wait, and only where it is a dependent (K >= fused_dependent_min_k, raised
 # here); it takes the one-wave shape where one_wave_shape says so, and then fuses up to one_wave_fused_max_m tokens.
-@pytest.mark.parametrize(("m", "n", "k", "dtype", "static", "one_wave", "sms"), [
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "static", "one_wave", "sms"), simulator_keeps([
     (1, 24, 1040, "f32", True, True, 132), (2, 40, 528, "f16", True, False, 132), (1, 9, 144, "f64", True, True, 132),
     (1, 40, 1040, "f32", True, True, 1), (2, 24, 1040, "f32", False, True, 132), (2, 40, 528, "f16", False, False, 132),
     (1, 24, 144, "f32", False, False, 132),
-])
+], 0, 1))
 def test_static_weight_loads_the_weight_before_the_wait(m, n, k, dtype, static, one_wave, sms):
     # only the any-shape rule fuses (1 token, or 2 with a static weight)
     tuning = replace(H100_TUNING, fused_dependent_min_k=512, one_wave_shape=one_wave, fused_min_k=1 << 20)
@@ -244,7 +244,7 @@ def _check_fused_decode(m, n, k, dtype, with_bias, seed, last_max=False, static=
     np.testing.assert_array_equal(args.output.astype(np.float64), expected.astype(np.float64))
 
 
-@settings(max_examples=6 if SIMULATOR else 12)  # on a GPU most examples compile a kernel of their own
+@settings(max_examples=3 if SIMULATOR else 12)  # most examples compile a kernel of their own
 @given(st.integers(1, 16), st.integers(1, 40), st.sampled_from([16, 64, 144, 208]),
        st.sampled_from(sorted(FLOAT_DTYPES)), st.booleans(), st.integers(0, 2**32 - 1))
 def test_fused_decode_equals_two_launches_and_reference(m, n, k, dtype, with_bias, seed):
@@ -252,12 +252,12 @@ def test_fused_decode_equals_two_launches_and_reference(m, n, k, dtype, with_bia
     _check_fused_decode(m, n, k, dtype, with_bias, seed)
 
 
-@pytest.mark.parametrize(("m", "n", "k", "dtype"), [
+@pytest.mark.parametrize(("m", "n", "k", "dtype"), simulator_keeps([
     (1, 9, 4096, "bfloat16"),  # 2 pieces of x per thread: one batch, kept in registers for the quantize
     (2, 8, 4096, "float16"),  # two rows in one batch
     (1, 8, 2064, "float32"),  # 3 pieces, the last past K for most threads
     (3, 8, 1040, "float64"),  # 3 pieces per row, 9 per thread: batches end inside rows, x read again
-])
+], 0, 1))
 def test_fused_decode_rows_of_several_pieces_per_thread(m, n, k, dtype):
     """K past one 16-byte piece per thread: the general prologue's row / slot stepping, its per-row warp reductions
     at a row's last slot, and the resident and re-read quantize passes."""
@@ -265,12 +265,12 @@ def test_fused_decode_rows_of_several_pieces_per_thread(m, n, k, dtype):
                         tuning=forced("fused", fixed_prologue=False))
 
 
-@pytest.mark.parametrize(("m", "n", "k", "dtype", "loads"), [
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "loads"), simulator_keeps([
     (4, 9, 4096, "float16", 8),  # 2 pieces per row: a thread's 8 in one batch, kept in registers for the quantize
     (3, 8, 1040, "float64", 8),  # 3 pieces per row, 9 per thread: batches of 8 end inside a row, x read again
     (16, 24, 208, "float32", 8),  # 1 piece per row, 16 rows: two batches of 8
     (2, 8, 4096, "float16", 4),  # 4 pieces: the narrow batch
-])
+], 0, 1))
 def test_static_fused_prologue_takes_more_pieces_of_x_at_once(m, n, k, dtype, loads):
     """The static one-wave fused kernel (launch bounds of 2: registers to spare) has up to ``wide_x_loads_max``
     pieces of x per thread in flight: the same bits."""
@@ -282,11 +282,11 @@ def test_static_fused_prologue_takes_more_pieces_of_x_at_once(m, n, k, dtype, lo
 # piece a row, a partial last slot (516 pieces of f32: 3 slots, the third for 4 threads), the wide static prologue
 # (4 rows of 2), f64 at 8 pieces; 16 rows of the narrow prologue do not fit and keep the general one. Rows of zeros,
 # +-inf, NaN and exact ties; the same bits as the two launches and the reference.
-@pytest.mark.parametrize(("m", "n", "k", "dtype", "static", "fixed"), [
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "static", "fixed"), simulator_keeps([
     (1, 24, 1040, "float16", False, (1, 1)), (1, 40, 2064, "float32", False, (1, 3)),
     (4, 9, 4096, "float16", True, (4, 2)), (2, 16, 2048, "float32", True, (2, 2)),
     (1, 16, 4096, "float64", True, (1, 8)), (16, 24, 208, "float32", False, None),
-])
+], 0, 1, 2))
 def test_fused_prologue_compiled_for_the_plans_shape(m, n, k, dtype, static, fixed):
     # without the static promise, the narrow prologue (launch bounds of 3) of weights past one wave
     tuning = forced("fused", one_wave_shape=False)
