@@ -191,7 +191,7 @@ class KernelLauncher:
     """Launches one compiled kernel given ``n_arrays`` 1-D arrays then scalars of ``scalar_types``,
     with ``shared_bytes`` of dynamic shared memory per block (above 48 KiB the kernel is opted in);
     ``dependent``: as a programmatic dependent of the previous kernel on the stream (the kernel calls
-    :func:`~baracuda_numba.kernels.device.grid_dependency_wait` before it reads that kernel's results)."""
+    :func:`~baracuda_numba.kernels.memory.grid_dependency_wait` before it reads that kernel's results)."""
 
     def __init__(self, compile_dispatcher: Callable[[], Any], n_arrays: int, scalar_types: Sequence[type],
                  shared_bytes: int = 0, dependent: bool = False) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from baracuda_numba.kernels import device
+from baracuda_numba.kernels import device, memory
 
 TIES = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, 126.5, -127.5, 1e10, -1e10, 2.0**31,
         -(2.0**31), np.inf, -np.inf, np.nan, -0.0, 0.0, 3.0, -3.0]
@@ -194,10 +194,9 @@ def test_streaming_store_takes_the_chunk_widths_of_narrow_outputs():
     """The evict-first store (the tensor-scope quantize pass's) exists for 8-, 4- and 2-byte chunks, and
     says so for any other width rather than storing the wrong bits; the GPU tests of the tensor scope
     check its output against torch at each width (bf16 / f32 / f64 in, int8 out)."""
-    from baracuda_numba.kernels import device
 
     for width in (8, 4, 2):
-        assert callable(device.streaming_store(width))
+        assert callable(memory.streaming_store(width))
     for width in (16, 1, 3):
         with pytest.raises(ValueError, match="8, 4 or 2 bytes"):
-            device.streaming_store(width)
+            memory.streaming_store(width)

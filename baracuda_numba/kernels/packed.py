@@ -37,7 +37,6 @@ from ..vocabulary import ElementKind, MathPrecision
 from . import device
 from .codecs import codec, math_type
 from .device import device_function
-from .dynamic import chunk_range_function, range_functions
 from .elementwise import (
     CHUNK_BYTES,
     ElementwiseKernel,
@@ -47,6 +46,7 @@ from .elementwise import (
     quantize_int,
     uint_name,
 )
+from .ranges import chunk_range_function, range_functions
 
 __all__ = ["PACKED_ELEMENTS", "chunk_elements", "group_shift", "dynamic_layout", "groups_per_pass",
            "quantize_kernel", "dequantize_kernel", "dynamic_kernel", "pack_kernel"]

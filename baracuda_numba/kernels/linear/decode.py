@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import device
+from .. import device, memory
 from ..device import device_function
 from .common import (
     CHUNK_K,
@@ -81,7 +81,7 @@ def _weight_loaders(chunks: int, tiles: int, vector_only: bool, weight_hint: str
             for j in range(tiles):
                 row, kc = n_block + SKINNY_N * j + group, k + c * CHUNK_K * SKINNY_WARPS
                 if row < N and kc < K:
-                    device.prefetch_l2(w_pairs, (row * K + kc) // 16)
+                    memory.prefetch_l2(w_pairs, (row * K + kc) // 16)
 
     return load_weights, prefetch_weights
 

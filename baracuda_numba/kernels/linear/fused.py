@@ -34,7 +34,7 @@ import numpy as np
 
 from ...platform import SIMULATOR
 from ...vocabulary import ElementKind, MathPrecision
-from .. import device
+from .. import device, memory
 from ..codecs import math_type
 from ..device import LOAD_HINTS, device_function
 from ..elementwise import ElementwiseKernel, uint_name
@@ -128,7 +128,7 @@ def row_quantizer(x_element: ElementKind):
     ``1 / scale``) and ``quantized_piece`` (a piece's elements quantized, byte ``j`` of the returned word
     holding element ``j``; on the integer side, :func:`.elementwise.quantize_int`). The fused prologue
     repeats this work in every block, so its instruction count is the prologue's cost."""
-    from ..dynamic import chunk_range_function, int_chunk_quantizer
+    from ..ranges import chunk_range_function, int_chunk_quantizer
 
     precision = MathPrecision.F64 if x_element is ElementKind.F64 else MathPrecision.F32
     M = math_type(precision)
@@ -334,8 +334,8 @@ def _kernel(config: FusedConfig, parts: DecodeParts, quantize_rows, quantize_fix
         if not early:
             # launched as a programmatic dependent: wait for the kernel before (which writes x) before
             # anything, then let the next kernel start
-            device.grid_dependency_wait()
-            device.launch_dependents()
+            memory.grid_dependency_wait()
+            memory.launch_dependents()
         scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
         partial = cuda.shared.array((SKINNY_WARPS, slots, 32), np.int32)
         scales = cuda.shared.array(SKINNY_M, S)  # the block's per-token scales (epilogue)
@@ -365,8 +365,8 @@ def _kernel(config: FusedConfig, parts: DecodeParts, quantize_rows, quantize_fix
                 load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
                               tensor_scale, True, False, tid)
                 load_weights(w_frag, w_bytes, w_pairs, n_block, group, N, CHUNK_K * warp + 16 * t, K, aligned)
-            device.grid_dependency_wait()  # x (and, past early_registers, nothing else) is read from here on
-            device.launch_dependents()
+            memory.grid_dependency_wait()  # x (and, past early_registers, nothing else) is read from here on
+            memory.launch_dependents()
         if not early_registers:
             load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
                           tensor_scale, True, not fused and not dependent, tid)

@@ -16,7 +16,7 @@ import numpy as np
 from numba import cuda
 
 from ...vocabulary import ElementKind, MathPrecision
-from .. import device
+from .. import device, memory
 from ..device import device_function
 from ..elementwise import ElementwiseKernel
 from .common import CHUNK_K, DYNAMIC_STAGE_DTYPE, LOW32, STAGE_ALIGNMENT, U64, Output, epilogue, gemm_signature
@@ -100,7 +100,7 @@ def _copiers(rows_per_copy: int):
             local_row = tid // 4 + i * rows_per_copy
             valid = k_ok and row0 + local_row < rows
             source = sources[i] + U64(chunk_bytes) if valid else origin
-            device.cp_async_16_at(stage, at + 16 * swizzled(local_row, tid % 4), pairs_view, source, valid)
+            memory.cp_async_16_at(stage, at + 16 * swizzled(local_row, tid % 4), pairs_view, source, valid)
 
     return row_sources, start_copies
 
@@ -118,8 +118,8 @@ def _kernel(store, shape: PipelineShape):
     half_rows = tile_m // warps_m  # the epilogue stages the output tile in warps_m horizontal bands
     band_words = half_rows * tile_n // 2  # int32 accumulators, two per uint64
     assert band_words <= 2 * stages * shape.stage_pairs, "an output band must fit in the staging buffer"
-    wait_previous = device.cp_async_wait_group(stages - 2)
-    wait_all = device.cp_async_wait_group(0)
+    wait_previous = memory.cp_async_wait_group(stages - 2)
+    wait_all = memory.cp_async_wait_group(0)
     row_sources, start_copies = _copiers(rows_per_copy)
 
     def kernel(a_bytes, a_pairs, w_bytes, w_pairs, row_scale, col_scale, bias, out_elems,
@@ -142,8 +142,8 @@ def _kernel(store, shape: PipelineShape):
         # Every shared address is the stage's 32-bit window address plus byte offsets: what varies per
         # lane is computed here once, the loop adds the ring slot and constants (16 rows = 1024 bytes
         # keep their swizzle, so the mma tiles of a warp differ by constants).
-        base = device.shared_address(stage)
-        a_origin, w_origin = device.global_address(a_pairs), device.global_address(w_pairs)
+        base = memory.shared_address(stage)
+        a_origin, w_origin = memory.global_address(a_pairs), memory.global_address(w_pairs)
         # ldmatrix rows this lane addresses: for `a`, matrices (rows 0-7 | 8-15) x (k 0-15 | 16-31) of
         # a 16-row tile, the mma's a0 .. a3; for `w`, (k 0-15 | 16-31) x (column tile 2p | 2p + 1);
         # index [half] is k 0-31 / 32-63 of the chunk
@@ -168,7 +168,7 @@ def _kernel(store, shape: PipelineShape):
             start_copies(stage, at, a_pairs, a_sources, a_origin, m_block, M, k_ok, 64 * chunk, tid, a_copies)
             start_copies(stage, at + w_offset, w_pairs, w_sources, w_origin, n_block, N, k_ok, 64 * chunk, tid,
                          w_copies)
-            device.cp_async_commit()
+            memory.cp_async_commit()
         read_slot, write_slot = 0, (stages - 1) * stage_bytes
         for step in range(steps):
             # this thread's copies of chunk `step` have landed; after the barrier everyone's have,
@@ -181,16 +181,16 @@ def _kernel(store, shape: PipelineShape):
             start_copies(stage, at, a_pairs, a_sources, a_origin, m_block, M, k_ok, 64 * chunk, tid, a_copies)
             start_copies(stage, at + w_offset, w_pairs, w_sources, w_origin, n_block, N, k_ok, 64 * chunk, tid,
                          w_copies)
-            device.cp_async_commit()
+            memory.cp_async_commit()
             current = base + read_slot
             for half in range(2):  # k 0-31, 32-63 of the chunk: one m16n8k32 each
                 a_at = current + (a_lo if half == 0 else a_hi)
                 w_at = current + (w_lo if half == 0 else w_hi)
                 for p in range(nt // 2):
                     (w_frag[4 * p], w_frag[4 * p + 1], w_frag[4 * p + 2],
-                     w_frag[4 * p + 3]) = device.ldmatrix_x4_at(stage, w_at + 1024 * p, scratch, tid)
+                     w_frag[4 * p + 3]) = memory.ldmatrix_x4_at(stage, w_at + 1024 * p, scratch, tid)
                 for mi in range(mt):
-                    a0, a1, a2, a3 = device.ldmatrix_x4_at(stage, a_at + 1024 * mi, scratch, tid)
+                    a0, a1, a2, a3 = memory.ldmatrix_x4_at(stage, a_at + 1024 * mi, scratch, tid)
                     for ni in range(nt):
                         slot = 4 * (mi * nt + ni)
                         c0, c1, c2, c3 = device.mma_s8(a0, a1, a2, a3, w_frag[2 * ni], w_frag[2 * ni + 1],

@@ -6,7 +6,7 @@ with ``K % 16 == 0``, the double-buffered kernel that the plans launch as a prog
 kernel before it (``preload`` > 0, ``docs/design-linear.md``, "Programmatic dependent launch"): it may start
 while the activation quantizer runs, loads its column parameters and ``preload`` buffers of weight
 fragments (which the quantizer does not write), asks L2 for the next ``prefetch_l2`` iterations' pieces,
-then waits for the quantizer's grid (:func:`~baracuda_numba.kernels.device.grid_dependency_wait`) before it
+then waits for the quantizer's grid (:func:`~baracuda_numba.kernels.memory.grid_dependency_wait`) before it
 reads ``a`` and the row scales. With ``wait_first`` it waits for the kernel before it first thing (after at
 most ``early_l2`` iterations of L2 prefetches, which hold no data), for callers whose kernel before may
 write the weight.
@@ -21,7 +21,7 @@ import numpy as np
 from numba import cuda
 
 from ...vocabulary import ElementKind, MathPrecision
-from .. import device
+from .. import memory
 from ..device import LOAD_HINTS
 from ..elementwise import ElementwiseKernel
 from .common import (
@@ -122,10 +122,10 @@ def _kernel(config: SkinnyConfig, parts: DecodeParts):
                 for ahead in range(early_l2):
                     prefetch_weights(w_pairs, (cuda.blockIdx.x // tiles_m) * (SKINNY_N * n_tiles), tid % 32 // 4, N,
                                      CHUNK_K * (ahead * step + tid // 32) + 16 * (tid % 4), K)
-                device.grid_dependency_wait()  # nothing is read before the kernel before it is complete
+                memory.grid_dependency_wait()  # nothing is read before the kernel before it is complete
             # the next kernel, if launched as a programmatic dependent (the next call's quantizer), may
             # start now: it waits for this grid before it touches memory
-            device.launch_dependents()
+            memory.launch_dependents()
         scratch = cuda.shared.array((SKINNY_THREADS, 6), np.int32)  # used only by the simulator's mma
         partial = cuda.shared.array((SKINNY_WARPS, slots, 32), np.int32)
         # The fused kernel's row scales, row maxima, shuffle scratch and views of its quantized rows, and (below) its
@@ -160,7 +160,7 @@ def _kernel(config: SkinnyConfig, parts: DecodeParts):
                 load_weights(w_next, w_bytes, w_pairs, n_block, group, N, first_k + CHUNK_K * step, K, aligned)
             for ahead in range(dependent, dependent + prefetch_l2):
                 prefetch_weights(w_pairs, n_block, group, N, CHUNK_K * (ahead * step + warp) + 16 * t, K)
-            device.grid_dependency_wait()  # the quantizer's rows and scales are complete past this
+            memory.grid_dependency_wait()  # the quantizer's rows and scales are complete past this
             load_epilogue(col_pre, bias_pre, row_pre, row_scale, col_scale, bias, M, N, m_block, n_block,
                           tensor_scale, False, True, tid)
             stream_weights(acc, w_frag, w_next, scratch, a_bytes, a_pairs, w_bytes, w_pairs, M, N, K, m_block,

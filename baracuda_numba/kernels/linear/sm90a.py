@@ -22,7 +22,7 @@ import numpy as np
 from numba import cuda
 
 from ...platform import SIMULATOR
-from .. import device
+from .. import device, memory
 from ..device import device_function
 
 __all__ = ["ROW_BYTES", "HopperKernel", "descriptor", "hopper_available"]
@@ -46,9 +46,9 @@ if not SIMULATOR:
     _I32 = ir.IntType(32)
     _I64 = ir.IntType(64)
 
-    wgmma_fence = device.asm_statement("wgmma.fence.sync.aligned;")
-    wgmma_commit = device.asm_statement("wgmma.commit_group.sync.aligned;")
-    fence_proxy_async = device.asm_statement("fence.proxy.async.shared::cta;")
+    wgmma_fence = memory.asm_statement("wgmma.fence.sync.aligned;")
+    wgmma_commit = memory.asm_statement("wgmma.commit_group.sync.aligned;")
+    fence_proxy_async = memory.asm_statement("fence.proxy.async.shared::cta;")
 
     def _through_accumulators(context, builder, sig, array, count, text, constraints, leading=()):
         """Call the inline PTX ``text`` on the ``count`` registers of the local int32 array ``array`` (tied
@@ -93,7 +93,7 @@ if not SIMULATOR:
         of that length and passes its registers through, so that no read of them moves above it."""
         text = f"wgmma.wait_group.sync.aligned {pending};"
         if not count:
-            return device.asm_statement(text)
+            return memory.asm_statement(text)
         constraints = ",".join(["=r"] * count + [str(i) for i in range(count)]) + ",~{memory}"
 
         @intrinsic

@@ -14,7 +14,7 @@ import numpy as np
 from numba import cuda
 
 from ...vocabulary import ElementKind, MathPrecision
-from .. import device
+from .. import device, memory
 from ..elementwise import ElementwiseKernel, uint_name
 from .fused import row_quantizer
 
@@ -49,8 +49,8 @@ def static_quantizer_kernel(config: StaticQuantizerConfig) -> ElementwiseKernel:
     word_type = {4: np.uint32, 8: np.uint64}[per_pair]  # one byte per element of a 16-byte piece
 
     def kernel(x_pairs, xq_words, row_scale, pieces, rows, tensor_scale):
-        device.grid_dependency_wait()  # x may be the kernel before's output
-        device.launch_dependents()  # the GEMM's weight loads may start: it waits for this grid to read xq
+        memory.grid_dependency_wait()  # x may be the kernel before's output
+        memory.launch_dependents()  # the GEMM's weight loads may start: it waits for this grid to read xq
         scale = S(tensor_scale)
         inv = S(1) / scale  # what the per-tensor plan computes on the host
         i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x

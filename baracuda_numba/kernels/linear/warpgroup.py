@@ -42,7 +42,7 @@ import numpy as np
 from numba import cuda
 
 from ...vocabulary import ElementKind
-from .. import device
+from .. import memory
 from ..device import device_function
 from . import sm90a
 from .common import Epilogue, Output, epilogue, gemm_signature
@@ -129,7 +129,7 @@ def _copier(copies: int, rows_per_pass: int):
         for i in range(copies):
             valid = k_ok and i < live_copies
             source = first + _U64(i) * row_stride + offset if valid else origin
-            device.cp_async_16_at(stage, slot + i * (ROW_BYTES * rows_per_pass), pairs, source, valid)
+            memory.cp_async_16_at(stage, slot + i * (ROW_BYTES * rows_per_pass), pairs, source, valid)
 
     return start_copies
 
@@ -153,7 +153,7 @@ def _kernel(epilogue: Epilogue, out: ElementKind, shape: WgmmaShape, dependent: 
     column_groups = tile_n // 8
     rows_per_vector_pass = threads // column_groups
     mma, wait_one, wait_done = sm90a.wgmma_s8(tile_n), sm90a.wgmma_wait(1), sm90a.wgmma_wait(0, count)
-    wait_copies, wait_all = device.cp_async_wait_group(stages - 3), device.cp_async_wait_group(0)
+    wait_copies, wait_all = memory.cp_async_wait_group(stages - 3), memory.cp_async_wait_group(0)
     w_offset = ROW_BYTES * tile_m  # the weight rows follow the activation rows in a slot
 
     @device_function
@@ -174,9 +174,9 @@ def _kernel(epilogue: Epilogue, out: ElementKind, shape: WgmmaShape, dependent: 
         tile_n_index = cuda.blockIdx.x // tiles_m
         tile_m_index = cuda.blockIdx.x - tile_n_index * tiles_m
         m_block, n_block = tile_m_index * tile_m, tile_n_index * tile_n
-        raw = device.shared_address(stage)
+        raw = memory.shared_address(stage)
         base = (raw + (SLOT_ALIGNMENT - 1)) & ~np.uint32(SLOT_ALIGNMENT - 1)
-        a_origin, w_origin = device.global_address(a_pairs), device.global_address(w_pairs)
+        a_origin, w_origin = memory.global_address(a_pairs), memory.global_address(w_pairs)
         piece, row_in = tid % pieces, tid // pieces
         # what a thread's copies add to a slot's address, and where its first rows start in global memory
         into_slot = ROW_BYTES * row_in + 16 * (piece ^ (row_in % 8))
@@ -202,8 +202,8 @@ def _kernel(epilogue: Epilogue, out: ElementKind, shape: WgmmaShape, dependent: 
                 start_w(stage, slot + w_offset, w_pairs, w_origin, w_first, row_stride, w_live, step, k_ok)
         if dependent:
             # (waiting first: only the launch overlaps the kernel before, which may write anything read here)
-            device.grid_dependency_wait()
-            device.launch_dependents()
+            memory.grid_dependency_wait()
+            memory.launch_dependents()
         # steps 0 .. stages - 3 in flight before the first multiply; one commit group per step, empty
         # or zero-filled past K, so that the group count stays in step
         for step in range(stages - 2):
@@ -212,7 +212,7 @@ def _kernel(epilogue: Epilogue, out: ElementKind, shape: WgmmaShape, dependent: 
             start_a(stage, slot, a_pairs, a_origin, a_first, row_stride, a_live, step, k_ok)
             if not early_weight:
                 start_w(stage, slot + w_offset, w_pairs, w_origin, w_first, row_stride, w_live, step, k_ok)
-            device.cp_async_commit()
+            memory.cp_async_commit()
         for step in range(steps):
             # this thread's copies of `step` have landed (fenced for the tensor cores' reads); after
             # the barrier everyone's have, and every warpgroup has finished the batch of step - 2,
@@ -225,7 +225,7 @@ def _kernel(epilogue: Epilogue, out: ElementKind, shape: WgmmaShape, dependent: 
             k_ok = pieces * ahead + piece < k_pairs
             start_a(stage, slot, a_pairs, a_origin, a_first, row_stride, a_live, ahead, k_ok)
             start_w(stage, slot + w_offset, w_pairs, w_origin, w_first, row_stride, w_live, ahead, k_ok)
-            device.cp_async_commit()
+            memory.cp_async_commit()
             current = base + (step % stages) * slot_bytes
             desc_a = descriptor(current + ROW_BYTES * WARPGROUP_ROWS * warpgroup)
             desc_b = descriptor(current + w_offset)
