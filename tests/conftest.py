@@ -42,8 +42,8 @@ def pytest_report_header(config):
 def pytest_collection_modifyitems(config, items):
     """``BARACUDA_TEST_SHARD=i/n`` keeps every n-th collected test from the i-th (0-based).
 
-    A GPU device call has a wall-clock limit; the suite runs in shards across calls, each short enough
-    to print its own summary. Interleaving spreads each file's slow cases over the shards.
+    Where a GPU run has a wall-clock limit, the suite runs in shards (one per GPU, or one after another), each
+    short enough to print its own summary. Interleaving spreads each file's slow cases over the shards.
     """
     shard = os.environ.get("BARACUDA_TEST_SHARD")
     if not shard:
