@@ -55,6 +55,7 @@ def _torch_operand(element, shape, ptr, contiguous=True):
 def test_fast_path_launches_what_the_checked_path_launches(case):
     """The fast path (pointers patched into pre-packed blocks) hands the driver the bytes and grid of the checked
     path, launch by launch; it declines misaligned, strided and wrongly typed operands."""
+    pytest.importorskip("torch")  # operands adapted from torch tensors: the fast path is built once torch is imported
     E = bn.ElementKind
     m, n, k = {"smoothquant_pipelined": (300, 264, 512), "two_launch_skinny": (32, 4096, 4096),
                "two_launch_pipelined_f16": (300, 264, 512), "smoothquant_skinny": (16, 4096, 4096)}.get(case,
@@ -117,6 +118,33 @@ def test_fast_path_launches_what_the_checked_path_launches(case):
     expected = {"two_launch_skinny": [True, True] * 4, "smoothquant_skinny": [True] * 4, "fused_bf16_bias": [True] * 4,
                 "fused_f64": [True] * 4}.get(case, [False] * len(calls))
     assert driver.dependent == expected
+
+
+def test_a_plan_run_before_torch_is_imported_takes_the_checked_launch(monkeypatch):
+    """A W8A8 plan run on a GPU before PyTorch is imported (NumPy, CuPy or numba operands) has no fast path (its
+    entries take torch tensors and launch on PyTorch's stream): the checked path launches on the operands' stream,
+    and the fast path is built once torch is imported. Before, such a first call raised ``KeyError: 'torch'``
+    (notebooks/05 on a GPU)."""
+    from baracuda_numba import launch
+
+    E = bn.ElementKind
+    plan = bn.QuantizedLinearPlan.select(bn.QuantizedLinearDescriptor(1, 4096, 4096, E.BF16, E.BF16),
+                                         tuning=forced("fused"))
+    uncached = launch._torch_stream_getter.__wrapped__  # as in a fresh process that never imported torch
+    driver = _gpu_linear_plan(monkeypatch, plan)
+    monkeypatch.setattr(launch, "_torch_stream_getter", uncached)
+    torch_module = sys.modules.get("torch")
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    fields = {"input": (E.BF16, (1, 4096), 0x100000), "weight": (E.S8, (4096, 4096), 0x200000),
+              "weight_scale": (E.F32, (4096,), 0x300000), "output": (E.BF16, (1, 4096), 0x600000)}
+    args = bn.QuantizedLinearArgs(**{f: bn.arrays.Operand(None, "numba", e, shape, ptr, True)
+                                     for f, (e, shape, ptr) in fields.items()})
+    plan.run(args)
+    assert len(driver.calls) == 1 and driver.calls[0][0][8] == 0  # the legacy default stream of numba operands
+    assert plan._fast_path() is None and not plan._fast_built
+    if torch_module is not None:
+        monkeypatch.setitem(sys.modules, "torch", torch_module)
+        assert plan._fast_path() is not None and plan._fast_built
 
 
 @pytest.mark.parametrize(("variant", "m", "n", "k", "bias", "dtype"), [

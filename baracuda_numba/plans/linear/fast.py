@@ -137,10 +137,11 @@ def _launch_function(plan: Any, launching: Any, stream_of: Any) -> Any:
 
 
 def fast_path(plan: Any) -> FastPath | None:
-    """``plan``'s fast path (None off the GPU, where the aligned variant has no packed template, or where a static
+    """``plan``'s fast path (None off the GPU, before PyTorch is imported (every entry takes torch tensors and
+    launches on PyTorch's stream), where the aligned variant has no packed template, or where a static
     activation scale has no static quantizer)."""
     d, spec = plan.desc, plan.spec
-    if (SIMULATOR or plan._fast_specs is None
+    if (SIMULATOR or "torch" not in sys.modules or plan._fast_specs is None
             or (not plan.smoothquant and d.static_activation and not spec.fused and spec.static_quantizer is None)):
         return None
     from ... import launch as launching  # its stream getter now (the recording tests replace it)

@@ -3,6 +3,7 @@ variants, the checked launch of the GEMM), and :class:`SmoothQuantLinearPlan`.""
 
 from __future__ import annotations
 
+import sys
 from typing import Any, ClassVar
 
 import numpy as np
@@ -205,7 +206,10 @@ class LinearPlan(Plan):
 
     def _fast_path(self) -> FastPath | None:
         if not self._fast_built:
-            self._fast, self._fast_built = fast_path(self), True
+            self._fast = fast_path(self)
+            # a plan selected before torch is imported builds its fast path again once it is
+            # (tests/test_linear_fast.py, the plan of a NumPy call)
+            self._fast_built = self._fast is not None or "torch" in sys.modules
         return self._fast
 
     def _fast_pointers(self, args: Any) -> tuple[list[int], int] | None:
