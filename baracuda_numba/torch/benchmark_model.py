@@ -17,7 +17,8 @@ Rows (each a dict with ``section``):
   ``prompt`` tokens, eagerly, under ``torch.compile`` (default mode) and under
   ``torch.compile(mode="reduce-overhead")`` (CUDA graphs), at each batch size: ms per step (CUDA events
   around ``steps`` steps after ``warmup``), tokens/s, the speed against bf16 in the same mode and batch,
-  and for the compiled modes the first calls' wall time (compile, warm-up, graph capture). A mode that
+  and for the compiled modes the first calls' wall time (compile, warm-up, graph capture). The modes run one
+  after the other, each over every model (eager first, before anything is compiled in the process). A mode that
   raises is a row with ``status: failed`` and its error, not the end of the run.
 - ``prefill``: an eager forward of ``prefill`` = (batch, tokens), logits of the last token only (as
   ``generate``'s prefill), tokens/s.
@@ -476,25 +477,25 @@ def run(config: ModelBenchConfig = ModelBenchConfig()) -> list[dict]:
     rows: list[dict] = [described]
     base = build_llama(config)
     fidelity = set(config.fidelity_models) if "fidelity" in sections else set()
+    wanted = set(config.models) | fidelity | ({DYNAMIC} if EMULATED in fidelity else set())
+    models = {name: base if name == BF16 else quantized_model(base, name, config)
+              for name in (BF16, DYNAMIC, STATIC) if name in wanted}
+    measured = [name for name in models if name in config.models]
+    # decode mode by mode, every model in turn: each mode's rows see one process state (the eager rows come
+    # before any torch.compile in the process), so a ratio against bf16 compares like with like
+    for mode in modes:
+        rows += [_print(decode_row(models[name], name, mode, batch, config)) for name in measured
+                 for batch in config.batches]
+    if "prefill" in sections:
+        rows += [_print(prefill_row(models[name], name, config)) for name in measured]
     for name in (BF16, DYNAMIC, STATIC):
-        emulate = name == DYNAMIC and EMULATED in fidelity
-        if name not in config.models and name not in fidelity and not emulate:
-            continue
-        model = base if name == BF16 else quantized_model(base, name, config)
-        if name in config.models:
-            rows += [_print(decode_row(model, name, mode, batch, config)) for mode in modes
-                     for batch in config.batches]
-            if "prefill" in sections:
-                rows.append(_print(prefill_row(model, name, config)))
         if name in fidelity:
-            rows.append(_print(fidelity_row(model, name, config)))
-        if emulate:
-            rows.append(_print(fidelity_row(emulated_model(model), EMULATED, config)))
-        if model is not base:
-            del model
-            if cuda:
-                torch.cuda.empty_cache()
-    del base
+            rows.append(_print(fidelity_row(models[name], name, config)))
+        if name == DYNAMIC and EMULATED in fidelity:
+            rows.append(_print(fidelity_row(emulated_model(models[name]), EMULATED, config)))
+    del base, models
+    if cuda:
+        torch.cuda.empty_cache()
     if "projections" in sections:
         rows += [_print(r) for r in projection_rows(config)]
     if "host" in sections:
