@@ -142,6 +142,26 @@ def _copy_gbs(nbytes: int, rounds: int) -> float:
     return 2 * (nbytes // 16 * 16) / min(driver_ms, kernel_ms) / 1e6
 
 
+def _combine_gbs(nbytes: int, rounds: int) -> float:
+    """GB/s (bytes read + written) of the copy kernel's loop reading two arrays of ``nbytes`` and writing one
+    (:func:`~baracuda_numba.kernels.copy.combine_kernel`), timed as :func:`_copy_gbs`: the ceiling of the ops
+    whose traffic it has (two inputs of the same size, one output)."""
+    from numba import cuda
+
+    from .kernels.copy import combine_kernel
+    from .plans.base import sm_count
+
+    a = cuda.device_array(nbytes // 8, np.uint64)
+    b, dst = cuda.device_array_like(a), cuda.device_array_like(a)
+    kernel, threads = combine_kernel(), 256
+    blocks = sm_count(cuda.get_current_device().id) * (2048 // threads)
+    pairs = nbytes // 16
+    ms = _device_ms(lambda: kernel[blocks, threads](dst, a, b, pairs), rounds)
+    a = b = dst = None
+    _release()
+    return 3 * (nbytes // 16 * 16) / ms / 1e6
+
+
 def _compare(got: np.ndarray, expected: np.ndarray) -> tuple[int, float]:
     """``(mismatches, max |diff|)``: elements whose value differs (NaN equals NaN)."""
     g, e = np.asarray(got).astype(np.float64), np.asarray(expected).astype(np.float64)
@@ -210,11 +230,14 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"checked against the NumPy float64 reference on {shape[0]} x {shape[1]} elements"
           + (f" (--size {size} rounded up to whole rows of {columns})" if size % columns else "")
           + ("" if simulated else f"; timed on {TIMED_ELEMENTS // DEMO_COLUMNS} x {DEMO_COLUMNS}"))
-    copy = None
+    copy = two_inputs = None
     if not simulated:
         copy = _copy_gbs(4 * TIMED_ELEMENTS, rounds)
+        two_inputs = _combine_gbs(4 * TIMED_ELEMENTS, rounds)
         print(f"device-to-device copy of {4 * TIMED_ELEMENTS >> 20} MiB (bytes read + written): {copy:.0f} GB/s, "
               "the memory-bound ceiling")
+        print(f"two {4 * TIMED_ELEMENTS >> 20} MiB arrays read, one written: {two_inputs:.0f} GB/s, the ceiling of "
+              "the ops that read two (the backward ops: gradient and input)")
     header = (f"{'op':<32}{'dtypes':<11}{'mismatches':>11}{'max|diff|':>11}{'quant RMSE':>12}{'ms':>10}"
               f"{'GB/s':>8}{'% copy':>8}{'TOPS':>8}")
     print(header)
@@ -247,12 +270,15 @@ def _demo(args: argparse.Namespace) -> int:
                                   args.group_size if op.endswith("group") else None, np.random.default_rng(0))
                 ms = _timed_on_device(timed, rounds)
                 rate = timed.bytes_moved / ms / 1e6
-                ms_text, gbps, pct = f"{ms:.3f}", f"{rate:.0f}", f"{100 * rate / copy:.0f}%"
+                inputs = sum(a.size == TIMED_ELEMENTS for a in timed.operands.values())
+                ceiling = two_inputs if inputs >= 2 else copy
+                ms_text, gbps, pct = f"{ms:.3f}", f"{rate:.0f}", f"{100 * rate / ceiling:.0f}%"
             print(f"{op:<32}{case.label:<11}{mismatches:>11}{max_diff:>11.2e}{rmse:>12}{ms_text:>10}{gbps:>8}"
                   f"{pct:>8}{tops:>8}")
     note = ("simulator: host arrays, one call timed on the host clock, simulation included" if simulated else
             f"ms: median over {rounds} batches of {_BATCH} back-to-back calls between CUDA events, on device "
-            "arrays into a preallocated output, timed as the copy is; GB/s counts bytes read + written once; "
+            "arrays into a preallocated output, timed as the copy is; GB/s counts bytes read + written once, "
+            "% copy against the copy (against the two-array read for ops that read two); "
             f"quantized_linear is timed at M = N = K = {LINEAR_TIMED} (activation quantize + GEMM)")
     print(f"\n{note}. mismatches: elements differing from the NumPy float64 reference (README, Semantics); "
           "quant RMSE: error of the quantized result against unquantized float64 math.")

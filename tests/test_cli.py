@@ -179,13 +179,14 @@ def test_the_cli_quotes_no_source_line_and_names_the_simulator():
 def test_demo_on_a_gpu_reads_no_row_above_the_copy(capsys):
     assert cli.main(["demo", "--dtype", "float32", "bfloat16"]) == 0
     out = capsys.readouterr().out
-    assert "device-to-device copy of 512 MiB" in out
+    assert "device-to-device copy of 512 MiB" in out and "two 512 MiB arrays read, one written" in out
     percents = [float(word[:-1]) for line in out.splitlines() if line.split()[:1] and line.split()[0] in cli.DEMO_OPS
                 for word in line.split() if word.endswith("%")]
     assert len(percents) == 2 * (len(cli.DEMO_OPS) - 1)  # every memory-bound row, both dtypes
-    # Timed as the copy is (the faster of the driver's copy and a copy kernel: cli._copy_gbs), so a row above it is
-    # a timing error: allocations timed with the op read 116-130%; against the driver's copy alone an H200's
-    # elementwise rows read 104-107%.
+    # Timed as the copy is (the faster of the driver's copy and a copy kernel: cli._copy_gbs; the two-input rows
+    # against the same loop reading two arrays: cli._combine_gbs), so a row above it is a timing error: allocations
+    # timed with the op read 116-130%; against the driver's copy alone an H200's elementwise rows read 104-107%, and
+    # against the copy an H100's backward ops (two arrays in, one out) 102-105%.
     assert max(percents) <= 102, out
 
 
@@ -280,3 +281,17 @@ def test_the_demo_copy_kernel_copies_every_pair(pairs):
     d_src, d_dst = cuda.to_device(src), cuda.to_device(np.zeros_like(src))
     copy_kernel()[2, 4](d_dst, d_src, pairs)
     np.testing.assert_array_equal(d_dst.copy_to_host(), src)
+
+
+@pytest.mark.parametrize("pairs", [0, 5, 37, 64])
+def test_the_demo_two_input_kernel_reads_both_arrays_for_every_pair(pairs):
+    # the ceiling of the demo's two-input rows (cli._combine_gbs): every pair of both arrays read, every result written
+    from numba import cuda
+
+    from baracuda_numba.kernels.copy import combine_kernel
+
+    a = np.arange(1, 2 * pairs + 1, dtype=np.uint64) * np.uint64(0x0101010101)
+    b = np.arange(2 * pairs, dtype=np.uint64) * np.uint64(0x7000000003)
+    d_a, d_b, d_dst = cuda.to_device(a), cuda.to_device(b), cuda.to_device(np.zeros_like(a))
+    combine_kernel()[2, 4](d_dst, d_a, d_b, pairs)
+    np.testing.assert_array_equal(d_dst.copy_to_host(), a ^ b)

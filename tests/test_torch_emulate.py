@@ -10,9 +10,27 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch", reason="the PyTorch layer needs torch (the [torch] extra)")
 
 from baracuda_numba import reference  # noqa: E402
+from baracuda_numba.platform import SIMULATOR  # noqa: E402
+from baracuda_numba.torch import W8A8Linear  # noqa: E402
 from baracuda_numba.torch.emulate import quantize_activation, quantize_weight, w8a8_linear  # noqa: E402
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+DEVICES = ["cpu"] + (["cuda"] if not SIMULATOR and torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scales_are_true_quotients_on_every_device(device):
+    """The weight scales (``W8A8Linear.quantize_weight``, the emulation's) and the emulation's per-token scales are
+    ``max / 127`` rounded once (docs/semantics.md), on CUDA as on the CPU. PyTorch's CUDA kernels divide by a Python
+    number as a product with its rounded reciprocal, an ulp off for some of these values: the emulation's per-token
+    scales then differed from the kernels' on SmolLM2, and a layer quantized on the GPU from one quantized on the
+    CPU."""
+    amax = np.random.default_rng(0).uniform(0.01, 10, 4096).astype(np.float32)
+    expected = amax / np.float32(127)
+    assert (amax * (np.float32(1) / np.float32(127)) != expected).any()  # the values tell the two roundings apart
+    w = torch.from_numpy(np.stack([amax, -amax / 2], axis=1)).to(device)
+    for scale in (quantize_weight(w)[1], W8A8Linear.quantize_weight(w)[1], quantize_activation(w)[1][:, 0]):
+        assert np.array_equal(scale.cpu().numpy(), expected)
 
 
 @given(m=st.integers(1, 17), k=st.integers(1, 33), n=st.integers(1, 17), seed=st.integers(0, 2**16),

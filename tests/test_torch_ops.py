@@ -323,15 +323,23 @@ def test_eager_function_and_custom_op_give_the_same_bits(family):
 
 
 def test_fake_quantize_module_is_one_kernel_forward_and_one_backward(monkeypatch):
+    """The fake quantize is one kernel forward and one backward; observing adds the observer's one update
+    launch on CUDA tensors (torch ops on the CPU)."""
     from baracuda_numba.torch import FakeQuantize
 
     launches = _launch_counter(monkeypatch)
     for granularity in ("per_channel", "per_tensor"):
         fq = FakeQuantize(granularity=granularity, ch_axis=0, observer="minmax").to(DEVICE)
         w = _x((16, 8), torch.float32).requires_grad_()
+        observer = 1 if w.is_cuda else 0
         launches.clear()
         y = fq(w)
-        assert len(launches) == 1, (granularity, launches)
+        assert len(launches) == 1 + observer, (granularity, launches)
+        y.backward(torch.ones_like(y))
+        assert len(launches) == 2 + observer, (granularity, launches)
+        fq.disable_observer()
+        launches.clear()
+        y = fq(w)
         y.backward(torch.ones_like(y))
         assert len(launches) == 2, (granularity, launches)
 

@@ -204,9 +204,26 @@ def zeros_like_kind(like: Operand, count: int, element: ElementKind) -> Operand:
         return adapt(cupy.zeros(count, dtype=element.numpy_dtype), "zeros", "zero_point")
     if like.on_host or like.origin == "numpy":
         return adapt(np.zeros(count, element.numpy_dtype), "zeros", "zero_point")
-    from numba import cuda
+    return adapt(_device_zeros(count, element, like.device_id), "zeros", "zero_point")
 
-    return adapt(cuda.to_device(np.zeros(count, element.numpy_dtype)), "zeros", "zero_point")
+
+# numba device zeros by (count, element, device): the kernels only read zero points, and a new array per call
+# cost a device allocation and a synchronous copy (a per-group call on numba arrays took 10x its GPU time)
+_DEVICE_ZEROS: dict[tuple[int, ElementKind, int], Any] = {}
+_DEVICE_ZEROS_LIMIT = 8
+
+
+def _device_zeros(count: int, element: ElementKind, device_id: int) -> Any:
+    key = (count, element, device_id)
+    found = _DEVICE_ZEROS.get(key)
+    if found is None:
+        from numba import cuda
+
+        if len(_DEVICE_ZEROS) >= _DEVICE_ZEROS_LIMIT:
+            _DEVICE_ZEROS.clear()
+        with cuda.gpus[device_id]:
+            found = _DEVICE_ZEROS[key] = cuda.to_device(np.zeros(count, element.numpy_dtype))
+    return found
 
 
 def scale_operands(scales: Any, zero_points: Any, count: int, float_element: ElementKind, like: Operand,

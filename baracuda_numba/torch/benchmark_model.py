@@ -56,7 +56,7 @@ import torch
 from torch import nn
 
 from .convert import QuantizeConfig, _set_module, quantize_model
-from .modules import W8A8Linear
+from .modules import W8A8Linear, true_quotient
 from .qat import compare_logits
 
 __all__ = ["ModelBenchConfig", "EmulatedW8A8Linear", "build_llama", "decode_logits", "run", "markdown", "main"]
@@ -151,7 +151,8 @@ class EmulatedW8A8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.float()
         amax = xf.abs().amax(dim=-1, keepdim=True)
-        scale = torch.where(amax == 0, torch.ones_like(amax), amax / 127).clamp(min=torch.finfo(torch.float32).tiny)
+        scale = torch.where(amax == 0, torch.ones_like(amax), true_quotient(amax, 127.0)).clamp(
+            min=torch.finfo(torch.float32).tiny)
         q = torch.clamp(torch.round(xf * (1.0 / scale)), -127, 127)
         acc = (q.double() @ self.weight_q.double().T).float()
         y = (acc * scale) * self.weight_scale

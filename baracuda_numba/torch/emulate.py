@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from .modules import W8A8Linear
+from .modules import W8A8Linear, true_quotient
 
 __all__ = ["quantize_weight", "quantize_activation", "w8a8_linear", "EmulatedW8A8Linear"]
 
@@ -35,7 +35,7 @@ def _quantize(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(wq int8 [N, K], s float32 [N])``: per-output-channel symmetric int8 in [-127, 127]."""
     w = weight.detach().float()
-    scale = (w.abs().amax(dim=1) / 127.0).clamp(min=_TINY)
+    scale = true_quotient(w.abs().amax(dim=1), 127.0).clamp(min=_TINY)
     return _quantize(w, scale[:, None]).to(torch.int8), scale
 
 
@@ -47,7 +47,7 @@ def quantize_activation(x: torch.Tensor, act_scale: float | torch.Tensor | None 
     if act_scale is None:
         finite = torch.where(torch.isfinite(x), x, torch.zeros((), dtype=x.dtype, device=x.device))
         high = finite.abs().amax(dim=-1, keepdim=True) if x.shape[-1] else x.new_zeros(x.shape[0], 1)
-        scale = torch.where(high > 0, high / 127.0, torch.ones_like(high)).clamp(min=_TINY)
+        scale = torch.where(high > 0, true_quotient(high, 127.0), torch.ones_like(high)).clamp(min=_TINY)
     else:
         scale = torch.as_tensor(act_scale, dtype=torch.float32, device=x.device)
     return _quantize(x, scale), scale

@@ -174,6 +174,15 @@ def load_model(path: str | Path, *, dtype: Any = torch.bfloat16, device: Any = "
     base.is_quantized = False
 
     def load() -> nn.Module:
-        return copy.deepcopy(base).to(device=device, dtype=dtype)
+        model = copy.deepcopy(base).to(device=device, dtype=dtype)
+        # as from_pretrained(dtype=...) builds it: the non-persistent float buffers (the rotary embedding's
+        # inv_freq) stay float32; rounded to bf16 they move every position's angle, and a model saved and
+        # loaded back (which recomputes them) would not give its logits (tests/test_torch_evaluate.py)
+        for module, original in zip(model.modules(), base.modules(), strict=True):
+            for name in module._non_persistent_buffers_set:
+                kept = original._buffers.get(name)
+                if kept is not None and kept.is_floating_point():
+                    module._buffers[name] = kept.to(device)
+        return model
 
     return load, tokenizer

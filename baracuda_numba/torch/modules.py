@@ -13,6 +13,14 @@ from ..ops.linear_bound import BoundQuantizedLinear, bind_quantized_linear
 from . import ops as _ops  # registers torch.ops.baracuda
 from .observer import RANGE_DTYPES, ObserverUpdate
 
+
+def true_quotient(values: torch.Tensor, divisor: float) -> torch.Tensor:
+    """``values / divisor`` rounded once, on any device: PyTorch's CUDA kernels divide by a Python number as a
+    multiplication by its rounded reciprocal, which differs from the quotient in the last bit for some values
+    (``tests/test_torch_emulate.py::test_scales_are_true_quotients_on_every_device``), so the divisor is a tensor
+    on ``values``' device."""
+    return values / torch.full((), divisor, dtype=values.dtype, device=values.device)
+
 __all__ = ["FakeQuantize", "W8A8Linear", "StateDictMismatch", "w8a8_state_dict_spec", "check_w8a8_scales",
            "check_w8a8_entries"]
 
@@ -348,7 +356,7 @@ class W8A8Linear(nn.Module):
         """``(wq, s)``: ``s[n] = max(max_k |W[n, k]| / 127, tiny)`` (float32) and
         ``wq = clamp(round(W * (1/s)), -127, 127)`` (int8), on ``weight``'s device by the project's kernel."""
         weight = weight.detach().float().contiguous()
-        scale = (weight.abs().amax(dim=1) / 127.0).clamp(min=torch.finfo(torch.float32).tiny)
+        scale = true_quotient(weight.abs().amax(dim=1), 127.0).clamp(min=torch.finfo(torch.float32).tiny)
         zeros = torch.zeros(weight.shape[0], dtype=torch.int32, device=weight.device)
         return _baracuda.quantize_per_channel(weight, scale, zeros, 0, torch.int8, -127, 127), scale
 
