@@ -183,6 +183,11 @@ def test_demo_on_a_gpu_reads_no_row_above_the_copy(capsys):
     percents = [float(word[:-1]) for line in out.splitlines() if line.split()[:1] and line.split()[0] in cli.DEMO_OPS
                 for word in line.split() if word.endswith("%")]
     assert len(percents) == 2 * (len(cli.DEMO_OPS) - 1)  # every memory-bound row, both dtypes
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        # other test processes share the GPU: the copy and the rows are timed under different loads (the copy read
+        # 2626 GB/s on an H200 beside 7 workers, the rows up to 153% of it), so the bound holds only for a run alone
+        # (pytest -p no:xdist tests/test_cli.py -k demo_on_a_gpu)
+        return
     # Timed as the copy is (the faster of the driver's copy and a copy kernel: cli._copy_gbs; the two-input rows
     # against the same loop reading two arrays: cli._combine_gbs), so a row above it is a timing error: allocations
     # timed with the op read 116-130%; against the driver's copy alone an H200's elementwise rows read 104-107%, and
