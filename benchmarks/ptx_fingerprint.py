@@ -198,7 +198,11 @@ def fingerprints(families: set[str] | None = None, full: bool = False, dump: Pat
             continue
         ptx = compiled.get(id(kernel))
         if ptx is None:
-            ptx = compiled[id(kernel)] = normalise(ptx_of(kernel))
+            try:
+                ptx = compiled[id(kernel)] = normalise(ptx_of(kernel))
+            except Exception as error:
+                raise RuntimeError(f"{family} kernel {counts.get(family, 0)} ({name}) did not compile: {error}") \
+                    from error
         if dump is not None:
             (dump / f"{family}-{name}.ptx").write_text(ptx)
         digests.setdefault(family, hashlib.sha256()).update(ptx.encode())
