@@ -182,7 +182,7 @@ def load_model(path: str | Path, *, dtype: Any = torch.bfloat16, device: Any = "
             for name in module._non_persistent_buffers_set:
                 kept = original._buffers.get(name)
                 if kept is not None and kept.is_floating_point():
-                    module._buffers[name] = kept.to(device)
+                    module._buffers[name] = kept.to(device, copy=True)
         return model
 
     return load, tokenizer
