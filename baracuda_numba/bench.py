@@ -341,16 +341,25 @@ def lowbit(bench: Bench, n: int) -> None:
         q = (x.float().view(rows, -1, 128) / scales[..., None]).round().clamp(-8, 7).to(torch.int8).view(rows, cols)
         return ((q[:, 0::2] & 0xF) | (q[:, 1::2] << 4)).to(torch.uint8)
 
+    def torch_token_cast(x):
+        return (x.float() * inv_token).clamp(-top, top).to(e4m3)
+
     compiled_token, compiled_tensor = torch.compile(torch_dynamic_token), torch.compile(torch_dynamic_tensor)
     compiled_int4 = torch.compile(torch_int4_group)
+    # The same casts fused by Inductor: one kernel, what a user who compiles the expression gets (issue 61's anchor
+    # for FP8 quantize); the eager casts read x three times.
+    compiled_cast, compiled_token_cast = torch.compile(torch_cast), torch.compile(torch_token_cast)
+    inv_token = (1.0 / token_scales)[:, None]
     cast = "(x*inv).clamp().to(e4m3fn)"
-    bench.add("fp8", "quantize_per_tensor e4m3", "bf16", 3 * n,
-              lambda: bn.quantize_per_tensor(x, 0.02, dtype=e4m3), lambda: torch_cast(x), cast)
+    for label, theirs in ((f"torch.compile {cast}", lambda: compiled_cast(x)), (cast, lambda: torch_cast(x))):
+        bench.add("fp8", "quantize_per_tensor e4m3", "bf16", 3 * n,
+                  lambda: bn.quantize_per_tensor(x, 0.02, dtype=e4m3), theirs, label)
     bench.add("fp8", "quantize_per_tensor e5m2", "bf16", 3 * n,
               lambda: bn.quantize_per_tensor(x, 0.02, dtype=torch.float8_e5m2),
               lambda: torch_cast(x, torch.float8_e5m2, 57344.0), "(x*inv).clamp().to(e5m2)")
     bench.add("fp8", "quantize_per_token e4m3", "bf16", 3 * n,
-              lambda: bn.quantize_per_token(x, token_scales, dtype=e4m3), lambda: torch_cast(x), cast)
+              lambda: bn.quantize_per_token(x, token_scales, dtype=e4m3), lambda: compiled_token_cast(x),
+              "torch.compile (x*inv[:,None]).clamp().to(e4m3fn)")
     q = bn.quantize_per_tensor(x, 0.02, dtype=e4m3)
     bench.add("fp8", "dequantize_per_tensor e4m3", "bf16", 3 * n,
               lambda: bn.dequantize_per_tensor(q, 0.02, dtype=torch.bfloat16),

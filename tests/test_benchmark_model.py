@@ -20,7 +20,7 @@ DEVICE = "cpu" if SIMULATOR else "cuda"
 # emulates every tensor-core step of a W8A8 GEMM in Python (seconds a call).
 TINY = bm.ModelBenchConfig(hidden=64, intermediate=128, heads=2, layers=1, vocab=128, dtype="float32", device=DEVICE,
                            sections=("decode", "prefill"), modes=("eager",), batches=(1,), prompt=0, warmup=0,
-                           steps=1, prefill=(1, 2), prefill_repeats=1, calibration=(1, 1, 8),
+                           steps=1, rounds=2, prefill=(1, 2), prefill_repeats=1, calibration=(1, 1, 8),
                            include=("*.self_attn.q_proj",), fidelity_tokens=(1, 8), compile_backend="aot_eager")
 
 
@@ -34,7 +34,7 @@ def test_tiny_model_benchmark_runs_the_eager_sections():
         assert row["status"] == "ok", row
         assert row["ms"] > 0 and row["speedup_vs_bf16"] > 0
     for name, row in decode.items():
-        assert row["mode"] == "eager" and row["batch"] == 1
+        assert row["mode"] == "eager" and row["batch"] == 1 and row["rounds"] == 2
         assert row["tokens_per_s"] == pytest.approx(1e3 / row["ms"])
         assert row["speedup_vs_bf16"] == pytest.approx(decode[bm.BF16]["ms"] / row["ms"]), name
     assert prefill[bm.DYNAMIC]["tokens_per_s"] == pytest.approx(2e3 / prefill[bm.DYNAMIC]["ms"])
@@ -70,6 +70,27 @@ def test_emulated_model_swaps_every_w8a8_layer_and_leaves_the_original():
     assert isinstance(emulated.model.layers[0].self_attn.q_proj, bm.EmulatedW8A8Linear)
     assert isinstance(dynamic.model.layers[0].self_attn.q_proj, W8A8Linear)
     assert not any(isinstance(m, W8A8Linear) for m in emulated.modules())
+
+
+def test_host_bound_modes_interleave_the_models_and_report_the_median_round(monkeypatch):
+    # every round times each model once, in turn, so a drift of the host's speed reaches all of them alike
+    timed, samples = [], {"a": iter([5.0, 1.0, 3.0]), "b": iter([9.0, 2.0, 4.0])}
+
+    def prepare(decoder):  # a prepared step that says whose it is
+        decoder.step = lambda name=decoder.row["model"]: name
+
+    def timed_ms(step, count, device):
+        assert count == 7
+        timed.append(step())
+        return next(samples[timed[-1]])
+
+    monkeypatch.setattr(bm._Decoder, "prepare", prepare)
+    monkeypatch.setattr(bm, "_timed_ms", timed_ms)
+    config = bm.ModelBenchConfig(**{**TINY.__dict__, "rounds": 3, "steps": 7})
+    rows = bm.decode_rows({"a": None, "b": None}, "eager", config)
+    assert timed == ["a", "b"] * 3
+    assert [(r["model"], r["ms"], r["rounds"]) for r in rows] == [("a", 3.0, 3), ("b", 4.0, 3)]
+    assert rows[1]["spread"] == pytest.approx((9.0 - 2.0) / 4.0)
 
 
 def test_a_failing_mode_is_a_row_with_its_error():

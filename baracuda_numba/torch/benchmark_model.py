@@ -18,8 +18,10 @@ Rows (each a dict with ``section``):
   ``torch.compile(mode="reduce-overhead")`` (CUDA graphs), at each batch size: ms per step (CUDA events
   around ``steps`` steps after ``warmup``), tokens/s, the speed against bf16 in the same mode and batch,
   and for the compiled modes the first calls' wall time (compile, warm-up, graph capture). The modes run one
-  after the other, each over every model (eager first, before anything is compiled in the process). A mode that
-  raises is a row with ``status: failed`` and its error, not the end of the run.
+  after the other, each over every model (eager first, before anything is compiled in the process). Eager and
+  default-mode compiled decode are bound by the host, whose speed drifts: there every model is prepared first,
+  then timed in ``rounds`` rounds of ``steps`` steps, the models taking turns, and the row is the median round
+  (:func:`decode_rows`). A mode that raises is a row with ``status: failed`` and its error, not the end of the run.
 - ``prefill``: an eager forward of ``prefill`` = (batch, tokens), logits of the last token only (as
   ``generate``'s prefill), tokens/s.
 - ``projections``: the seven projections of ``projection_layers`` layers (q, k, v, o, gate, up, down:
@@ -65,6 +67,7 @@ BF16, DYNAMIC, STATIC, EMULATED = "bf16", "W8A8 dynamic", "W8A8 static + SmoothQ
 # decode mode -> torch.compile's keywords (None: eager)
 MODES: dict[str, dict | None] = {"eager": None, "compile": {}, "reduce-overhead": {"mode": "reduce-overhead"}}
 GPU_SECTIONS = ("projections", "host")
+INTERLEAVED = ("eager", "compile")  # host-bound decode modes, timed in interleaved rounds (decode_rows)
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,8 @@ class ModelBenchConfig:
     batches: tuple[int, ...] = (1, 16)
     prompt: int = 32  # tokens prefilled eagerly into the cache before decoding
     warmup: int = 3  # decode steps before the timed ones (compile and graph capture happen here)
-    steps: int = 32  # timed decode steps
+    steps: int = 32  # timed decode steps (per round, in the interleaved modes)
+    rounds: int = 5  # rounds of the interleaved modes: every model times `steps` steps per round
     prefill: tuple[int, int] = (4, 512)  # (batch, tokens)
     prefill_repeats: int = 5
     calibration: tuple[int, int, int] = (4, 1, 512)  # (batches, batch size, tokens) of random tokens
@@ -229,52 +233,122 @@ def _accepts(model: nn.Module, name: str) -> bool:
     return name in inspect.signature(model.forward).parameters
 
 
-def decode_row(model: nn.Module, name: str, mode: str, batch: int, config: ModelBenchConfig) -> dict:
-    """One decode measurement (see the module docstring); a failure is a row with its error."""
-    row = {"section": "decode", "model": name, "mode": mode, "batch": batch, "status": "ok"}
-    try:
-        step_forward = model.forward
-        if MODES[mode] is not None:
-            step_forward = torch.compile(model.forward, fullgraph=config.fullgraph, backend=config.compile_backend,
-                                         dynamic=False, **MODES[mode])
-        # a compiled mode's cache is always built by an eager call (lazy initialisation inside a compiled region
-        # would leave its tensors without static addresses, which CUDA graphs need)
-        prompt = config.prompt or (0 if MODES[mode] is None else 1)
-        cache = static_cache(model, prompt + config.warmup + config.steps + 1)
-        positional = _accepts(model, "cache_position")  # transformers versions that still take it
-        state = {"token": _tokens(config, batch, 1, 7), "position": 0}
+class _Decoder:
+    """One model decoding one batch in one mode, ready to time: built, prefilled and warmed up (compiled and
+    captured, in a compiled mode) by :meth:`prepare`; ``row`` holds what is known so far, or the error."""
 
-        def call(forward: Callable, ids: torch.Tensor) -> torch.Tensor:
-            kwargs = {}
-            if positional:
-                kwargs["cache_position"] = torch.arange(state["position"], state["position"] + ids.shape[1],
-                                                        device=config.device)
-            state["position"] += ids.shape[1]
-            return forward(input_ids=ids, past_key_values=cache, use_cache=True, **kwargs).logits[:, -1:].argmax(-1)
+    def __init__(self, model: nn.Module, name: str, mode: str, batch: int, config: ModelBenchConfig,
+                 timed_steps: int) -> None:
+        self.model, self.mode, self.batch, self.config = model, mode, batch, config
+        self.timed_steps = timed_steps  # every step :meth:`time` will take (the cache is sized for them)
+        self.row: dict = {"section": "decode", "model": name, "mode": mode, "batch": batch, "status": "ok"}
+        self.step: Callable[[], None] | None = None
 
-        def step() -> None:
-            if mode == "reduce-overhead":
-                torch.compiler.cudagraph_mark_step_begin()
-            state["token"] = call(step_forward, state["token"])
-
-        with torch.no_grad():
-            if prompt:  # eager: the cache is built outside any compiled region
-                state["token"] = call(model.forward, _tokens(config, batch, prompt, 5))
-            _synchronize(config.device)
-            start = time.perf_counter()
-            for _ in range(config.warmup):
-                step()
-            _synchronize(config.device)
+    def prepare(self) -> None:
+        model, mode, config = self.model, self.mode, self.config
+        try:
+            step_forward = model.forward
             if MODES[mode] is not None:
-                row["first_calls_s"] = time.perf_counter() - start
-            ms = _timed_ms(step, config.steps, config.device)
-        row.update({"ms": ms, "tokens_per_s": 1e3 * batch / ms})
-    except Exception as exc:  # reported in the table: a mode that fails must not end the run
-        row.update({"status": "failed", "error": _error(exc)})
+                step_forward = torch.compile(model.forward, fullgraph=config.fullgraph,
+                                             backend=config.compile_backend, dynamic=False, **MODES[mode])
+            # a compiled mode's cache is always built by an eager call (lazy initialisation inside a compiled
+            # region would leave its tensors without static addresses, which CUDA graphs need)
+            prompt = config.prompt or (0 if MODES[mode] is None else 1)
+            cache = static_cache(model, prompt + config.warmup + self.timed_steps + 1)
+            positional = _accepts(model, "cache_position")  # transformers versions that still take it
+            state = {"token": _tokens(config, self.batch, 1, 7), "position": 0}
+
+            def call(forward: Callable, ids: torch.Tensor) -> torch.Tensor:
+                kwargs = {}
+                if positional:
+                    kwargs["cache_position"] = torch.arange(state["position"], state["position"] + ids.shape[1],
+                                                            device=config.device)
+                state["position"] += ids.shape[1]
+                return forward(input_ids=ids, past_key_values=cache, use_cache=True,
+                               **kwargs).logits[:, -1:].argmax(-1)
+
+            def step() -> None:
+                if mode == "reduce-overhead":
+                    torch.compiler.cudagraph_mark_step_begin()
+                state["token"] = call(step_forward, state["token"])
+
+            with torch.no_grad():
+                if prompt:  # eager: the cache is built outside any compiled region
+                    state["token"] = call(model.forward, _tokens(config, self.batch, prompt, 5))
+                _synchronize(config.device)
+                start = time.perf_counter()
+                for _ in range(config.warmup):
+                    step()
+                _synchronize(config.device)
+            if MODES[mode] is not None:
+                self.row["first_calls_s"] = time.perf_counter() - start
+            self.step = step
+        except Exception as exc:  # reported in the table: a mode that fails must not end the run
+            self.fail(exc)
+
+    def fail(self, exc: BaseException) -> None:
+        self.row.update({"status": "failed", "error": _error(exc)})
+        self.step = None
         traceback.print_exc(limit=3)
+
+    def time(self, steps: int) -> float | None:
+        """Milliseconds per step over ``steps`` back-to-back steps (None once failed)."""
+        if self.step is None:
+            return None
+        try:
+            with torch.no_grad():
+                return _timed_ms(self.step, steps, self.config.device)
+        except Exception as exc:
+            self.fail(exc)
+            return None
+
+    def finish(self, samples: list[float]) -> dict:
+        """The row: the median of ``samples`` (ms per step), tokens/s, and the spread of the samples."""
+        if self.row["status"] == "ok" and samples:
+            ms = statistics.median(samples)
+            self.row.update({"ms": ms, "tokens_per_s": 1e3 * self.batch / ms, "rounds": len(samples),
+                             "spread": (max(samples) - min(samples)) / ms})
+        return self.row
+
+
+def decode_row(model: nn.Module, name: str, mode: str, batch: int, config: ModelBenchConfig) -> dict:
+    """One decode measurement on its own (see the module docstring); a failure is a row with its error."""
+    decoder = _Decoder(model, name, mode, batch, config, config.steps)
+    try:
+        decoder.prepare()
+        ms = decoder.time(config.steps)
+        return decoder.finish([] if ms is None else [ms])
     finally:
         _reset_compiled()
-    return row
+
+
+def decode_rows(models: dict[str, nn.Module], mode: str, config: ModelBenchConfig) -> list[dict]:
+    """Every model at every batch size in one mode. A host-bound mode (:data:`INTERLEAVED`: eager, compile
+    default) prepares every model first, then times ``rounds`` rounds, each ``steps`` steps of every model in
+    turn, and reports the median round: the host's speed drifts by tens of percent within a minute (other
+    processes, clocks), and interleaving gives each model the same moments. CUDA graph replay is GPU-bound:
+    one model after the other, each compiled graph freed before the next."""
+    if mode not in INTERLEAVED:
+        return [decode_row(model, name, mode, batch, config) for name, model in models.items()
+                for batch in config.batches]
+    rounds = max(1, config.rounds)
+    decoders = [_Decoder(model, name, mode, batch, config, rounds * config.steps)
+                for name, model in models.items() for batch in config.batches]
+    samples: dict[int, list[float]] = {id(d): [] for d in decoders}
+    try:
+        # each graph its own dynamo cache entry (a model and batch size each): room for all of them at once
+        limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+        with torch._dynamo.config.patch(**{limit: max(8, 2 * len(decoders))}):
+            for decoder in decoders:
+                decoder.prepare()
+            for _ in range(rounds):
+                for decoder in decoders:
+                    ms = decoder.time(config.steps)
+                    if ms is not None:
+                        samples[id(decoder)].append(ms)
+    finally:
+        _reset_compiled()
+    return [d.finish(samples[id(d)]) for d in decoders]
 
 
 def decode_logits(model: nn.Module, mode: str, tokens: torch.Tensor, config: ModelBenchConfig,
@@ -485,8 +559,7 @@ def run(config: ModelBenchConfig = ModelBenchConfig()) -> list[dict]:
     # decode mode by mode, every model in turn: each mode's rows see one process state (the eager rows come
     # before any torch.compile in the process), so a ratio against bf16 compares like with like
     for mode in modes:
-        rows += [_print(decode_row(models[name], name, mode, batch, config)) for name in measured
-                 for batch in config.batches]
+        rows += [_print(r) for r in decode_rows({name: models[name] for name in measured}, mode, config)]
     if "prefill" in sections:
         rows += [_print(prefill_row(models[name], name, config)) for name in measured]
     for name in (BF16, DYNAMIC, STATIC):
@@ -532,11 +605,14 @@ def markdown(rows: list[dict]) -> str:
           for section in ("decode", "prefill", "projections", "host", "fidelity")}
     if by["decode"]:
         lines += ["Decode, one token per step after an eager prefill into a StaticCache (ms per step on the GPU "
-                  "timeline; first calls: compile + warm-up + capture, wall clock):", "",
-                  "| model | mode | batch | ms / step | tokens / s | x bf16 | first calls s | status |",
-                  "|---|---|---:|---:|---:|---:|---:|---|"]
+                  "timeline, the median of the rounds where the models took turns; spread: (max - min) / median "
+                  "of the rounds; first calls: compile + warm-up + capture, wall clock):", "",
+                  "| model | mode | batch | ms / step | tokens / s | x bf16 | rounds | spread | first calls s "
+                  "| status |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         lines += [f"| {r['model']} | {r['mode']} | {r['batch']} | {_cell(r, 'ms', '.3f')} | "
                   f"{_cell(r, 'tokens_per_s', '.0f')} | {_cell(r, 'speedup_vs_bf16', '.2f')} | "
+                  f"{_cell(r, 'rounds', 'd')} | {_cell(r, 'spread', '.0%')} | "
                   f"{_cell(r, 'first_calls_s', '.1f')} | {_status(r)} |" for r in by["decode"]]
     if by["prefill"]:
         lines += ["", "Prefill, eager, logits of the last token:", "",
