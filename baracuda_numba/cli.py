@@ -121,45 +121,30 @@ def _timed_on_device(case: Case, rounds: int) -> float:
     return ms
 
 
-def _copy_gbs(nbytes: int, rounds: int) -> float:
-    """GB/s (bytes read + written) of a device-to-device copy of ``nbytes``, timed as the ops are: the faster of
-    the driver's copy (``cuMemcpyDtoD``) and a copy kernel (:func:`~baracuda_numba.kernels.copy.copy_kernel`, one
-    resident grid)."""
+def _stream_gbs(inputs: int, nbytes: int, rounds: int) -> float:
+    """GB/s (bytes read + written) of the fastest loop reading ``inputs`` arrays of ``nbytes`` and writing one, timed
+    as the ops are: the streaming kernels of :mod:`~baracuda_numba.kernels.copy` in both layouts (a resident grid of
+    256-thread blocks, a covering grid of 128-thread blocks) and, for a copy, the driver's (``cuMemcpyDtoD``). One
+    input: the memory-bound ceiling; two: the ceiling of the ops with their traffic (the backward ops)."""
     from numba import cuda
 
-    from .kernels.copy import copy_kernel
-    from .plans.base import sm_count
-
-    src = cuda.device_array(nbytes // 8, np.uint64)
-    dst = cuda.device_array_like(src)
-    driver_ms = _device_ms(lambda: dst.copy_to_device(src), rounds)
-    kernel, threads = copy_kernel(), 256
-    blocks = sm_count(cuda.get_current_device().id) * (2048 // threads)
-    pairs = nbytes // 16
-    kernel_ms = _device_ms(lambda: kernel[blocks, threads](dst, src, pairs), rounds)
-    src = dst = None
-    _release()
-    return 2 * (nbytes // 16 * 16) / min(driver_ms, kernel_ms) / 1e6
-
-
-def _combine_gbs(nbytes: int, rounds: int) -> float:
-    """GB/s (bytes read + written) of the copy kernel's loop reading two arrays of ``nbytes`` and writing one
-    (:func:`~baracuda_numba.kernels.copy.combine_kernel`), timed as :func:`_copy_gbs`: the ceiling of the ops
-    whose traffic it has (two inputs of the same size, one output)."""
-    from numba import cuda
-
-    from .kernels.copy import combine_kernel
+    from .kernels.copy import covering_blocks, streaming_kernel
     from .plans.base import sm_count
 
     a = cuda.device_array(nbytes // 8, np.uint64)
-    b, dst = cuda.device_array_like(a), cuda.device_array_like(a)
-    kernel, threads = combine_kernel(), 256
-    blocks = sm_count(cuda.get_current_device().id) * (2048 // threads)
+    b = cuda.device_array_like(a) if inputs == 2 else a
+    dst = cuda.device_array_like(a)
     pairs = nbytes // 16
-    ms = _device_ms(lambda: kernel[blocks, threads](dst, a, b, pairs), rounds)
+    resident = sm_count(cuda.get_current_device().id) * (2048 // 256)
+    launches = [(streaming_kernel(inputs, "resident"), resident, 256),
+                (streaming_kernel(inputs, "covering"), covering_blocks(pairs, 128), 128)]
+    times = [_device_ms(lambda k=kernel, g=blocks, t=threads: k[g, t](dst, a, b, pairs), rounds)
+             for kernel, blocks, threads in launches]
+    if inputs == 1:
+        times.append(_device_ms(lambda: dst.copy_to_device(a), rounds))
     a = b = dst = None
     _release()
-    return 3 * (nbytes // 16 * 16) / ms / 1e6
+    return (inputs + 1) * (pairs * 16) / min(times) / 1e6
 
 
 def _compare(got: np.ndarray, expected: np.ndarray) -> tuple[int, float]:
@@ -232,8 +217,8 @@ def _demo(args: argparse.Namespace) -> int:
           + ("" if simulated else f"; timed on {TIMED_ELEMENTS // DEMO_COLUMNS} x {DEMO_COLUMNS}"))
     copy = two_inputs = None
     if not simulated:
-        copy = _copy_gbs(4 * TIMED_ELEMENTS, rounds)
-        two_inputs = _combine_gbs(4 * TIMED_ELEMENTS, rounds)
+        copy = _stream_gbs(1, 4 * TIMED_ELEMENTS, rounds)
+        two_inputs = _stream_gbs(2, 4 * TIMED_ELEMENTS, rounds)
         print(f"device-to-device copy of {4 * TIMED_ELEMENTS >> 20} MiB (bytes read + written): {copy:.0f} GB/s, "
               "the memory-bound ceiling")
         print(f"two {4 * TIMED_ELEMENTS >> 20} MiB arrays read, one written: {two_inputs:.0f} GB/s, the ceiling of "

@@ -188,8 +188,8 @@ def test_demo_on_a_gpu_reads_no_row_above_the_copy(capsys):
         # 2626 GB/s on an H200 beside 7 workers, the rows up to 153% of it), so the bound holds only for a run alone
         # (pytest -p no:xdist tests/test_cli.py -k demo_on_a_gpu)
         return
-    # Timed as the copy is (the faster of the driver's copy and a copy kernel: cli._copy_gbs; the two-input rows
-    # against the same loop reading two arrays: cli._combine_gbs), so a row above it is a timing error: allocations
+    # Timed as the copy is (the fastest of the driver's copy and the copy kernels in two layouts: cli._stream_gbs; the
+    # two-input rows against the same loops reading two arrays), so a row above it is a timing error: allocations
     # timed with the op read 116-130%; against the driver's copy alone an H200's elementwise rows read 104-107%, and
     # against the copy an H100's backward ops (two arrays in, one out) 102-105%.
     assert max(percents) <= 102, out
@@ -276,27 +276,20 @@ def test_no_user_facing_text_points_to_the_unshipped_spec():
 
 
 @pytest.mark.parametrize("pairs", [0, 5, 37, 64])
-def test_the_demo_copy_kernel_copies_every_pair(pairs):
-    # the demo's ceiling (cli._copy_gbs) times this kernel: its unrolled loop and its tail together copy all pairs
+@pytest.mark.parametrize("layout", ["resident", "covering"])
+@pytest.mark.parametrize("inputs", [1, 2])
+def test_the_demo_ceiling_kernels_stream_every_pair(inputs, layout, pairs):
+    # the demo's ceilings (cli._stream_gbs) time these kernels: in each layout the unrolled loop and its tail
+    # together write every pair, from both arrays where there are two (and never past the last pair)
     from numba import cuda
 
-    from baracuda_numba.kernels.copy import copy_kernel
-
-    src = np.arange(1, 2 * pairs + 1, dtype=np.uint64) * np.uint64(0x0101010101)
-    d_src, d_dst = cuda.to_device(src), cuda.to_device(np.zeros_like(src))
-    copy_kernel()[2, 4](d_dst, d_src, pairs)
-    np.testing.assert_array_equal(d_dst.copy_to_host(), src)
-
-
-@pytest.mark.parametrize("pairs", [0, 5, 37, 64])
-def test_the_demo_two_input_kernel_reads_both_arrays_for_every_pair(pairs):
-    # the ceiling of the demo's two-input rows (cli._combine_gbs): every pair of both arrays read, every result written
-    from numba import cuda
-
-    from baracuda_numba.kernels.copy import combine_kernel
+    from baracuda_numba.kernels.copy import covering_blocks, streaming_kernel
 
     a = np.arange(1, 2 * pairs + 1, dtype=np.uint64) * np.uint64(0x0101010101)
     b = np.arange(2 * pairs, dtype=np.uint64) * np.uint64(0x7000000003)
-    d_a, d_b, d_dst = cuda.to_device(a), cuda.to_device(b), cuda.to_device(np.zeros_like(a))
-    combine_kernel()[2, 4](d_dst, d_a, d_b, pairs)
-    np.testing.assert_array_equal(d_dst.copy_to_host(), a ^ b)
+    d_a, d_b = cuda.to_device(a), cuda.to_device(b)
+    d_dst = cuda.to_device(np.full(2 * pairs + 2, 7, dtype=np.uint64))  # a pair past the end stays untouched
+    blocks = covering_blocks(pairs, 4) if layout == "covering" else 2
+    streaming_kernel(inputs, layout)[blocks, 4](d_dst, d_a, d_b, pairs)
+    expected = np.concatenate([a ^ b if inputs == 2 else a, np.full(2, 7, dtype=np.uint64)])
+    np.testing.assert_array_equal(d_dst.copy_to_host(), expected)
