@@ -120,7 +120,9 @@ def fp8_bits_codec(element: ElementKind):
 
 
 def _fp8_codec(element: ElementKind, M: type):
-    """``(decode, encode)`` between FP8 bits and the math type ``M``.
+    """``(decode, encode, encode_pair)`` between FP8 bits and the math type ``M`` (``encode_pair(lo, hi)``: two
+    values in 16 bits, ``lo`` in bits 0-7, the bits of two ``encode``; on the GPU one conversion for both: the
+    FP8 quantize kernels are issue-bound, and an element costs one conversion instead of two).
 
     Encoding on the GPU is one conversion instruction (``cvt.rn.satfinite.{e4m3,e5m2}x2.f32``, sm_89+)
     with the NaN's sign put back (the instruction gives the canonical NaN, PyTorch keeps the sign);
@@ -152,7 +154,11 @@ def _fp8_codec(element: ElementKind, M: type):
         def encode_model(x):
             return fp8_encode(device.f32_to_bits(np.float32(x)))
 
-        return decode_fp8, encode_model
+        @device_function
+        def encode_pair_model(lo, hi):
+            return (encode_model(hi) << np.uint64(8)) | encode_model(lo)
+
+        return decode_fp8, encode_model, encode_pair_model
 
     to_fp8 = device.f32_to_e4m3_bits if element is ElementKind.FP8_E4M3 else device.f32_to_e5m2_bits
     sign_shift, sign_bit = np.uint64(24), np.uint64(0x80)
@@ -164,7 +170,13 @@ def _fp8_codec(element: ElementKind, M: type):
         f = np.float32(x)
         return to_fp8(f) | ((device.f32_to_bits(f) >> sign_shift) & sign_bit)
 
-    return decode_fp8, encode_hardware
+    to_fp8x2 = device.f32x2_to_e4m3x2_bits if element is ElementKind.FP8_E4M3 else device.f32x2_to_e5m2x2_bits
+
+    @device_function
+    def encode_pair_hardware(lo, hi):
+        return to_fp8x2(np.float32(hi), np.float32(lo))  # each NaN's sign put back as encode_hardware's
+
+    return decode_fp8, encode_hardware, encode_pair_hardware
 
 
 def math_type(precision: MathPrecision) -> type:
@@ -176,7 +188,7 @@ def math_type(precision: MathPrecision) -> type:
 class Codec:
     """``decode(bits) -> math value`` and ``encode(math value) -> bits`` for one element kind;
     ``encode_pair(lo, hi) -> bits`` two values in one instruction (``lo`` in the low half), for the
-    16-bit floats in float32 math (None otherwise)."""
+    16-bit floats in float32 math and for FP8 (None otherwise)."""
 
     element: ElementKind
     decode: Any
@@ -222,8 +234,8 @@ def codec(element: ElementKind, precision: MathPrecision) -> Codec:
         # FP8 through float32. Float64 math values are rounded to float32 first, as PyTorch's
         # conversion does (``Float8_e4m3fn(float)``); the scaled values are clamped to the finite
         # range before this, so that double rounding only touches ties below float32 precision.
-        decode_fp8, encode_fp8 = _fp8_codec(element, M)
-        return Codec(element, decode_fp8, encode_fp8, 8)
+        decode_fp8, encode_fp8, encode_fp8_pair = _fp8_codec(element, M)
+        return Codec(element, decode_fp8, encode_fp8, 8, encode_fp8_pair)
     else:
         raise ValueError(f"no codec for {element!r}")
 
