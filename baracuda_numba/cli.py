@@ -121,11 +121,17 @@ def _timed_on_device(case: Case, rounds: int) -> float:
     return ms
 
 
+# The ceilings' launches: (layout, pairs in flight a thread, threads a block, blocks per SM at most; 0: covering).
+_CEILING_LAUNCHES = (("resident", 4, 256, 8), ("resident", 2, 128, 1024), ("covering", 1, 128, 0),
+                     ("covering", 2, 128, 0), ("covering", 4, 128, 0))
+
+
 def _stream_gbs(inputs: int, nbytes: int, rounds: int) -> float:
     """GB/s (bytes read + written) of the fastest loop reading ``inputs`` arrays of ``nbytes`` and writing one, timed
-    as the ops are: the streaming kernels of :mod:`~baracuda_numba.kernels.copy` in both layouts (a resident grid of
-    256-thread blocks, a covering grid of 128-thread blocks) and, for a copy, the driver's (``cuMemcpyDtoD``). One
-    input: the memory-bound ceiling; two: the ceiling of the ops with their traffic (the backward ops)."""
+    as the ops are: the streaming kernels of :mod:`~baracuda_numba.kernels.copy` in the ops' launch shapes
+    (:data:`_CEILING_LAUNCHES`: a resident grid, the stream policy's capped grid of short blocks, covering grids of 1,
+    2 and 4 pairs a thread) and, for a copy, the driver's (``cuMemcpyDtoD``). One input: the memory-bound ceiling;
+    two: the ceiling of the ops with their traffic (the backward ops)."""
     from numba import cuda
 
     from .kernels.copy import covering_blocks, streaming_kernel
@@ -135,11 +141,14 @@ def _stream_gbs(inputs: int, nbytes: int, rounds: int) -> float:
     b = cuda.device_array_like(a) if inputs == 2 else a
     dst = cuda.device_array_like(a)
     pairs = nbytes // 16
-    resident = sm_count(cuda.get_current_device().id) * (2048 // 256)
-    launches = [(streaming_kernel(inputs, "resident"), resident, 256),
-                (streaming_kernel(inputs, "covering"), covering_blocks(pairs, 128), 128)]
-    times = [_device_ms(lambda k=kernel, g=blocks, t=threads: k[g, t](dst, a, b, pairs), rounds)
-             for kernel, blocks, threads in launches]
+    sms = sm_count(cuda.get_current_device().id)
+    times = []
+    for layout, depth, threads, per_sm in _CEILING_LAUNCHES:
+        kernel = streaming_kernel(inputs, layout, depth)
+        blocks = covering_blocks(pairs, threads, depth)
+        if per_sm:
+            blocks = min(blocks, sms * per_sm)
+        times.append(_device_ms(lambda k=kernel, g=blocks, t=threads: k[g, t](dst, a, b, pairs), rounds))
     if inputs == 1:
         times.append(_device_ms(lambda: dst.copy_to_device(a), rounds))
     a = b = dst = None

@@ -276,11 +276,11 @@ def test_no_user_facing_text_points_to_the_unshipped_spec():
 
 
 @pytest.mark.parametrize("pairs", [0, 5, 37, 64])
-@pytest.mark.parametrize("layout", ["resident", "covering"])
+@pytest.mark.parametrize(("layout", "depth"), sorted({launch[:2] for launch in cli._CEILING_LAUNCHES}))
 @pytest.mark.parametrize("inputs", [1, 2])
-def test_the_demo_ceiling_kernels_stream_every_pair(inputs, layout, pairs):
-    # the demo's ceilings (cli._stream_gbs) time these kernels: in each layout the unrolled loop and its tail
-    # together write every pair, from both arrays where there are two (and never past the last pair)
+def test_the_demo_ceiling_kernels_stream_every_pair(inputs, layout, depth, pairs):
+    # the demo's ceilings (cli._stream_gbs) time these kernels: in each layout and depth the unrolled loop and its
+    # tail together write every pair, from both arrays where there are two (and never past the last pair)
     from numba import cuda
 
     from baracuda_numba.kernels.copy import covering_blocks, streaming_kernel
@@ -289,7 +289,7 @@ def test_the_demo_ceiling_kernels_stream_every_pair(inputs, layout, pairs):
     b = np.arange(2 * pairs, dtype=np.uint64) * np.uint64(0x7000000003)
     d_a, d_b = cuda.to_device(a), cuda.to_device(b)
     d_dst = cuda.to_device(np.full(2 * pairs + 2, 7, dtype=np.uint64))  # a pair past the end stays untouched
-    blocks = covering_blocks(pairs, 4) if layout == "covering" else 2
-    streaming_kernel(inputs, layout)[blocks, 4](d_dst, d_a, d_b, pairs)
+    blocks = covering_blocks(pairs, 4, depth) if layout == "covering" else 2
+    streaming_kernel(inputs, layout, depth)[blocks, 4](d_dst, d_a, d_b, pairs)
     expected = np.concatenate([a ^ b if inputs == 2 else a, np.full(2, 7, dtype=np.uint64)])
     np.testing.assert_array_equal(d_dst.copy_to_host(), expected)

@@ -1,13 +1,14 @@
 """Streaming kernels: the ceilings ``baracuda-numba demo`` compares its rows with (``cli._stream_gbs``).
 
-One loop of 16-byte loads and stores (uint64 pairs), :data:`PAIRS_IN_FLIGHT` loads issued before their stores, in
-the two launch layouts the ops themselves use, so that the demo's ceiling is the fastest of these loops (and of the
-driver's copy) and not a slower loop than the ops' own (an H200's elementwise rows read 104-107% of the driver's copy
-and of a resident copy kernel alone):
+One loop of 16-byte loads and stores (uint64 pairs), ``depth`` loads a thread issued before their stores, in the
+launch shapes the ops themselves use, so that the demo's ceiling is the fastest of these loops (and of the driver's
+copy) and not a slower loop than the ops' own (an H200's elementwise rows read 104-107% of the driver's copy and of a
+resident copy kernel alone, and up to 104% of these loops with 4 pairs a thread):
 
-- ``"resident"``: a grid-stride loop over a grid that stays resident (the ops' resident policies);
-- ``"covering"``: short-lived blocks, each thread :data:`PAIRS_IN_FLIGHT` pairs one block width apart, a grid
-  covering the arrays (the ops' stream and covering policies, PyTorch's elementwise launch).
+- ``"resident"``: a grid-stride loop; launched over a resident grid (the ops' resident policies) or over a grid of
+  short 128-thread blocks capped per SM (their stream policy);
+- ``"covering"``: short-lived blocks, each thread ``depth`` pairs one block width apart, a grid covering the arrays
+  (the ops' covering policies, PyTorch's elementwise launch).
 
 Each reads one array (a copy) or two (their XOR: the traffic of the backward ops, gradient and input in, one result
 out, which outrun a copy by 2-5% on an H100 because HBM reads cost less than writes).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numpy as np
 from numba import cuda
 
 from .device import load_u64x2, store_u64x2
@@ -25,59 +27,58 @@ from .device import load_u64x2, store_u64x2
 __all__ = ["PAIRS_IN_FLIGHT", "LAYOUTS", "SIGNATURE", "streaming_kernel", "covering_blocks", "copy_kernel",
            "combine_kernel"]
 
-PAIRS_IN_FLIGHT = 4  # 64 bytes in flight per thread and input
+PAIRS_IN_FLIGHT = 4  # the default depth: 64 bytes in flight per thread and input
 LAYOUTS = ("resident", "covering")
 SIGNATURE = "void(uint64[::1], uint64[::1], uint64[::1], int64)"  # (dst, a, b, pairs); b unread by a copy
 
 
 @functools.cache
-def streaming_kernel(inputs: int, layout: str) -> Any:
+def streaming_kernel(inputs: int, layout: str, depth: int = PAIRS_IN_FLIGHT) -> Any:
     """``kernel(dst, a, b, pairs)``: ``dst[2i], dst[2i + 1] = a[2i], a[2i + 1]`` (``inputs=1``; ``b`` is not read)
-    or ``a ^ b`` (``inputs=2``) for every pair ``i < pairs``, in ``layout`` (see the module docstring), compiled once
-    per process. A ``"covering"`` launch takes :func:`covering_blocks` blocks."""
-    if inputs not in (1, 2) or layout not in LAYOUTS:
-        raise ValueError(f"streaming_kernel: inputs 1 or 2 and a layout of {LAYOUTS}, got {inputs}, {layout!r}")
+    or ``a ^ b`` (``inputs=2``) for every pair ``i < pairs``, in ``layout`` (see the module docstring), ``depth``
+    pairs of each input in flight per thread (their loads issued before their stores), compiled once per process.
+    A ``"covering"`` launch takes :func:`covering_blocks` blocks."""
+    if inputs not in (1, 2) or layout not in LAYOUTS or depth < 1:
+        raise ValueError(f"streaming_kernel: inputs 1 or 2, a layout of {LAYOUTS} and depth >= 1, got {inputs}, "
+                         f"{layout!r}, {depth}")
     two, covering = inputs == 2, layout == "covering"
+    words = 2 * depth  # a compile-time constant for the local array's size
 
     def kernel(dst, a, b, pairs):
-        if covering:  # this block's PAIRS_IN_FLIGHT block widths, once
+        held = cuda.local.array(words, np.uint64)
+        if covering:  # this block's `depth` block widths, once
             stride = cuda.blockDim.x
-            i = cuda.blockIdx.x * stride * PAIRS_IN_FLIGHT + cuda.threadIdx.x
-            end = min(pairs, i + PAIRS_IN_FLIGHT * stride)
+            i = cuda.blockIdx.x * stride * depth + cuda.threadIdx.x
+            end = min(pairs, i + depth * stride)
         else:
             stride = cuda.gridsize(1)
             i = cuda.grid(1)
             end = pairs
-        while i + (PAIRS_IN_FLIGHT - 1) * stride < end:
-            a0, a1 = load_u64x2(a, i)
-            a2, a3 = load_u64x2(a, i + stride)
-            a4, a5 = load_u64x2(a, i + 2 * stride)
-            a6, a7 = load_u64x2(a, i + 3 * stride)
+        while i + (depth - 1) * stride < end:
+            for d in range(depth):
+                held[2 * d], held[2 * d + 1] = load_u64x2(a, i + d * stride)
             if two:
-                b0, b1 = load_u64x2(b, i)
-                b2, b3 = load_u64x2(b, i + stride)
-                b4, b5 = load_u64x2(b, i + 2 * stride)
-                b6, b7 = load_u64x2(b, i + 3 * stride)
-                a0, a1, a2, a3, a4, a5, a6, a7 = a0 ^ b0, a1 ^ b1, a2 ^ b2, a3 ^ b3, a4 ^ b4, a5 ^ b5, a6 ^ b6, a7 ^ b7
-            store_u64x2(dst, i, a0, a1)
-            store_u64x2(dst, i + stride, a2, a3)
-            store_u64x2(dst, i + 2 * stride, a4, a5)
-            store_u64x2(dst, i + 3 * stride, a6, a7)
-            i += PAIRS_IN_FLIGHT * stride
+                for d in range(depth):
+                    lo, hi = load_u64x2(b, i + d * stride)
+                    held[2 * d], held[2 * d + 1] = held[2 * d] ^ lo, held[2 * d + 1] ^ hi
+            for d in range(depth):
+                store_u64x2(dst, i + d * stride, held[2 * d], held[2 * d + 1])
+            i += depth * stride
         while i < end:
-            a0, a1 = load_u64x2(a, i)
+            lo, hi = load_u64x2(a, i)
             if two:
-                b0, b1 = load_u64x2(b, i)
-                a0, a1 = a0 ^ b0, a1 ^ b1
-            store_u64x2(dst, i, a0, a1)
+                b_lo, b_hi = load_u64x2(b, i)
+                lo, hi = lo ^ b_lo, hi ^ b_hi
+            store_u64x2(dst, i, lo, hi)
             i += stride
 
     return cuda.jit(SIGNATURE)(kernel)
 
 
-def covering_blocks(pairs: int, threads: int) -> int:
-    """Blocks of ``threads`` a ``"covering"`` launch over ``pairs`` pairs takes (at least one)."""
-    return max(1, -(-pairs // (threads * PAIRS_IN_FLIGHT)))
+def covering_blocks(pairs: int, threads: int, depth: int = PAIRS_IN_FLIGHT) -> int:
+    """Blocks of ``threads`` a ``"covering"`` launch over ``pairs`` pairs with ``depth`` pairs a thread takes (at
+    least one)."""
+    return max(1, -(-pairs // (threads * depth)))
 
 
 def copy_kernel() -> Any:
