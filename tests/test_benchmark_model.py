@@ -121,7 +121,7 @@ def test_markdown_tables_of_every_section():
     rows = [{"section": "config", "device": "GPU", "layers": 4, "hidden": 4096, "intermediate": 11008, "heads": 32,
              "vocab": 32000, "dtype": "bfloat16", "quantized": ["*"]},
             {"section": "decode", "model": bm.BF16, "mode": "compile", "batch": 16, "ms": 2.0, "tokens_per_s": 8000.0,
-             "first_calls_s": 12.5, "speedup_vs_bf16": 1.0, "status": "ok"},
+             "first_calls_s": 12.5, "speedup_vs_bf16": 1.0, "rounds": 5, "spread": 0.04, "status": "ok"},
             {"section": "decode", "model": bm.DYNAMIC, "mode": "reduce-overhead", "batch": 1, "status": "failed",
              "error": "RuntimeError: a | b"},
             {"section": "prefill", "model": bm.DYNAMIC, "batch": 4, "tokens": 512, "ms": 8.0, "tokens_per_s": 256000.0,
@@ -133,7 +133,7 @@ def test_markdown_tables_of_every_section():
              "rel_error_emulated_casts": 0.0005, "status": "ok"}]
     text = bm.markdown(rows)
     assert "Model benchmark on GPU: a Llama of 4 layers" in text
-    assert "| bf16 | compile | 16 | 2.000 | 8000 | 1.00 | 12.5 | ok |" in text
+    assert "| bf16 | compile | 16 | 2.000 | 8000 | 1.00 | 5 | 4% | 12.5 | ok |" in text
     assert "**failed**: RuntimeError: a / b" in text
     assert "| W8A8 dynamic | 4 x 512 | 8.00 | 256000 | 1.10 | ok |" in text
     assert "| W8A8 dynamic | 16 | 56 | 0.700 | 1.40 | ok |" in text
