@@ -24,8 +24,7 @@ from numba import cuda
 
 from .device import load_u64x2, store_u64x2
 
-__all__ = ["PAIRS_IN_FLIGHT", "LAYOUTS", "SIGNATURE", "streaming_kernel", "covering_blocks", "copy_kernel",
-           "combine_kernel"]
+__all__ = ["PAIRS_IN_FLIGHT", "LAYOUTS", "SIGNATURE", "streaming_kernel", "covering_blocks"]
 
 PAIRS_IN_FLIGHT = 4  # the default depth: 64 bytes in flight per thread and input
 LAYOUTS = ("resident", "covering")
@@ -80,12 +79,3 @@ def covering_blocks(pairs: int, threads: int, depth: int = PAIRS_IN_FLIGHT) -> i
     least one)."""
     return max(1, -(-pairs // (threads * depth)))
 
-
-def copy_kernel() -> Any:
-    """The resident copy: ``streaming_kernel(1, "resident")``."""
-    return streaming_kernel(1, "resident")
-
-
-def combine_kernel() -> Any:
-    """The resident two-input loop: ``streaming_kernel(2, "resident")``."""
-    return streaming_kernel(2, "resident")
