@@ -346,8 +346,8 @@ def lowbit(bench: Bench, n: int) -> None:
 
     compiled_token, compiled_tensor = torch.compile(torch_dynamic_token), torch.compile(torch_dynamic_tensor)
     compiled_int4 = torch.compile(torch_int4_group)
-    # The same casts fused by Inductor: one kernel, what a user who compiles the expression gets (issue 61's anchor
-    # for FP8 quantize); the eager casts read x three times.
+    # The same casts fused by Inductor: one kernel, what a user who compiles the expression gets (the anchor of FP8
+    # quantize in docs/performance.md); the eager casts read x three times.
     compiled_cast, compiled_token_cast = torch.compile(torch_cast), torch.compile(torch_token_cast)
     inv_token = (1.0 / token_scales)[:, None]
     cast = "(x*inv).clamp().to(e4m3fn)"
