@@ -121,17 +121,36 @@ def _timed_on_device(case: Case, rounds: int) -> float:
     return ms
 
 
-# The ceilings' launches: (layout, pairs in flight a thread, threads a block, blocks per SM at most; 0: covering).
+# The ceilings' launches: (layout, pairs in flight a thread, threads a block, blocks per SM at most; 0: covering). With
+# them, every grid-stride policy of the current card's elementwise tuning (:func:`_ceiling_launches`).
 _CEILING_LAUNCHES = (("resident", 4, 256, 8), ("resident", 2, 128, 1024), ("covering", 1, 128, 0),
                      ("covering", 2, 128, 0), ("covering", 4, 128, 0))
+
+
+def _ceiling_launches(tuning: Any = None) -> tuple[tuple[str, int, int, int], ...]:
+    """:data:`_CEILING_LAUNCHES` and the ops' own grids: each launch policy of the elementwise tuning of ``tuning``
+    (a :class:`~baracuda_numba.plans.tuning.MemoryTuning`; default: the current card's) as a resident loop of its threads, its cap per SM and its chunks in flight
+    (the tuning's ``unroll`` where it names none). On an H200 the backward ops' resident 512-thread grid read 101% of
+    the two-input ceiling before it was one of them."""
+    from dataclasses import fields
+
+    from .plans.tuning import current_tuning
+    from .registry import LaunchPolicy
+
+    elementwise = (tuning or current_tuning()).elementwise
+    policies = [getattr(elementwise, f.name) for f in fields(elementwise) if f.name.endswith("_policy")]
+    own = {("resident", p.unroll or elementwise.unroll, p.threads_per_block, p.blocks_per_sm)
+           for p in policies if isinstance(p, LaunchPolicy)}
+    return _CEILING_LAUNCHES + tuple(sorted(own - set(_CEILING_LAUNCHES)))
 
 
 def _stream_gbs(inputs: int, nbytes: int, rounds: int) -> float:
     """GB/s (bytes read + written) of the fastest loop reading ``inputs`` arrays of ``nbytes`` and writing one, timed
     as the ops are: the streaming kernels of :mod:`~baracuda_numba.kernels.copy` in the ops' launch shapes
-    (:data:`_CEILING_LAUNCHES`: a resident grid, the stream policy's capped grid of short blocks, covering grids of 1,
-    2 and 4 pairs a thread) and, for a copy, the driver's (``cuMemcpyDtoD``). One input: the memory-bound ceiling;
-    two: the ceiling of the ops with their traffic (the backward ops)."""
+    (:func:`_ceiling_launches`: resident grids, the stream policy's capped grid of short blocks, covering grids of 1,
+    2 and 4 pairs a thread, and every grid of the card's elementwise tuning) and, for a copy, the driver's
+    (``cuMemcpyDtoD``). One input: the memory-bound ceiling; two: the ceiling of the ops with their traffic (the
+    backward ops)."""
     from numba import cuda
 
     from .kernels.copy import covering_blocks, streaming_kernel
@@ -143,7 +162,7 @@ def _stream_gbs(inputs: int, nbytes: int, rounds: int) -> float:
     pairs = nbytes // 16
     sms = sm_count(cuda.get_current_device().id)
     times = []
-    for layout, depth, threads, per_sm in _CEILING_LAUNCHES:
+    for layout, depth, threads, per_sm in _ceiling_launches():
         kernel = streaming_kernel(inputs, layout, depth)
         blocks = covering_blocks(pairs, threads, depth)
         if per_sm:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from baracuda_numba import cli, platform
+from baracuda_numba.plans.tuning import TUNINGS
 
 
 def test_demo_shows_every_family_and_finds_no_mismatch(capsys):
@@ -276,7 +277,8 @@ def test_no_user_facing_text_points_to_the_unshipped_spec():
 
 
 @pytest.mark.parametrize("pairs", [0, 5, 37, 64])
-@pytest.mark.parametrize(("layout", "depth"), sorted({launch[:2] for launch in cli._CEILING_LAUNCHES}))
+@pytest.mark.parametrize(("layout", "depth"), sorted({launch[:2] for tuning in TUNINGS.values()
+                                                     for launch in cli._ceiling_launches(tuning)}))
 @pytest.mark.parametrize("inputs", [1, 2])
 def test_the_demo_ceiling_kernels_stream_every_pair(inputs, layout, depth, pairs):
     # the demo's ceilings (cli._stream_gbs) time these kernels: in each layout and depth the unrolled loop and its
@@ -293,3 +295,16 @@ def test_the_demo_ceiling_kernels_stream_every_pair(inputs, layout, depth, pairs
     streaming_kernel(inputs, layout, depth)[blocks, 4](d_dst, d_a, d_b, pairs)
     expected = np.concatenate([a ^ b if inputs == 2 else a, np.full(2, 7, dtype=np.uint64)])
     np.testing.assert_array_equal(d_dst.copy_to_host(), expected)
+
+
+@pytest.mark.parametrize("card", sorted(TUNINGS))
+def test_the_demo_ceilings_time_every_grid_of_the_cards_elementwise_tuning(card):
+    # a row timed in a grid of its own that the ceilings lack can read above 100% (the H200's backward ops, 101%)
+    elementwise = TUNINGS[card].elementwise
+    launches = cli._ceiling_launches(TUNINGS[card])
+    assert set(cli._CEILING_LAUNCHES) <= set(launches)
+    for policy in (elementwise.elementwise_policy, elementwise.fp8_quantize_policy, elementwise.stream_policy,
+                   elementwise.tensor_dequantize_policy, elementwise.segment_quantize_policy,
+                   elementwise.channel_vector_policy):
+        assert ("resident", policy.unroll or elementwise.unroll, policy.threads_per_block,
+                policy.blocks_per_sm) in launches, policy

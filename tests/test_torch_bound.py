@@ -53,9 +53,9 @@ def _setup(monkeypatch, activation, variant, m=2, n=48, k=64, bias=True):
     def selected(plan_type, got):
         return plan if got == desc else NoFastPath()
 
-    def full_way(x, weight_q, weight_scale, *, bias, static_weight, act_scale):
+    def full_way(x, weight_q, weight_scale, *, bias, static_weight, act_scale, out=None):
         full.append((x, weight_q, bias, static_weight, act_scale))
-        return x.new_empty((*x.shape[:-1], weight_q.shape[0]))
+        return x.new_empty((*x.shape[:-1], weight_q.shape[0])) if out is None else out
 
     monkeypatch.setattr(linear_bound, "_select", selected)
     monkeypatch.setattr(linear_bound, "quantized_linear", full_way)
@@ -144,6 +144,22 @@ def test_the_ops_implementation_launches_the_remembered_plan_from_its_tensors(fa
         assert len(full) == count and driver.calls == [], count
     op(x, torch.nn.Parameter(w, requires_grad=False), s, b, True, a)  # parameters are tensors as well
     assert len(full) == len(declined) + 1 and len(driver.calls) == launches
+    driver.calls.clear()
+
+    # the out-variant (what the layer calls under torch.compile): the same launch into the buffer given
+    into = torch.empty_like(y)
+    torch.ops.baracuda.quantized_linear_out.default(x, w, s, b, True, a, into)
+    assert len(full) == len(declined) + 1 and len(driver.calls) == launches
+    fast = list(driver.calls)
+    driver.calls.clear()
+    plan.checked(bn.QuantizedLinearArgs(x, w, s, into, b, a))
+    assert driver.calls == fast and into.data_ptr().to_bytes(8, "little") in fast[-1][1]
+    driver.calls.clear()
+    for bad in (torch.empty(2, 48, dtype=torch.float32), torch.empty(2, 96, dtype=torch.bfloat16)[:, ::2],
+                torch.empty(3, 48, dtype=torch.bfloat16)):  # another dtype, strided, another shape: the full way
+        before = len(full)
+        torch.ops.baracuda.quantized_linear_out.default(x, w, s, b, True, a, bad)
+        assert len(full) == before + 1 and driver.calls == []
     if activation == "static":
         with pytest.raises(bn.InvalidProblem, match="act_scale"):
             op(x, w, s, b, True, float("inf"))
@@ -195,7 +211,7 @@ def test_gpu_bound_calls_and_op_calls_give_the_bits_of_the_full_way(activation):
     import baracuda_numba as bn
 
     g = torch.Generator(device="cuda").manual_seed(2)
-    op = torch.ops.baracuda.quantized_linear.default
+    op, out_op = torch.ops.baracuda.quantized_linear.default, torch.ops.baracuda.quantized_linear_out.default
     for n, k, bias in ((512, 512, True), (1024, 512, False), (512, 1024, True)):
         linear = torch.nn.Linear(k, n, bias=bias, device="cuda", dtype=torch.bfloat16)
         layer = W8A8Linear.from_float(linear, activation=activation, act_scale=0.05)
@@ -209,6 +225,9 @@ def test_gpu_bound_calls_and_op_calls_give_the_bits_of_the_full_way(activation):
                 for _ in range(3):
                     assert torch.equal(layer(x), expected), (n, k, m)
                     assert torch.equal(op(x, layer.weight_q, layer.weight_scale, layer.bias, True, a), expected)
+                    into = torch.full_like(expected, float("nan"))
+                    out_op(x, layer.weight_q, layer.weight_scale, layer.bias, True, a, into)
+                    assert torch.equal(into, expected), (n, k, m, "out-variant")
                 stream.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(stream):
                     got = layer(x)

@@ -71,6 +71,7 @@ def _samples():
         "fake_quantize_per_group_backward": (g, x, *grp, 4, -128, 127),
         "dynamic_range_quantize": (x, True, "token", torch.int8, None, None),
         "quantized_linear": (x, wq, _scales(4), _scales(4, seed=9)),
+        "quantized_linear_out": (x, wq, _scales(4), _scales(4, seed=9), True, 0.04, torch.empty(3, 4, device=DEVICE)),
         "smoothquant_linear": (q, wq, _scales(4), 0.03, None, torch.float32),
     }
 
@@ -277,6 +278,31 @@ def test_torch_compile_inductor_fullgraph():
     x = _x((4, 8))
     compiled = torch.compile(model, fullgraph=True)
     torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("activation", ["dynamic", "static"])
+def test_a_compiled_w8a8_layer_writes_into_a_buffer_of_the_compiled_code_with_the_eager_bits(activation):
+    """Under torch.compile the layer calls ``baracuda::quantized_linear_out`` into a buffer the compiled code
+    allocates (Inductor reuses it; no output of ours to allocate per call), with the bits of an eager call."""
+    from baracuda_numba.torch import W8A8Linear
+
+    torch.manual_seed(3)
+    layer = W8A8Linear.from_float(torch.nn.Linear(32, 16).to(DEVICE), activation=activation,
+                                  act_scale=0.03 if activation == "static" else None)
+    x = _x((2, 32))
+    seen = []
+
+    def recording(gm, example_inputs):
+        seen.extend(node.target for node in gm.graph.nodes if node.op == "call_function")
+        return gm
+
+    with torch.no_grad():
+        expected = layer(x)
+        assert torch.equal(torch.compile(layer, fullgraph=True, backend=recording)(x), expected)
+        torch._dynamo.reset()
+        assert torch.equal(torch.compile(layer, fullgraph=True, backend="aot_eager")(x), expected)
+    assert torch.ops.baracuda.quantized_linear_out.default in seen
+    assert torch.ops.baracuda.quantized_linear.default not in seen
 
 
 def test_the_package_imports_without_torch():

@@ -4,8 +4,9 @@ of the PyTorch layer (``docs/design-linear.md``, "The launch path").
 - :func:`bind_quantized_linear`: the function of ``x`` alone that a layer holds, its weight, scales, bias and
   options checked once; :class:`~baracuda_numba.torch.W8A8Linear` calls it in eager mode, without the torch
   custom-op dispatch (about 10 us a call on a CPU host, the whole of a decode GEMM's GPU time).
-- :func:`quantized_linear_tensors`: what the ``baracuda::quantized_linear`` op runs (under ``torch.compile``
-  every call goes through it), each tensor checked in one frame.
+- :func:`quantized_linear_tensors`: what the ``baracuda::quantized_linear`` and ``baracuda::quantized_linear_out``
+  ops run (under ``torch.compile`` every layer call goes through the out-variant, into a buffer Inductor
+  allocates), each tensor checked in one frame.
 
 Both end in the plan's one fast launch (:mod:`baracuda_numba.plans.linear.fast`), remembered per input shape,
 dtype and device once a first call has gone the full way; whatever it declines (another layout, an operand off
@@ -38,28 +39,44 @@ def clear_bound_launches() -> None:
     _LAUNCHES.clear()
 
 
-def _remember(key: tuple, x: Any, n: int, has_bias: bool, static_weight: bool, static_activation: bool) -> None:
-    """Remember the fast launch of the plan a call of ``key`` selects, and its result's shape (nothing where the
-    plan has no fast path: the simulator, ``K % 16 != 0``)."""
+def _remember(key: tuple, x: Any) -> None:
+    """Remember the fast launch of the plan a call of ``key`` selects, its result's shape and its checked static
+    scale (nothing where the plan has no fast path: the simulator, ``K % 16 != 0``)."""
     shape = tuple(x.shape)
+    n, no_bias, static_weight, act_scale = key[3:]
     plan = _select(QuantizedLinearPlan, QuantizedLinearDescriptor(
         int(np.prod(shape[:-1], dtype=np.int64)), n, shape[-1], element_kind(x.dtype), element_kind(x.dtype),
-        has_bias, static_weight, static_activation))
+        not no_bias, static_weight, act_scale is not None))
     fast = plan._fast_path()
     if fast is None:
         return
+    scale = _ZERO_F32 if act_scale is None else checked_scale("quantized_linear", act_scale, np.float32,
+                                                                "act_scale")[1]
     if len(_LAUNCHES) >= _LAUNCHES_LIMIT:
         _LAUNCHES.clear()
-    _LAUNCHES[key] = (fast.launch, (*shape[:-1], n))
+    _LAUNCHES[key] = (fast.launch, (*shape[:-1], n), scale)
 
 
 def _is_tensor(value: Any, torch: Any) -> bool:
     return type(value) is torch.Tensor or type(value) is torch.nn.Parameter
 
 
-def _launched(x: Any, weight_q: Any, weight_scale: Any, bias: Any, act_scale: float | None, key: tuple,
-              torch: Any) -> Any:
-    """The result of the remembered launch of ``key``, or None where there is none or it declines the operands."""
+def _launch_key(x: Any, weight_q: Any, weight_scale: Any, bias: Any, static_weight: bool, act_scale: Any,
+                torch: Any) -> tuple | None:
+    """The key of a call the remembered launches may take: contiguous tensors of the dtypes the launch reads (a
+    float or None ``act_scale``, a bool ``static_weight``); None for any other call."""
+    if (type(x) is torch.Tensor and _is_tensor(weight_q, torch) and _is_tensor(weight_scale, torch)
+            and (act_scale is None or type(act_scale) is float) and type(static_weight) is bool
+            and x.dim() >= 1 and weight_q.dim() == 2 and weight_q.dtype is torch.int8
+            and weight_scale.dtype is torch.float32 and x.is_contiguous() and weight_q.is_contiguous()
+            and weight_scale.is_contiguous()):
+        return (x.shape, x.dtype, x.get_device(), weight_q.shape[0], bias is None, static_weight, act_scale)
+    return None
+
+
+def _launched(x: Any, weight_q: Any, weight_scale: Any, bias: Any, out: Any, key: tuple, torch: Any) -> Any:
+    """``out`` (a new tensor where None) written by the remembered launch of ``key``, or None where there is none
+    or it declines the operands (nothing launched)."""
     found = _LAUNCHES.get(key)
     if found is None:
         return None
@@ -74,11 +91,13 @@ def _launched(x: Any, weight_q: Any, weight_scale: Any, bias: Any, act_scale: fl
                 and bias.get_device() == device and bias.numel() == n):
             return None
         b_ptr = bias.data_ptr()
-    scale = _ZERO_F32 if act_scale is None else checked_scale("quantized_linear", act_scale, np.float32,
-                                                                "act_scale")[1]
-    launch, shape = found
+    launch, shape, scale = found
+    if out is None:
+        out = x.new_empty(shape)
+    elif not (type(out) is torch.Tensor and out.dtype is x.dtype and out.shape == shape and out.is_contiguous()
+              and out.get_device() == device):
+        return None
     x_ptr, w_ptr = x.data_ptr(), weight_q.data_ptr()
-    out = x.new_empty(shape)
     if (x_ptr | w_ptr) & 15 or (s_ptr | b_ptr) & 3 or not launch(x_ptr, w_ptr, s_ptr, b_ptr, out.data_ptr(), device,
                                                                  None, scale):
         return None
@@ -86,25 +105,22 @@ def _launched(x: Any, weight_q: Any, weight_scale: Any, bias: Any, act_scale: fl
 
 
 def quantized_linear_tensors(x: Any, weight_q: Any, weight_scale: Any, bias: Any = None, static_weight: bool = False,
-                             act_scale: float | None = None) -> Any:
-    """:func:`~baracuda_numba.ops.linear.quantized_linear` of torch tensors (the same result and errors): a
-    repeat call on contiguous CUDA tensors of the expected dtypes on one device launches the remembered plan with
-    the tensors' pointers, every check in one frame; any other goes the full way and, on CUDA tensors, remembers
-    its plan's launch."""
+                             act_scale: float | None = None, out: Any = None) -> Any:
+    """:func:`~baracuda_numba.ops.linear.quantized_linear` of torch tensors (the same result and errors), into
+    ``out`` where given: a repeat call on contiguous CUDA tensors of the expected dtypes on one device launches the
+    remembered plan with the tensors' pointers, every check in one frame; any other goes the full way and, on CUDA
+    tensors, remembers its plan's launch."""
     torch = sys.modules["torch"]
-    key = None
-    if (type(x) is torch.Tensor and _is_tensor(weight_q, torch) and _is_tensor(weight_scale, torch)
-            and x.dim() >= 1 and weight_q.dim() == 2 and weight_q.dtype is torch.int8
-            and weight_scale.dtype is torch.float32 and x.is_contiguous() and weight_q.is_contiguous()
-            and weight_scale.is_contiguous()):
-        key = (x.shape, x.dtype, x.get_device(), weight_q.shape[0], bias is None, static_weight, act_scale is None)
-        out = _launched(x, weight_q, weight_scale, bias, act_scale, key, torch)
-        if out is not None:
-            return out
-    out = quantized_linear(x, weight_q, weight_scale, bias=bias, static_weight=static_weight, act_scale=act_scale)
+    key = _launch_key(x, weight_q, weight_scale, bias, static_weight, act_scale, torch)
+    if key is not None:
+        result = _launched(x, weight_q, weight_scale, bias, out, key, torch)
+        if result is not None:
+            return result
+    result = quantized_linear(x, weight_q, weight_scale, bias=bias, out=out, static_weight=static_weight,
+                              act_scale=act_scale)
     if key is not None and key[2] >= 0 and key not in _LAUNCHES:
-        _remember(key, x, key[3], bias is not None, static_weight, act_scale is not None)
-    return out
+        _remember(key, x)
+    return result
 
 
 class BoundQuantizedLinear:
@@ -136,7 +152,7 @@ class BoundQuantizedLinear:
         if type(x) is sys.modules["torch"].Tensor and x.is_contiguous():
             found = self._launches.get((x.shape, x.dtype, x.get_device()))
             if found is not None:
-                launch, shape = found
+                launch, shape, _ = found
                 out = x.new_empty(shape)
                 x_ptr, w_ptr, s_ptr = x.data_ptr(), self.weight_q.data_ptr(), self.weight_scale.data_ptr()
                 b_ptr = s_ptr if self.bias is None else self.bias.data_ptr()
@@ -159,10 +175,9 @@ class BoundQuantizedLinear:
                 and x.dtype in (torch.float16, torch.bfloat16, torch.float32)):
             key = (x.shape, x.dtype, self._device)
             if key not in self._launches:
-                shared = (*key, self._n, self.bias is None, self.static_weight, self.act_scale is None)
+                shared = (*key, self._n, self.bias is None, self.static_weight, self.act_scale)
                 if shared not in _LAUNCHES:
-                    _remember(shared, x, self._n, self.bias is not None, self.static_weight,
-                              self.act_scale is not None)
+                    _remember(shared, x)
                 found = _LAUNCHES.get(shared)
                 if found is not None:
                     if len(self._launches) >= _LAUNCHES_LIMIT:

@@ -479,8 +479,9 @@ def _projections_call(layers: list[nn.Module], inputs: dict[int, torch.Tensor]) 
 
 def host_rows(config: ModelBenchConfig) -> list[dict]:
     """Host microseconds per eager call of each projection shape (attention, gate / up, down): ``nn.Linear``
-    against :class:`W8A8Linear` (dynamic, static) as eager mode calls them, and the calls compiled code makes
-    for each (``F.linear``; the ``baracuda::quantized_linear`` op)."""
+    against :class:`W8A8Linear` (dynamic, static) as eager mode calls them, and the calls Inductor's code makes for
+    each in default-mode ``torch.compile``: ``torch.mm`` of the transposed weight into a buffer it allocated
+    (``extern_kernels.mm(..., out=buf)``), and the ``baracuda::quantized_linear_out`` op into such a buffer."""
     from .. import bench
     from . import ops
 
@@ -493,11 +494,14 @@ def host_rows(config: ModelBenchConfig) -> list[dict]:
         dynamic = W8A8Linear.from_float(linear)
         static = W8A8Linear.from_float(linear, activation="static", act_scale=0.02)
         calls = {"nn.Linear": linear, f"W8A8Linear ({DYNAMIC})": dynamic, f"W8A8Linear ({STATIC})": static,
-                 "F.linear (compiled code's call)": lambda x, w=linear.weight: torch.nn.functional.linear(x, w),
-                 "baracuda::quantized_linear (compiled code's call)":
-                     lambda x, m=dynamic: ops.quantized_linear(x, m.weight_q, m.weight_scale, None, True)}
+                 "torch.mm into a buffer (compiled code's call)":
+                     lambda x, w=linear.weight.t(): torch.mm(x, w, out=buffers[x.shape[0], n]),
+                 "baracuda::quantized_linear_out (compiled code's call)":
+                     lambda x, m=dynamic: ops.quantized_linear_out(x, m.weight_q, m.weight_scale, None, True, None,
+                                                                   buffers[x.shape[0], n])}
         for tokens in config.host_tokens:
             x = torch.randn(tokens, k, device=config.device, dtype=config.torch_dtype)
+            buffers = {(tokens, n): torch.empty(tokens, n, device=config.device, dtype=config.torch_dtype)}
             for name, layer in calls.items():
                 row = {"section": "host", "layer": name, "shape": f"{n}x{k}", "tokens": tokens, "status": "ok"}
                 try:
@@ -656,13 +660,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=list(default.models), choices=[BF16, DYNAMIC, STATIC],
                         help="the models of the decode and prefill sections")
     parser.add_argument("--steps", type=int, default=default.steps)
+    parser.add_argument("--rounds", type=int, default=default.rounds,
+                        help="rounds of the interleaved (host-bound) modes; a row is the median round")
     parser.add_argument("--out", default=None, help="directory for model.json / model.md")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmark_model: needs a CUDA GPU (the tests run a tiny configuration on the CPU)", file=sys.stderr)
         return 2
     config = replace(default, layers=args.layers, batches=tuple(args.batches), modes=tuple(args.modes),
-                     sections=tuple(args.sections), models=tuple(args.models), steps=args.steps)
+                     sections=tuple(args.sections), models=tuple(args.models), steps=args.steps,
+                     rounds=args.rounds)
     rows = run(config)
     device = rows[0]["device"]
     text = markdown(rows)

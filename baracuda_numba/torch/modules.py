@@ -393,11 +393,15 @@ class W8A8Linear(nn.Module):
         """The forward through the custom ops (what ``torch.compile`` traces, and the full way of an eager call)."""
         if x.shape[-1] != self.in_features:
             raise InvalidProblem(problem_message(self.name, "x", f"[..., {self.in_features}]", tuple(x.shape)))
-        if self.activation == "dynamic":
-            # the buffers are written at load and by from_float, never by the kernel before a forward
-            return _ops.quantized_linear(x, self.weight_q, self.weight_scale, self.bias, True)
-        if x.dtype != torch.float64:  # the quantize and the GEMM in one call (one kernel at decode)
-            return _ops.quantized_linear(x, self.weight_q, self.weight_scale, self.bias, True, self._act_scale)
+        if self.activation == "dynamic" or x.dtype != torch.float64:
+            # static_weight: the buffers are written at load and by from_float, never by the kernel before a forward;
+            # a static scale: the quantize and the GEMM in one call (one kernel at decode)
+            act_scale = None if self.activation == "dynamic" else self._act_scale
+            if torch.compiler.is_compiling():  # into a buffer of Inductor's (ops.py, the W8A8 linear ops)
+                out = x.new_empty((*x.shape[:-1], self.out_features))
+                _ops.quantized_linear_out(x, self.weight_q, self.weight_scale, self.bias, True, act_scale, out)
+                return out
+            return _ops.quantized_linear(x, self.weight_q, self.weight_scale, self.bias, True, act_scale)
         act_q = _baracuda.quantize_per_tensor(x, self._act_scale, 0, torch.int8, -127, 127)
         return _ops.smoothquant_linear(act_q, self.weight_q, self.weight_scale, self._act_scale, self.bias, x.dtype,
                                        True)

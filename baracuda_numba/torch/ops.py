@@ -30,7 +30,8 @@ __all__ = ["NAMESPACE", "OPS", "quantize_per_tensor", "dequantize_per_tensor", "
            "quantize_per_channel", "dequantize_per_channel", "fake_quantize_per_channel",
            "quantize_per_token", "dequantize_per_token", "fake_quantize_per_token",
            "quantize_per_group", "dequantize_per_group", "fake_quantize_per_group",
-           "dynamic_range_quantize", "quantized_linear", "smoothquant_linear", "fake_quantize_with_grad"]
+           "dynamic_range_quantize", "quantized_linear", "quantized_linear_out", "smoothquant_linear",
+           "fake_quantize_with_grad"]
 
 
 def _c(t: torch.Tensor) -> torch.Tensor:
@@ -342,23 +343,38 @@ def _(x, symmetric, scope, dtype, axis, group_size):
 
 
 # The W8A8 linear ops are defined on a library of their own, their implementations registered for the CUDA and CPU
-# dispatch keys: under torch.compile every layer call goes through the op, and a ``torch.library.custom_op`` adds its
+# dispatch keys: under torch.compile every layer call goes through an op, and a ``torch.library.custom_op`` adds its
 # Python autograd and aliasing wrappers to each call (13 us against 3 us for the dispatch alone, torch 2.13 on a CPU
-# host). They have no autograd formula: an input that requires grad gets none back, as before.
+# host). They have no autograd formula: an input that requires grad gets none back, as before. The layer calls the
+# out-variant under torch.compile: Inductor allocates (or reuses) the output buffer in its own wrapper code, and the
+# implementation only launches (``docs/design-linear.md``, "The launch path").
 _LINEAR = torch.library.Library(NAMESPACE, "FRAGMENT")
 _LINEAR.define("quantized_linear(Tensor x, Tensor weight_q, Tensor weight_scale, Tensor? bias, "
                "bool static_weight=False, float? act_scale=None) -> Tensor")
+_LINEAR.define("quantized_linear_out(Tensor x, Tensor weight_q, Tensor weight_scale, Tensor? bias, "
+               "bool static_weight, float? act_scale, Tensor(a!) out) -> ()")
 _LINEAR.define("smoothquant_linear(Tensor act_q, Tensor weight_q, Tensor weight_scale, float act_scale, Tensor? bias, "
                "ScalarType dtype, bool static_weight=False) -> Tensor")
 
 
+def _linear_into(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None,
+                 static_weight: bool, act_scale: float | None, out: torch.Tensor | None) -> torch.Tensor:
+    if x.requires_grad and torch.is_grad_enabled():  # no autograd formula: the kernels see data
+        with torch.no_grad():
+            return _linear_into(x, weight_q, weight_scale, bias, static_weight, act_scale, out)
+    return quantized_linear_tensors(_c(x), _c(weight_q), _c(weight_scale), None if bias is None else _c(bias),
+                                    static_weight, act_scale, out)
+
+
 def _quantized_linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None,
                       static_weight: bool = False, act_scale: float | None = None) -> torch.Tensor:
-    if x.requires_grad and torch.is_grad_enabled():  # no autograd formula: the kernels see data, as the op's below
-        with torch.no_grad():
-            return _quantized_linear(x, weight_q, weight_scale, bias, static_weight, act_scale)
-    return quantized_linear_tensors(_c(x), _c(weight_q), _c(weight_scale), None if bias is None else _c(bias),
-                                    static_weight, act_scale)
+    return _linear_into(x, weight_q, weight_scale, bias, static_weight, act_scale, None)
+
+
+def _quantized_linear_out(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor,
+                          bias: torch.Tensor | None, static_weight: bool, act_scale: float | None,
+                          out: torch.Tensor) -> None:
+    _linear_into(x, weight_q, weight_scale, bias, static_weight, act_scale, out)
 
 
 def _smoothquant_linear(act_q: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, act_scale: float,
@@ -370,12 +386,18 @@ def _smoothquant_linear(act_q: torch.Tensor, weight_q: torch.Tensor, weight_scal
 
 for _key in ("CUDA", "CPU"):
     _LINEAR.impl("quantized_linear", _quantized_linear, _key)
+    _LINEAR.impl("quantized_linear_out", _quantized_linear_out, _key)
     _LINEAR.impl("smoothquant_linear", _smoothquant_linear, _key)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::quantized_linear", lib=_LINEAR)
 def _(x, weight_q, weight_scale, bias, static_weight=False, act_scale=None):
     return x.new_empty((*x.shape[:-1], weight_q.shape[0]))
+
+
+@torch.library.register_fake(f"{NAMESPACE}::quantized_linear_out", lib=_LINEAR)
+def _(x, weight_q, weight_scale, bias, static_weight, act_scale, out):
+    return None
 
 
 @torch.library.register_fake(f"{NAMESPACE}::smoothquant_linear", lib=_LINEAR)
@@ -387,6 +409,11 @@ quantized_linear = torch.ops.baracuda.quantized_linear.default
 """``baracuda::quantized_linear(x, weight_q, weight_scale, bias, static_weight=False, act_scale=None)``: W8A8 linear,
 activations quantized per token in the call (or with the static per-tensor ``act_scale``): ``[..., K] -> [..., N]``
 in ``x``'s dtype (see :func:`baracuda_numba.quantized_linear`)."""
+
+quantized_linear_out = torch.ops.baracuda.quantized_linear_out.default
+"""``baracuda::quantized_linear_out(x, weight_q, weight_scale, bias, static_weight, act_scale, out)``:
+:data:`quantized_linear` written into ``out`` (``[..., N]`` in ``x``'s dtype), what the PyTorch layer calls under
+``torch.compile``."""
 
 smoothquant_linear = torch.ops.baracuda.smoothquant_linear.default
 """``baracuda::smoothquant_linear(act_q, weight_q, weight_scale, act_scale, bias, dtype, static_weight=False)``: W8A8
@@ -400,6 +427,6 @@ OPS = {name: getattr(torch.ops.baracuda, name) for name in (
     *(f"{op}_per_{family}{suffix}" for family in ("channel", "token", "group")
       for op, suffix in (("quantize", ""), ("dequantize", ""), ("quantize", "_backward"),
                          ("dequantize", "_backward"), ("fake_quantize", ""), ("fake_quantize", "_backward"))),
-    "dynamic_range_quantize", "quantized_linear", "smoothquant_linear")}
+    "dynamic_range_quantize", "quantized_linear", "quantized_linear_out", "smoothquant_linear")}
 """Every registered op by name: ``torch.ops.baracuda.<name>``."""
 
