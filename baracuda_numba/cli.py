@@ -129,9 +129,9 @@ _CEILING_LAUNCHES = (("resident", 4, 256, 8), ("resident", 2, 128, 1024), ("cove
 
 def _ceiling_launches(tuning: Any = None) -> tuple[tuple[str, int, int, int], ...]:
     """:data:`_CEILING_LAUNCHES` and the ops' own grids: each launch policy of the elementwise tuning of ``tuning``
-    (a :class:`~baracuda_numba.plans.tuning.MemoryTuning`; default: the current card's) as a resident loop of its threads, its cap per SM and its chunks in flight
-    (the tuning's ``unroll`` where it names none). On an H200 the backward ops' resident 512-thread grid read 101% of
-    the two-input ceiling before it was one of them."""
+    (a :class:`~baracuda_numba.plans.tuning.MemoryTuning`; default: the current card's) as a resident loop of its
+    threads, its cap per SM and its chunks in flight (the tuning's ``unroll`` where it names none). On an H200 the
+    backward ops' resident 512-thread grid read 101% of the two-input ceiling before it was one of them."""
     from dataclasses import fields
 
     from .plans.tuning import current_tuning

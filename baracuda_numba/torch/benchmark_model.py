@@ -493,15 +493,16 @@ def host_rows(config: ModelBenchConfig) -> list[dict]:
         linear = nn.Linear(k, n, bias=False, device=config.device, dtype=config.torch_dtype)
         dynamic = W8A8Linear.from_float(linear)
         static = W8A8Linear.from_float(linear, activation="static", act_scale=0.02)
-        calls = {"nn.Linear": linear, f"W8A8Linear ({DYNAMIC})": dynamic, f"W8A8Linear ({STATIC})": static,
-                 "torch.mm into a buffer (compiled code's call)":
-                     lambda x, w=linear.weight.t(): torch.mm(x, w, out=buffers[x.shape[0], n]),
-                 "baracuda::quantized_linear_out (compiled code's call)":
-                     lambda x, m=dynamic: ops.quantized_linear_out(x, m.weight_q, m.weight_scale, None, True, None,
-                                                                   buffers[x.shape[0], n])}
+        weight_t = linear.weight.t()
         for tokens in config.host_tokens:
             x = torch.randn(tokens, k, device=config.device, dtype=config.torch_dtype)
-            buffers = {(tokens, n): torch.empty(tokens, n, device=config.device, dtype=config.torch_dtype)}
+            buffer = torch.empty(tokens, n, device=config.device, dtype=config.torch_dtype)
+            calls = {"nn.Linear": linear, f"W8A8Linear ({DYNAMIC})": dynamic, f"W8A8Linear ({STATIC})": static,
+                     "torch.mm into a buffer (compiled code's call)":
+                         lambda x, w=weight_t, o=buffer: torch.mm(x, w, out=o),
+                     "baracuda::quantized_linear_out (compiled code's call)":
+                         lambda x, m=dynamic, o=buffer: ops.quantized_linear_out(x, m.weight_q, m.weight_scale, None,
+                                                                                 True, None, o)}
             for name, layer in calls.items():
                 row = {"section": "host", "layer": name, "shape": f"{n}x{k}", "tokens": tokens, "status": "ok"}
                 try:
