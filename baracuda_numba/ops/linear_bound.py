@@ -27,7 +27,8 @@ from ..plans.linear import QuantizedLinearDescriptor, QuantizedLinearPlan
 from ..vocabulary import element_kind
 from .linear import _select, quantized_linear
 
-__all__ = ["bind_quantized_linear", "BoundQuantizedLinear", "quantized_linear_tensors", "clear_bound_launches"]
+__all__ = ["bind_quantized_linear", "BoundQuantizedLinear", "quantized_linear_tensors", "launch_remembered",
+           "clear_bound_launches"]
 
 _ZERO_F32 = np.float32(0.0)
 _LAUNCHES: dict[tuple, Any] = {}  # (x shape, dtype, device, N, bias, static weight, static scale) -> launch
@@ -102,6 +103,15 @@ def _launched(x: Any, weight_q: Any, weight_scale: Any, bias: Any, out: Any, key
                                                                  None, scale):
         return None
     return out
+
+
+def launch_remembered(x: Any, weight_q: Any, weight_scale: Any, bias: Any = None, static_weight: bool = False,
+                      act_scale: float | None = None, out: Any = None) -> Any:
+    """The remembered launch of :func:`quantized_linear_tensors` alone: its result (``out``, or a new tensor), or None
+    where the call is not one it takes (nothing launched; the caller goes the full way)."""
+    torch = sys.modules["torch"]
+    key = _launch_key(x, weight_q, weight_scale, bias, static_weight, act_scale, torch)
+    return None if key is None else _launched(x, weight_q, weight_scale, bias, out, key, torch)
 
 
 def quantized_linear_tensors(x: Any, weight_q: Any, weight_scale: Any, bias: Any = None, static_weight: bool = False,

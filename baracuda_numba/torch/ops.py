@@ -22,7 +22,7 @@ import torch
 import baracuda_numba as bn
 
 from ..errors import InvalidProblem, problem_message
-from ..ops.linear_bound import quantized_linear_tensors
+from ..ops.linear_bound import launch_remembered, quantized_linear_tensors
 
 NAMESPACE = "baracuda"
 
@@ -359,11 +359,13 @@ _LINEAR.define("smoothquant_linear(Tensor act_q, Tensor weight_q, Tensor weight_
 
 def _linear_into(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None,
                  static_weight: bool, act_scale: float | None, out: torch.Tensor | None) -> torch.Tensor:
-    if x.requires_grad and torch.is_grad_enabled():  # no autograd formula: the kernels see data
-        with torch.no_grad():
-            return _linear_into(x, weight_q, weight_scale, bias, static_weight, act_scale, out)
-    return quantized_linear_tensors(_c(x), _c(weight_q), _c(weight_scale), None if bias is None else _c(bias),
-                                    static_weight, act_scale, out)
+    if not (x.requires_grad and torch.is_grad_enabled()):  # a remembered launch takes contiguous operands only
+        result = launch_remembered(x, weight_q, weight_scale, bias, static_weight, act_scale, out)
+        if result is not None:
+            return result
+    with torch.no_grad():  # no autograd formula: the kernels see data
+        return quantized_linear_tensors(_c(x), _c(weight_q), _c(weight_scale), None if bias is None else _c(bias),
+                                        static_weight, act_scale, out)
 
 
 def _quantized_linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None,
