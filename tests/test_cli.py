@@ -71,6 +71,13 @@ def test_run_every_op_against_the_reference(op, capsys):
     assert f"mismatches against the NumPy reference: 0 of {rows * cols}" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("op", ["quantize_per_tensor", "dequantize_per_channel", "quantize_per_token"])
+def test_run_an_op_without_groups_on_a_row_no_group_divides(op, capsys):
+    # the group size's default (32) concerns the per-group ops only: 100 columns are fine for the others
+    assert cli.main(["run", op, "--shape", "16", "100", "--repeats", "1"]) == 0
+    assert "mismatches against the NumPy reference: 0 of 1600" in capsys.readouterr().out
+
+
 def _role(op: str) -> str:
     if op.startswith("dequantize") and not op.endswith("backward"):
         return "dequantize"
@@ -189,11 +196,12 @@ def test_demo_on_a_gpu_reads_no_row_above_the_copy(capsys):
         # 2626 GB/s on an H200 beside 7 workers, the rows up to 153% of it), so the bound holds only for a run alone
         # (pytest -p no:xdist tests/test_cli.py -k demo_on_a_gpu)
         return
-    # Timed as the copy is (the fastest of the driver's copy and the copy kernels in two layouts: cli._stream_gbs; the
-    # two-input rows against the same loops reading two arrays), so a row above it is a timing error: allocations
-    # timed with the op read 116-130%; against the driver's copy alone an H200's elementwise rows read 104-107%, and
-    # against the copy an H100's backward ops (two arrays in, one out) 102-105%.
-    assert max(percents) <= 102, out
+    # Timed as the copy is (the fastest of the driver's copy and the copy loops in the ops' own grids: cli._stream_gbs;
+    # the two-input rows against the same loops reading two arrays), so a row above it is a timing error: allocations
+    # timed with the op read 116-130%; against the driver's copy alone an H200's elementwise rows read 104-107%, against
+    # the copy an H100's backward ops (two arrays in, one out) 102-105%, and an H200's backward ops 101% of loops
+    # without their own 512-thread resident grid. The rows print whole percents: 100 is at most 100.49%.
+    assert max(percents) <= 100, out
 
 
 @pytest.mark.parametrize(("op", "out_dtype", "dtype"), [

@@ -61,3 +61,12 @@ def test_ci_runs_the_readmes_two_commands_in_a_fresh_environment():
     assert DEMO in lines and TESTS in lines
     assert lines.index(DEMO) < lines.index(TESTS)
     assert '"$status" -eq 5' in ci  # pytest collecting nothing fails CI
+
+
+def test_the_readmes_set_up_gives_the_two_commands_ci_runs_and_no_other_install():
+    # the README's commands are the ones CI runs (the light install first): a README that went back to installing the
+    # test extras for the demo, or to another test command, fails here
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
+    commands = [line.strip() for block in blocks for line in block.splitlines() if "pip install" in line]
+    assert commands[:2] == [DEMO, TESTS], commands

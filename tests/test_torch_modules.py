@@ -296,6 +296,21 @@ def test_w8a8_linear_errors_name_the_layer():
         module(torch.zeros(2, 16, device=DEVICE))
 
 
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), -1.0, 0.0])
+def test_from_float_refuses_a_bad_weight_or_static_scale(bad):
+    # checked once where the weight is prepared (a device array is not read at each call)
+    linear = _linear()
+    with torch.no_grad():
+        linear.weight[3, 5] = bad
+    if bad == bad and abs(bad) != float("inf"):  # -1 and 0 are fine weights
+        W8A8Linear.from_float(linear, name="layers.0.fc")
+    else:
+        with pytest.raises(InvalidProblem, match=r"layers.0.fc: linear.weight expected finite weights"):
+            W8A8Linear.from_float(linear, name="layers.0.fc")
+    with pytest.raises(InvalidProblem, match=r"layers.0.fc: act_scale expected"):
+        W8A8Linear.from_float(_linear(), activation="static", act_scale=bad, name="layers.0.fc")
+
+
 # -- model level -----------------------------------------------------------------------------------
 
 
