@@ -145,19 +145,19 @@ def _ceiling_launches(tuning: Any = None) -> tuple[tuple[str, int, int, int], ..
 
 
 def _stream_gbs(inputs: int, nbytes: int, rounds: int) -> float:
-    """GB/s (bytes read + written) of the fastest loop reading ``inputs`` arrays of ``nbytes`` and writing one, timed
-    as the ops are: the streaming kernels of :mod:`~baracuda_numba.kernels.copy` in the ops' launch shapes
+    """GB/s (bytes read + written) of the fastest loop reading ``inputs`` arrays of ``nbytes`` (1, 2 or 4) and writing
+    one, timed as the ops are: the streaming kernels of :mod:`~baracuda_numba.kernels.copy` in the ops' launch shapes
     (:func:`_ceiling_launches`: resident grids, the stream policy's capped grid of short blocks, covering grids of 1,
     2 and 4 pairs a thread, and every grid of the card's elementwise tuning) and, for a copy, the driver's
-    (``cuMemcpyDtoD``). One input: the memory-bound ceiling; two: the ceiling of the ops with their traffic (the
-    backward ops)."""
+    (``cuMemcpyDtoD``). One input: the memory-bound ceiling; two and four: the ceilings of the ops that read two or
+    four bytes a byte they write (:func:`_ceiling_inputs`)."""
     from numba import cuda
 
     from .kernels.copy import covering_blocks, streaming_kernel
     from .plans.base import sm_count
 
-    a = cuda.device_array(nbytes // 8, np.uint64)
-    b = cuda.device_array_like(a) if inputs == 2 else a
+    arrays = [cuda.device_array(nbytes // 8, np.uint64) for _ in range(inputs)]
+    a, b, c, d = (arrays + [arrays[0]] * 3)[:4]  # the arrays a kernel does not read: `a` again
     dst = cuda.device_array_like(a)
     pairs = nbytes // 16
     sms = sm_count(cuda.get_current_device().id)
@@ -167,12 +167,24 @@ def _stream_gbs(inputs: int, nbytes: int, rounds: int) -> float:
         blocks = covering_blocks(pairs, threads, depth)
         if per_sm:
             blocks = min(blocks, sms * per_sm)
-        times.append(_device_ms(lambda k=kernel, g=blocks, t=threads: k[g, t](dst, a, b, pairs), rounds))
+        times.append(_device_ms(lambda k=kernel, g=blocks, t=threads: k[g, t](dst, a, b, c, d, pairs), rounds))
     if inputs == 1:
         times.append(_device_ms(lambda: dst.copy_to_device(a), rounds))
-    a = b = dst = None
+    arrays = a = b = c = d = dst = None
     _release()
     return (inputs + 1) * (pairs * 16) / min(times) / 1e6
+
+
+def _ceiling_inputs(case: Any) -> int:
+    """The streaming loop whose traffic bounds ``case``'s: the fewest arrays read a written one (1, 2 or 4) that read
+    at least the bytes the op reads a byte it writes (a float32 -> int8 quantize reads 4, a backward op 2, a
+    dequantize a quarter: the copy)."""
+    from .kernels.copy import INPUTS
+
+    largest = max(a.size for a in case.operands.values())
+    read = sum(a.nbytes for a in case.operands.values() if a.size == largest)  # the scales and zero points aside
+    written = math.prod(case.out_shape) * case.out_dtype.itemsize
+    return next((k for k in INPUTS if k * written >= read), INPUTS[-1])
 
 
 def _compare(got: np.ndarray, expected: np.ndarray) -> tuple[int, float]:
@@ -243,14 +255,16 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"checked against the NumPy float64 reference on {shape[0]} x {shape[1]} elements"
           + (f" (--size {size} rounded up to whole rows of {columns})" if size % columns else "")
           + ("" if simulated else f"; timed on {TIMED_ELEMENTS // DEMO_COLUMNS} x {DEMO_COLUMNS}"))
-    copy = two_inputs = None
+    ceilings: dict[int, float] = {}
     if not simulated:
-        copy = _stream_gbs(1, 4 * TIMED_ELEMENTS, rounds)
-        two_inputs = _stream_gbs(2, 4 * TIMED_ELEMENTS, rounds)
-        print(f"device-to-device copy of {4 * TIMED_ELEMENTS >> 20} MiB (bytes read + written): {copy:.0f} GB/s, "
-              "the memory-bound ceiling")
-        print(f"two {4 * TIMED_ELEMENTS >> 20} MiB arrays read, one written: {two_inputs:.0f} GB/s, the ceiling of "
-              "the ops that read two (the backward ops: gradient and input)")
+        mib = 4 * TIMED_ELEMENTS >> 20
+        ceilings = {inputs: _stream_gbs(inputs, 4 * TIMED_ELEMENTS, rounds) for inputs in (1, 2, 4)}
+        print(f"device-to-device copy of {mib} MiB (bytes read + written): {ceilings[1]:.0f} GB/s, the memory-bound "
+              "ceiling")
+        print(f"two {mib} MiB arrays read, one written: {ceilings[2]:.0f} GB/s, the ceiling of the ops that read two "
+              "bytes a byte they write (the backward ops, bf16 -> int8)")
+        print(f"four {mib} MiB arrays read, one written: {ceilings[4]:.0f} GB/s, the ceiling of the ops that read four "
+              "(f32 -> int8)")
     header = (f"{'op':<32}{'dtypes':<11}{'mismatches':>11}{'max|diff|':>11}{'quant RMSE':>12}{'ms':>10}"
               f"{'GB/s':>8}{'% copy':>8}{'TOPS':>8}")
     print(header)
@@ -283,15 +297,15 @@ def _demo(args: argparse.Namespace) -> int:
                                   args.group_size if op.endswith("group") else None, np.random.default_rng(0))
                 ms = _timed_on_device(timed, rounds)
                 rate = timed.bytes_moved / ms / 1e6
-                inputs = sum(a.size == TIMED_ELEMENTS for a in timed.operands.values())
-                ceiling = two_inputs if inputs >= 2 else copy
+                ceiling = ceilings[_ceiling_inputs(timed)]
                 ms_text, gbps, pct = f"{ms:.3f}", f"{rate:.0f}", f"{100 * rate / ceiling:.0f}%"
             print(f"{op:<32}{case.label:<11}{mismatches:>11}{max_diff:>11.2e}{rmse:>12}{ms_text:>10}{gbps:>8}"
                   f"{pct:>8}{tops:>8}")
     note = ("simulator: host arrays, one call timed on the host clock, simulation included" if simulated else
             f"ms: median over {rounds} batches of {_BATCH} back-to-back calls between CUDA events, on device "
             "arrays into a preallocated output, timed as the copy is; GB/s counts bytes read + written once, "
-            "% copy against the copy (against the two-array read for ops that read two); "
+            "% copy against the streaming loop of the row's read:write mix (the copy; two or four arrays read a "
+            "written one for ops that read two or four bytes a byte they write); "
             f"quantized_linear is timed at M = N = K = {LINEAR_TIMED} (activation quantize + GEMM)")
     print(f"\n{note}. mismatches: elements differing from the NumPy float64 reference (README, Semantics); "
           "quant RMSE: error of the quantized result against unquantized float64 math.")

@@ -188,6 +188,7 @@ def test_demo_on_a_gpu_reads_no_row_above_the_copy(capsys):
     assert cli.main(["demo", "--dtype", "float32", "bfloat16"]) == 0
     out = capsys.readouterr().out
     assert "device-to-device copy of 512 MiB" in out and "two 512 MiB arrays read, one written" in out
+    assert "four 512 MiB arrays read, one written" in out
     percents = [float(word[:-1]) for line in out.splitlines() if line.split()[:1] and line.split()[0] in cli.DEMO_OPS
                 for word in line.split() if word.endswith("%")]
     assert len(percents) == 2 * (len(cli.DEMO_OPS) - 1)  # every memory-bound row, both dtypes
@@ -287,21 +288,22 @@ def test_no_user_facing_text_points_to_the_unshipped_spec():
 @pytest.mark.parametrize("pairs", [0, 5, 37, 64])
 @pytest.mark.parametrize(("layout", "depth"), sorted({launch[:2] for tuning in TUNINGS.values()
                                                      for launch in cli._ceiling_launches(tuning)}))
-@pytest.mark.parametrize("inputs", [1, 2])
+@pytest.mark.parametrize("inputs", [1, 2, 4])
 def test_the_demo_ceiling_kernels_stream_every_pair(inputs, layout, depth, pairs):
     # the demo's ceilings (cli._stream_gbs) time these kernels: in each layout and depth the unrolled loop and its
-    # tail together write every pair, from both arrays where there are two (and never past the last pair)
+    # tail together write every pair, from every array read (and never past the last pair)
     from numba import cuda
 
     from baracuda_numba.kernels.copy import covering_blocks, streaming_kernel
 
-    a = np.arange(1, 2 * pairs + 1, dtype=np.uint64) * np.uint64(0x0101010101)
-    b = np.arange(2 * pairs, dtype=np.uint64) * np.uint64(0x7000000003)
-    d_a, d_b = cuda.to_device(a), cuda.to_device(b)
+    sources = [np.arange(2 * pairs, dtype=np.uint64) * np.uint64(0x0101010101 + 0x7000000003 * k) + np.uint64(k + 1)
+               for k in range(4)]
+    a, b, c, d = (cuda.to_device(x) for x in sources)
     d_dst = cuda.to_device(np.full(2 * pairs + 2, 7, dtype=np.uint64))  # a pair past the end stays untouched
     blocks = covering_blocks(pairs, 4, depth) if layout == "covering" else 2
-    streaming_kernel(inputs, layout, depth)[blocks, 4](d_dst, d_a, d_b, pairs)
-    expected = np.concatenate([a ^ b if inputs == 2 else a, np.full(2, 7, dtype=np.uint64)])
+    streaming_kernel(inputs, layout, depth)[blocks, 4](d_dst, a, b, c, d, pairs)
+    expected = np.bitwise_xor.reduce(sources[:inputs], axis=0) if pairs else sources[0]
+    expected = np.concatenate([expected, np.full(2, 7, dtype=np.uint64)])
     np.testing.assert_array_equal(d_dst.copy_to_host(), expected)
 
 
@@ -316,3 +318,19 @@ def test_the_demo_ceilings_time_every_grid_of_the_cards_elementwise_tuning(card)
                    elementwise.channel_vector_policy):
         assert ("resident", policy.unroll or elementwise.unroll, policy.threads_per_block,
                 policy.blocks_per_sm) in launches, policy
+
+
+@pytest.mark.parametrize(("op", "kind", "inputs"), [
+    ("quantize_per_tensor", "f32", 4), ("quantize_per_channel", "f32", 4), ("dynamic_range_quantize", "f32", 4),
+    ("quantize_per_tensor", "bf16", 2), ("quantize_per_token", "bf16", 2), ("quantize_per_tensor_backward", "f32", 2),
+    ("fake_quantize_backward", "bf16", 2), ("fake_quantize", "f32", 1), ("dequantize_per_tensor", "f32", 1),
+    ("dequantize_per_group", "bf16", 1), ("dequantize_per_tensor_backward", "f32", 1)])
+def test_each_demo_row_is_bounded_by_the_loop_of_its_read_write_mix(op, kind, inputs):
+    # HBM reads cost less than writes: a row reading four bytes a byte it writes outruns a copy (an H200's f32 -> int8
+    # quantize read 100.5% of it), so each row's ceiling is the loop reading at least as many bytes a byte written
+    from baracuda_numba.recipes import make_case
+    from baracuda_numba.vocabulary import ElementKind, element_kind
+
+    case = make_case(op, element_kind(kind), ElementKind.S8, (8, 64), 32 if op.endswith("group") else None,
+                     np.random.default_rng(0))
+    assert cli._ceiling_inputs(case) == inputs

@@ -10,8 +10,10 @@ resident copy kernel alone, and up to 104% of these loops with 4 pairs a thread)
 - ``"covering"``: short-lived blocks, each thread ``depth`` pairs one block width apart, a grid covering the arrays
   (the ops' covering policies, PyTorch's elementwise launch).
 
-Each reads one array (a copy) or two (their XOR: the traffic of the backward ops, gradient and input in, one result
-out, which outrun a copy by 2-5% on an H100 because HBM reads cost less than writes).
+Each reads one array (a copy), two or four (their XOR) and writes one: the read:write mixes of the ops, since HBM
+reads cost less than writes and a read-heavy op outruns a copy. Two inputs are the backward ops' traffic (gradient and
+input in, one result out: 2-5% past a copy on an H100), four a float32 -> int8 quantize's (4 bytes read a byte
+written: 100.5% of the copy on an H200).
 """
 
 from __future__ import annotations
@@ -24,26 +26,28 @@ from numba import cuda
 
 from .device import load_u64x2, store_u64x2
 
-__all__ = ["PAIRS_IN_FLIGHT", "LAYOUTS", "SIGNATURE", "streaming_kernel", "covering_blocks"]
+__all__ = ["PAIRS_IN_FLIGHT", "LAYOUTS", "INPUTS", "SIGNATURE", "streaming_kernel", "covering_blocks"]
 
 PAIRS_IN_FLIGHT = 4  # the default depth: 64 bytes in flight per thread and input
 LAYOUTS = ("resident", "covering")
-SIGNATURE = "void(uint64[::1], uint64[::1], uint64[::1], int64)"  # (dst, a, b, pairs); b unread by a copy
+INPUTS = (1, 2, 4)  # arrays read per array written
+# (dst, a, b, c, d, pairs): the inputs a kernel does not read may be any array (the callers pass a)
+SIGNATURE = "void(uint64[::1], uint64[::1], uint64[::1], uint64[::1], uint64[::1], int64)"
 
 
 @functools.cache
 def streaming_kernel(inputs: int, layout: str, depth: int = PAIRS_IN_FLIGHT) -> Any:
-    """``kernel(dst, a, b, pairs)``: ``dst[2i], dst[2i + 1] = a[2i], a[2i + 1]`` (``inputs=1``; ``b`` is not read)
-    or ``a ^ b`` (``inputs=2``) for every pair ``i < pairs``, in ``layout`` (see the module docstring), ``depth``
-    pairs of each input in flight per thread (their loads issued before their stores), compiled once per process.
-    A ``"covering"`` launch takes :func:`covering_blocks` blocks."""
-    if inputs not in (1, 2) or layout not in LAYOUTS or depth < 1:
-        raise ValueError(f"streaming_kernel: inputs 1 or 2, a layout of {LAYOUTS} and depth >= 1, got {inputs}, "
+    """``kernel(dst, a, b, c, d, pairs)``: ``dst[2i], dst[2i + 1] = a[2i], a[2i + 1]`` (``inputs=1``), ``a ^ b``
+    (``inputs=2``) or ``a ^ b ^ c ^ d`` (``inputs=4``) for every pair ``i < pairs``, in ``layout`` (see the module
+    docstring), ``depth`` pairs of each input in flight per thread (their loads issued before their stores), compiled
+    once per process. A ``"covering"`` launch takes :func:`covering_blocks` blocks."""
+    if inputs not in INPUTS or layout not in LAYOUTS or depth < 1:
+        raise ValueError(f"streaming_kernel: inputs of {INPUTS}, a layout of {LAYOUTS} and depth >= 1, got {inputs}, "
                          f"{layout!r}, {depth}")
-    two, covering = inputs == 2, layout == "covering"
+    covering = layout == "covering"
     words = 2 * depth  # a compile-time constant for the local array's size
 
-    def kernel(dst, a, b, pairs):
+    def kernel(dst, a, b, c, d, pairs):
         held = cuda.local.array(words, np.uint64)
         if covering:  # this block's `depth` block widths, once
             stride = cuda.blockDim.x
@@ -54,20 +58,29 @@ def streaming_kernel(inputs: int, layout: str, depth: int = PAIRS_IN_FLIGHT) -> 
             i = cuda.grid(1)
             end = pairs
         while i + (depth - 1) * stride < end:
-            for d in range(depth):
-                held[2 * d], held[2 * d + 1] = load_u64x2(a, i + d * stride)
-            if two:
-                for d in range(depth):
-                    lo, hi = load_u64x2(b, i + d * stride)
-                    held[2 * d], held[2 * d + 1] = held[2 * d] ^ lo, held[2 * d + 1] ^ hi
-            for d in range(depth):
-                store_u64x2(dst, i + d * stride, held[2 * d], held[2 * d + 1])
+            for j in range(depth):
+                held[2 * j], held[2 * j + 1] = load_u64x2(a, i + j * stride)
+            if inputs >= 2:
+                for j in range(depth):
+                    lo, hi = load_u64x2(b, i + j * stride)
+                    held[2 * j], held[2 * j + 1] = held[2 * j] ^ lo, held[2 * j + 1] ^ hi
+            if inputs == 4:
+                for j in range(depth):
+                    lo, hi = load_u64x2(c, i + j * stride)
+                    lo2, hi2 = load_u64x2(d, i + j * stride)
+                    held[2 * j], held[2 * j + 1] = held[2 * j] ^ lo ^ lo2, held[2 * j + 1] ^ hi ^ hi2
+            for j in range(depth):
+                store_u64x2(dst, i + j * stride, held[2 * j], held[2 * j + 1])
             i += depth * stride
         while i < end:
             lo, hi = load_u64x2(a, i)
-            if two:
+            if inputs >= 2:
                 b_lo, b_hi = load_u64x2(b, i)
                 lo, hi = lo ^ b_lo, hi ^ b_hi
+            if inputs == 4:
+                c_lo, c_hi = load_u64x2(c, i)
+                d_lo, d_hi = load_u64x2(d, i)
+                lo, hi = lo ^ c_lo ^ d_lo, hi ^ c_hi ^ d_hi
             store_u64x2(dst, i, lo, hi)
             i += stride
 
