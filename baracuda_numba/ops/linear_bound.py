@@ -31,7 +31,9 @@ __all__ = ["bind_quantized_linear", "BoundQuantizedLinear", "quantized_linear_te
            "clear_bound_launches"]
 
 _ZERO_F32 = np.float32(0.0)
-_LAUNCHES: dict[tuple, Any] = {}  # (x shape, dtype, device, N, bias, static weight, static scale) -> launch
+# (x shape, dtype, device, N, no bias, static weight, static scale or None) -> (launch, result shape, the scale as
+# the launch takes it)
+_LAUNCHES: dict[tuple, Any] = {}
 _LAUNCHES_LIMIT = 512
 
 
