@@ -188,7 +188,7 @@ def test_demo_on_a_gpu_reads_no_row_above_the_copy(capsys):
     assert cli.main(["demo", "--dtype", "float32", "bfloat16"]) == 0
     out = capsys.readouterr().out
     assert "device-to-device copy of 512 MiB" in out and "two 512 MiB arrays read, one written" in out
-    assert "four 512 MiB arrays read, one written" in out
+    assert "four 512 MiB arrays read, one written" in out and "best ceilings measured: copy" in out
     percents = [float(word[:-1]) for line in out.splitlines() if line.split()[:1] and line.split()[0] in cli.DEMO_OPS
                 for word in line.split() if word.endswith("%")]
     assert len(percents) == 2 * (len(cli.DEMO_OPS) - 1)  # every memory-bound row, both dtypes
@@ -197,6 +197,8 @@ def test_demo_on_a_gpu_reads_no_row_above_the_copy(capsys):
         # 2626 GB/s on an H200 beside 7 workers, the rows up to 153% of it), so the bound holds only for a run alone
         # (pytest -p no:xdist tests/test_cli.py -k demo_on_a_gpu)
         return
+    # Each row's ceiling is measured again next to it and the best kept (one H200's copy read 4064 and 4147 GB/s in two
+    # runs minutes apart, and fake_quantize f32 101% of the slower one).
     # Timed as the copy is (the fastest of the driver's copy and the copy loops in the ops' own grids: cli._stream_gbs;
     # the two-input rows against the same loops reading two arrays), so a row above it is a timing error: allocations
     # timed with the op read 116-130%; against the driver's copy alone an H200's elementwise rows read 104-107%, against

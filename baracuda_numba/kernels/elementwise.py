@@ -536,9 +536,9 @@ def _elementwise_kernel(op: ElementwiseOp, a: ElementKind, b: ElementKind | None
         # Segment of this thread's next chunk, tracked incrementally (one division per thread).
         seg, seg_pos = 0, 0
         shift = 0
-        if shifted:  # log2(seg_len / G), seg_len / G a power of two: no division
-            while (G << shift) < seg_len:
-                shift += 1
+        # log2(seg_len / G), seg_len / G a power of two: one popc, no loop (docs/design.md, "Instructions per byte")
+        if shifted:
+            shift = cuda.popc(seg_len // G - 1)
         elif channel_vectors:  # seg_len == 1: the channel of element start * G
             seg = (start * G) % channels
         elif not scalar:
@@ -588,7 +588,10 @@ def _elementwise_kernel(op: ElementwiseOp, a: ElementKind, b: ElementKind | None
                                                   q_min, q_max)
                     o_store(ow, c + k * stride, o_lo, o_hi)
             c += count * stride
-        for base in range(start, 0 if stationary or channel_vectors else nchunks, stride * unroll):
+        # while loops, not range(): a range with a run-time step computes its trip count by a division
+        # (docs/design.md, "Instructions per byte")
+        base = start
+        while base < (0 if stationary or channel_vectors else nchunks):
             if prefetch:
                 ahead = base + prefetch * unroll * stride
                 if ahead < nchunks:
@@ -631,7 +634,9 @@ def _elementwise_kernel(op: ElementwiseOp, a: ElementKind, b: ElementKind | None
                         o_lo, o_hi, pending = chunk_lane(o_lo, o_hi, pending, a_lo[k], a_hi[k], b_lo[k], b_hi[k], j,
                                                          inv, sc, zp, q_min, q_max)
                     o_store(ow, c, o_lo, o_hi)
-        for i in range(nchunks * G + start, n, stride):
+            base += stride * unroll
+        i = nchunks * G + start
+        while i < n:
             if not scalar:
                 s, pos = segment_of(i, seg_len, channels)
                 inv, sc, zp = segment_params(scales, zero_points, s)
@@ -640,6 +645,7 @@ def _elementwise_kernel(op: ElementwiseOp, a: ElementKind, b: ElementKind | None
             if has_b:
                 y = b_decode(u64(be[i]))
             oe[i] = element_bits(x, y, inv, sc, zp, q_min, q_max)
+            i += stride
 
     m = "float64" if precision is MathPrecision.F64 else "float32"
     b_elem = b or a

@@ -184,13 +184,16 @@ def quantize_kernel(element: ElementKind, packed: ElementKind, precision: MathPr
             sc = scales[s]
             qw[c] = pack(lo, hi, inverse(sc), sc, zero_point(zero_points, s), q_min, q_max)
             c += stride
-        for b in range(nchunks * (G // 2) + start, nbytes, stride):
+        # a while loop: range() divides for its trip count (docs/design.md, "Instructions per byte")
+        b = nchunks * (G // 2) + start
+        while b < nbytes:
             s = (2 * b) // group_size
             sc = scales[s]
             inv, zp = inverse(sc), zero_point(zero_points, s)
             lo = nibble(decode(u64(x[2 * b])), inv, sc, zp, q_min, q_max)
             hi = nibble(decode(u64(x[2 * b + 1])), inv, sc, zp, q_min, q_max)
             q[b] = lo | (hi << _FOUR)
+            b += stride
 
     m = _math_name(precision)
     signature = (f"void(uint64[::1], {uint_name(element.itemsize)}[::1], {uint_name(G // 2)}[::1], uint8[::1], "
@@ -279,12 +282,15 @@ def dequantize_kernel(element: ElementKind, packed: ElementKind, precision: Math
             lo, hi = unpack(u64(qw[c]), scales[s], zero_point(zero_points, s))
             store(xw, c, lo, hi)
             c += stride
-        for b in range(nchunks * (G // 2) + start, nbytes, stride):
+        # a while loop: range() divides for its trip count (docs/design.md, "Instructions per byte")
+        b = nchunks * (G // 2) + start
+        while b < nbytes:
             s = (2 * b) // group_size
             sc, zp = scales[s], zero_point(zero_points, s)
             byte = u64(q[b])
             x[2 * b] = value(byte & _NIBBLE, sc, zp)
             x[2 * b + 1] = value(byte >> _FOUR, sc, zp)
+            b += stride
 
     signature = (f"void({uint_name(G // 2)}[::1], uint8[::1], uint64[::1], {uint_name(element.itemsize)}[::1], "
                  f"{_math_name(precision)}[::1], int32[::1], int64, int64, int64, int64)")
