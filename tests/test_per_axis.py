@@ -420,15 +420,16 @@ def test_zero_points_of_device_arrays_are_made_once(monkeypatch):
     cost a device allocation and a synchronous copy (``baracuda-numba demo`` read per-group ops at 3-9% of the copy)."""
     from numba import cuda
 
-    made = []
-    to_device = cuda.to_device
-    monkeypatch.setattr(cuda, "to_device", lambda *args, **kwargs: made.append(args[0].size) or to_device(*args,
-                                                                                                          **kwargs))
     x = cuda.device_array((64, 256), np.float32)
     x.copy_to_device(np.linspace(-3, 3, 64 * 256, dtype=np.float32).reshape(64, 256))
     scales = cuda.device_array((64, 2), np.float32)
     scales.copy_to_device(np.full((64, 2), 0.05, np.float32))
+    # the reference from host arrays first: on a GPU the host call stages its scales and zeros (128 elements each)
     expected = bn.quantize_per_group(x.copy_to_host(), scales.copy_to_host(), None, 128)
+    made = []
+    to_device = cuda.to_device
+    monkeypatch.setattr(cuda, "to_device", lambda *args, **kwargs: made.append(args[0].size) or to_device(*args,
+                                                                                                          **kwargs))
     results = [bn.quantize_per_group(x, scales, None, 128).copy_to_host() for _ in range(3)]
     assert made.count(128) <= 1
     assert all(np.array_equal(r, expected) for r in results)
