@@ -68,8 +68,6 @@ class ElementwiseKernelTuning:
     # than their output (dequantize): their chunks in flight raised to cover this many (0: as they are)
     narrow_input_bytes: int
     general_launch_bounds: tuple[int, int] | None  # launch_bounds of the general kernels (None: none)
-    # launch_bounds of the per-tensor (scalar) dequantize kernels with float32 math (None: the general kernels')
-    tensor_dequantize_launch_bounds: tuple[int, int] | None
     pow2_unroll: int  # chunks in flight of the shift kernels (segments a power-of-two number of chunks)
     pow2_prefetch: int  # grid strides ahead at which the shift kernels ask L2 for their 16-byte inputs (0: none)
     pow2_launch_bounds: tuple[int, int] | None  # launch_bounds of the shift kernels with float32 math
@@ -344,9 +342,6 @@ def elementwise_kernel(
     per_element_params = not scalar and not uniform_chunk
     spans_channels = mode is ScaleMode.CHANNELS and per_element_params and not channel_vectors
     bounds = tuning.general_launch_bounds
-    if (op is ElementwiseOp.DEQUANTIZE and scalar and tuning.tensor_dequantize_launch_bounds
-            and precision is not MathPrecision.F64):
-        bounds = tuning.tensor_dequantize_launch_bounds
     if spans_channels:
         bounds = tuning.channel_launch_bounds
     if stationary:

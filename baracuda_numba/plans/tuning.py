@@ -48,10 +48,6 @@ class ElementwiseTuning:
     # The general kernels' launch bounds (threads at least every policy's); none on an H100, whose values were
     # measured with NVVM's own register counts.
     general_launch_bounds: tuple[int, int] | None = None
-    # Per-tensor dequantize (float32 math) within 32 registers, 2048 threads per SM: NVVM's own count for the
-    # one-chunk s8 -> f32 kernel, its grid-stride loop unrolled twice, is 39 (1536 threads per SM), and an H100 read
-    # 93.4% of the copy against 96.7% at 30 registers; ptxas fits it in 32 without spilling.
-    tensor_dequantize_launch_bounds: tuple[int, int] | None = (512, 4)
     # The shift kernels (power-of-two segments) keep one chunk in flight: group-128 quantize bf16 82.7% of copy at
     # 1, 70.5% at 2, 69.7% at 4 (the tracking kernel 70.0%); per token 87.1 / 75.2 / 74.5%; dequantize within 0.3%.
     pow2_unroll: int = 1
