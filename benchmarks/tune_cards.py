@@ -4,7 +4,7 @@ the value to paste (``plans/tuning.py`` for the memory-bound families, ``plans/l
 decode).
 
     python -m benchmarks.tune_cards [--out DIR] [--only FAMILY ...] [--budget SECONDS] [--min-gain POINTS]
-                                    [--log2n 28] [--smoke]
+                                    [--log2n 28] [--smoke] [--shipped-only]
 
 Families (``--only``): ``tensor_dequantize``, ``axis_dequantize``, ``axis_quantize``, ``fp8``, ``dynamic``, ``int4``,
 ``decode``. Each runs its cases (2^28 elements in rows of 4096, as ``baracuda-numba bench``; the W8A8 decode in CUDA
@@ -20,12 +20,18 @@ defaults are the H100's). A variant that fails prints its error and the run goes
 remaining variants are skipped (named, to run with ``--only``). ``--out`` writes ``tune_cards.json``,
 ``tune_cards.md`` and ``tuned_values.py``. ``--smoke`` runs the same code on the simulator at toy sizes (a check of
 this script, not a measurement).
+
+Each family's inputs are made after ``torch.manual_seed(0)``, and each table ends with a digest of the shipped
+value's outputs. ``--shipped-only`` times the shipped value alone: a kernel change's before / after is this script
+run by the checkout before it and by the one after, one after the other on one card (the same digests: the same
+bits; ``docs/performance.md``, "Instructions per byte").
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import itertools
 import json
 import math
@@ -382,6 +388,15 @@ def time_ms(case: Case, call: Callable[[], Any], repeats: int) -> float:
     return bench.device_ms(call, repeats)
 
 
+def digest(outputs: tuple) -> str:
+    """The first 12 hex digits of the SHA-1 of the outputs' bytes: the same inputs (every family's cases are built
+    after ``torch.manual_seed(0)``) give the same digest in two checkouts exactly when their bits are equal."""
+    sha = hashlib.sha1()
+    for o in outputs:
+        sha.update(o.contiguous().view(torch.uint8).cpu().numpy().tobytes())
+    return sha.hexdigest()[:12]
+
+
 def same_bits(got: tuple, want: tuple) -> bool:
     return all(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
                for a, b in zip(got, want, strict=True))
@@ -416,12 +431,14 @@ def run_variant(family: Family, cases: list[Case], name: str, changes: dict, val
             if not SMOKE:
                 torch.cuda.synchronize()
             got = tuple(o.clone() for o in outputs)
+            row: dict[str, Any] = {}
             if case.label not in reference:
                 reference[case.label] = got
+                row["digest"] = digest(got)
             same = same_bits(got, reference[case.label])
             ms = time_ms(case, call, repeats)
             gbs = case.nbytes / ms / 1e6
-            result.rows[case.label] = {"GB/s": gbs, "pct": 100 * gbs / copy, "same": same}
+            result.rows[case.label] = row | {"GB/s": gbs, "pct": 100 * gbs / copy, "same": same}
         except Exception as error:  # a variant that fails is reported, and the run goes on
             message = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             result.rows[case.label] = {"error": message}
@@ -442,6 +459,10 @@ def print_table(family: Family, results: list[Result]) -> list[str]:
             row = r.rows.get(label, {"error": "not run"})
             cells.append(f"ERROR {row['error']}" if "error" in row else f"{row['GB/s']:.0f} GB/s {row['pct']:.1f}%")
         lines.append(f"| {r.variant} | " + " | ".join(cells) + f" | {r.score():.1f} | {'yes' if r.ok() else 'NO'} |")
+    digests = [f"{label} {row['digest']}" for label, row in (results[0].rows.items() if results else ())
+               if "digest" in row]
+    if digests:
+        lines += ["", "Digests of the shipped value's outputs (the bits): " + "; ".join(digests) + "."]
     print("\n".join(lines) + "\n", flush=True)
     return [*lines, ""]
 
@@ -516,6 +537,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-gain", type=float, default=MIN_GAIN,
                         help="points of %% of copy a variant must gain to be chosen")
     parser.add_argument("--smoke", action="store_true", help="the simulator at toy sizes: a check of this script")
+    parser.add_argument("--shipped-only", action="store_true",
+                        help="the shipped value alone, no variants: one side of a before / after of two checkouts, "
+                             "each run by its own (digests equal: the same bits)")
     parser.add_argument("--traceback", action="store_true", help="print a failing variant's traceback")
     args = parser.parse_args(argv)
     start = time.perf_counter()
@@ -542,13 +566,15 @@ def main(argv: list[str] | None = None) -> int:
         if time.perf_counter() - start > args.budget:
             skipped.append(family.name)
             continue
+        torch.manual_seed(0)  # the same inputs in every run: digests compare across checkouts
         cases = family.cases(n)
         reference: dict = {}
         all_cases[family.name] = (family, cases, reference)
-        print(f"== {family.name}: {len(cases)} cases x {1 + len(family.variants)} values", flush=True)
+        print(f"== {family.name}: {len(cases)} cases x {1 + (0 if args.shipped_only else len(family.variants))} "
+              "values", flush=True)
         results = [run_variant(family, cases, "shipped", {}, (base_memory, base_linear), copy, reference,
                                args.repeats)]
-        for name, changes in family.variants.items():
+        for name, changes in ({} if args.shipped_only else family.variants).items():
             if time.perf_counter() - start > args.budget:
                 skipped.append(f"{family.name}: {name}")
                 continue

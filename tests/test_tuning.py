@@ -222,3 +222,21 @@ def test_the_tuning_tool_varies_fields_that_exist_and_prints_what_it_found():
     exec("from baracuda_numba.plans.linear.tuning import LinearTuning\n" + linear_part, found)
     assert found["H200_TUNING"] == linear_tuning
     assert tool.literal(H100_TUNING, linear.H100_TUNING).count("=") == 4  # nothing but the names and cards
+
+
+def test_the_tuning_tools_digest_is_the_outputs_bits(monkeypatch):
+    """benchmarks/tune_cards.py's digest (a before / after of two checkouts compares them): equal bits give equal
+    digests, one changed element or a NaN of another payload a different one, and -0.0 is not 0.0."""
+    torch = pytest.importorskip("torch")
+    from benchmarks import tune_cards as tool
+
+    monkeypatch.setattr(tool, "torch", torch)
+    x = torch.arange(64, dtype=torch.float32).to(torch.bfloat16)
+    q = torch.arange(-32, 32, dtype=torch.int8)
+    assert tool.digest((x, q)) == tool.digest((x.clone(), q.clone()))
+    one, zero = torch.tensor([7]), torch.tensor([0])
+    for changed in (x.clone().index_fill_(0, one, 7.5), x.clone().index_fill_(0, zero, -0.0)):
+        assert tool.digest((changed, q)) != tool.digest((x, q))
+    nan_a = torch.tensor([0x7FC0], dtype=torch.int16).view(torch.bfloat16)
+    nan_b = torch.tensor([0x7FC1], dtype=torch.int16).view(torch.bfloat16)
+    assert tool.digest((nan_a,)) != tool.digest((nan_b,))
