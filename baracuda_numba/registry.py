@@ -123,17 +123,18 @@ class RegistryEntry(Entry):
 
     def kernel(self, tuning: ElementwiseKernelTuning, uniform_chunk: bool = True, op: ElementwiseOp | None = None,
                pow2_segments: bool = False, stationary: bool = False, channel_vectors: bool = False,
-               unroll: int = 0) -> ElementwiseKernel:
+               unroll: int = 0, tiled: bool = False) -> ElementwiseKernel:
         """The kernel specialisation under a card's ``tuning`` (built once per key; compiled on first launch);
         ``op`` replaces the entry's op by a variant over the same operands (PyTorch's float64 fake quantize);
         ``pow2_segments``: segments of a power-of-two number of chunks; ``stationary`` / ``channel_vectors``: the
         thread-stationary or channel-vector channel kernel; ``unroll``: its launch policy's chunks in flight (0:
-        the tuning's) (see :func:`~baracuda_numba.kernels.elementwise.elementwise_kernel`)."""
+        the tuning's); ``tiled``: a shift kernel's block tiles, each in one segment (see
+        :func:`~baracuda_numba.kernels.elementwise.elementwise_kernel`)."""
         uniform = uniform_chunk or self.mode is ScaleMode.SCALAR
         return elementwise_kernel(op or self.op, self.a, self.b, self.out, self.sku.precision_guarantee.math_precision,
                                   self.mode, uniform, self.grid,
                                   pow2_segments and uniform and self.mode is not ScaleMode.SCALAR, unroll or None,
-                                  stationary, channel_vectors, tuning=tuning)
+                                  stationary, channel_vectors, tuning=tuning, tiled=tiled)
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,7 @@ FAMILY_VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
         "resident 4 chunks": dict(fp8_quantize_policy=policy(512, 32, 4)),
         "512 x 64": dict(fp8_quantize_policy=policy(512, 64)),
         "narrow 16 B": dict(narrow_input_bytes=16),
+        "shift 2 chunks": dict(pow2_unroll=2),
         "shift 2 chunks, 3 blocks": dict(pow2_unroll=2, pow2_launch_bounds=(512, 3)),
     },
     "dynamic": {

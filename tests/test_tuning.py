@@ -178,6 +178,25 @@ def test_knob_variants_match_reference(fields, dtype):
                     ref.dequantize(q, full_s, full_z, f))
 
 
+def test_shift_kernels_of_several_chunks_take_block_tiles_where_a_segment_spans_one():
+    """With two chunks a thread, a per-token plan whose rows span a block tile (threads x 2 chunks) takes the tiled
+    shift kernel, one set of parameters a round; group-128 segments, shorter than a tile, keep a set per chunk.
+    (The bits of both: test_knob_variants_match_reference.)"""
+    tuning = _with(pow2_unroll=2)
+    threads = tuning.elementwise.segment_quantize_policy.threads_per_block
+    cols = 2 * threads * 8  # bf16: 8 elements a chunk
+    token = bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(4, cols, -128, 127, "bf16", "s8"),
+                                           tuning=tuning)
+    group = bn.QuantizePerGroupPlan.select(bn.QuantizePerGroupDescriptor(4, cols, 128, -128, 127, "bf16", "s8"),
+                                           tuning=tuning)
+    short = bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(4, cols // 2, -128, 127, "bf16", "s8"),
+                                           tuning=tuning)
+    assert token._tiled and not group._tiled and not short._tiled
+    shipped = bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(4, cols, -128, 127, "bf16", "s8"),
+                                             tuning=_with())
+    assert not shipped._tiled  # one chunk a thread: nothing to share
+
+
 def _expand(family, values, shape, layout):
     if family == "token":
         return ref.expand_tokens(values, shape)

@@ -305,6 +305,7 @@ def elementwise_kernel(
     channel_vectors: bool = False,
     *,
     tuning: ElementwiseKernelTuning,
+    tiled: bool = False,
 ) -> ElementwiseKernel:
     """The kernel for ``op`` reading ``a`` (and ``b``), writing ``out`` under ``tuning`` (built once per
     key of what it compiles, compiled on first use: tuning values that differ only in what this kernel does
@@ -325,7 +326,9 @@ def elementwise_kernel(
     more threads per SM. ``channel_vectors`` (channel mode along the last axis: ``seg_len == 1``,
     ``channels % G == 0``): each chunk's ``G`` channels are consecutive, so their scales and zero points
     are read as vectors (aligned to ``G`` elements, up to 16 bytes, which the caller guarantees) next
-    to the chunk, for grids of short-lived blocks.
+    to the chunk, for grids of short-lived blocks. ``tiled`` (a shift kernel of several chunks a thread, whose
+    caller guarantees that a segment spans a block tile of ``unroll x blockDim`` chunks): each thread takes its
+    chunks ``blockDim`` apart within a tile, all in one segment, and loads and inverts their parameters once.
     """
     G = chunk_elements(a, b, out)
     scalar = mode is ScaleMode.SCALAR
@@ -352,8 +355,9 @@ def elementwise_kernel(
     elif shifted:
         bounds = None
     resident = tuning.stationary_launch_bounds[1] if stationary else 0
+    tiled = tiled and shifted and unroll > 1
     return _elementwise_kernel(op, a, b, out, precision, mode, uniform_chunk, grid, shifted, unroll, stationary,
-                               channel_vectors, prefetch, depth, bounds, pow2_bounds, resident)
+                               channel_vectors, prefetch, depth, bounds, pow2_bounds, resident, tiled)
 
 
 @functools.cache
@@ -361,7 +365,7 @@ def _elementwise_kernel(op: ElementwiseOp, a: ElementKind, b: ElementKind | None
                         precision: MathPrecision, mode: ScaleMode, uniform_chunk: bool, grid: ElementKind | None,
                         shifted: bool, unroll: int, stationary: bool, channel_vectors: bool, prefetch: int,
                         depth: int, bounds: tuple[int, int] | None, pow2_bounds: tuple[int, int] | None,
-                        resident: int) -> ElementwiseKernel:
+                        resident: int, tiled: bool = False) -> ElementwiseKernel:
     """:func:`elementwise_kernel` once its tuning is resolved: ``unroll`` chunks in flight, L2 prefetches
     ``prefetch`` strides ahead (shift kernels), ``depth`` chunks in flight of the stationary and
     channel-vector loops, ``bounds`` the launch bounds (``pow2_bounds``: those of a shift kernel, which its
@@ -591,28 +595,36 @@ def _elementwise_kernel(op: ElementwiseOp, a: ElementKind, b: ElementKind | None
         # while loops, not range(): a range with a run-time step computes its trip count by a division
         # (docs/design.md, "Instructions per byte")
         base = start
+        if tiled:  # block tiles of unroll x blockDim chunks, each in one segment (elementwise_kernel)
+            base = np.int64(cuda.blockIdx.x) * (np.int64(cuda.blockDim.x) * unroll) + cuda.threadIdx.x
         while base < (0 if stationary or channel_vectors else nchunks):
             if prefetch:
                 ahead = base + prefetch * unroll * stride
                 if ahead < nchunks:
                     prefetch_l2(aw, ahead)
+            if tiled:
+                inv, sc, zp = segment_params(scales, zero_points, base >> shift)
             for k in range(unroll):
-                c = base + k * stride
+                c = base + k * (cuda.blockDim.x if tiled else stride)
                 if c < nchunks:
                     a_lo[k], a_hi[k] = a_load(aw, c)
                     if has_b:
                         b_lo[k], b_hi[k] = b_load(bw, c)
-                    if shifted:
+                    if tiled:  # the round's parameters, loaded above
+                        pass
+                    elif shifted:
                         k_inv[k], k_scale[k], k_zp[k] = segment_params(scales, zero_points, c >> shift)
                     elif not scalar and not stationary:  # the chunk's scale loads overlap the data loads
                         k_seg[k], k_pos[k] = seg, seg_pos
                         k_inv[k], k_scale[k], k_zp[k] = segment_params(scales, zero_points, seg)
                         seg, seg_pos = advance(seg, seg_pos, step_q, step_r, seg_len, channels)
             for k in range(unroll):
-                c = base + k * stride
+                c = base + k * (cuda.blockDim.x if tiled else stride)
                 if c < nchunks:
                     s, pos = 0, 0
-                    if shifted:
+                    if tiled:
+                        pass
+                    elif shifted:
                         inv, sc, zp = k_inv[k], k_scale[k], k_zp[k]
                     elif not scalar and not stationary:
                         s, pos = k_seg[k], k_pos[k]
@@ -662,7 +674,7 @@ def _elementwise_kernel(op: ElementwiseOp, a: ElementKind, b: ElementKind | None
         grid_tag += "_stationary" + (f"_d{depth}" if depth != 2 else "")
     if channel_vectors:
         grid_tag += "_vectors"
-    pow2_tag = (f"_pow2_u{unroll}" + (f"_pf{prefetch}" if prefetch else "") if shifted
+    pow2_tag = (f"_pow2_u{unroll}" + (f"_pf{prefetch}" if prefetch else "") + ("_tiled" if tiled else "") if shifted
                 else ("" if unroll == _UNTAGGED_UNROLL else f"_u{unroll}"))
     if pow2_bounds:
         pow2_tag += f"_lb{pow2_bounds[1]}"

@@ -305,8 +305,18 @@ class ElementwisePlan(Plan):
         self._uniform = self._uniform_chunk()
         vectors = self._channel_vectors()
         self._policy = tuning.policy(registry.LaunchRole.CHANNEL_VECTOR if vectors else entry.launch)
-        kernel = entry.kernel(tuning.kernel, self._uniform, self._kernel_op(), self._pow2_segments(),
-                              channel_vectors=vectors, unroll=self._policy.unroll)
+        pow2 = self._pow2_segments()
+        kernel = entry.kernel(tuning.kernel, self._uniform, self._kernel_op(), pow2, channel_vectors=vectors,
+                              unroll=self._policy.unroll)
+        # A shift kernel of several chunks a thread whose segments span a block tile takes its chunks within the
+        # tile and loads each round's parameters once (kernels/elementwise.py, ``tiled``).
+        tile = self._policy.threads_per_block * kernel.unroll
+        self._tiled = False
+        if (pow2 and self._uniform and kernel.unroll > 1 and tile & (tile - 1) == 0
+                and self._segments()[0] // kernel.chunk >= tile):
+            kernel = entry.kernel(tuning.kernel, self._uniform, self._kernel_op(), pow2, channel_vectors=vectors,
+                                  unroll=self._policy.unroll, tiled=True)
+            self._tiled = True
         self._grid_element = entry.grid
         G = self._chunk = kernel.chunk
         self._unroll = kernel.unroll
