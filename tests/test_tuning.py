@@ -9,6 +9,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from test_fp8 import assert_fp8_same
 from test_per_tensor import assert_same
 from tuned import per_axis, planned
 
@@ -31,6 +32,7 @@ from baracuda_numba.plans.tuning import (
     tuning_for,
 )
 from baracuda_numba.platform import SIMULATOR
+from baracuda_numba.reference import fp8 as ref8
 
 
 @pytest.mark.parametrize(("device", "card"), [
@@ -141,6 +143,7 @@ def test_narrow_input_bytes_raise_the_dequantize_chunks_in_flight():
 # test compiles them.)
 KNOB_VARIANTS = [
     dict(narrow_input_bytes=16), dict(narrow_input_bytes=32), dict(unroll=4), dict(pow2_unroll=2),
+    dict(pow2_tiled_unroll=2), dict(pow2_tiled_unroll=4, pow2_unroll=2),
     dict(pow2_unroll=4, pow2_prefetch=1), dict(pow2_prefetch=2, pow2_launch_bounds=None),
     dict(general_launch_bounds=(512, 4)), dict(stationary_input_bytes=64, stationary_launch_bounds=(512, 3)),
     dict(channel_launch_bounds=None),
@@ -178,23 +181,46 @@ def test_knob_variants_match_reference(fields, dtype):
                     ref.dequantize(q, full_s, full_z, f))
 
 
-def test_shift_kernels_of_several_chunks_take_block_tiles_where_a_segment_spans_one():
-    """With two chunks a thread, a per-token plan whose rows span a block tile (threads x 2 chunks) takes the tiled
-    shift kernel, one set of parameters a round; group-128 segments, shorter than a tile, keep a set per chunk.
-    (The bits of both: test_knob_variants_match_reference.)"""
-    tuning = _with(pow2_unroll=2)
-    threads = tuning.elementwise.segment_quantize_policy.threads_per_block
-    cols = 2 * threads * 8  # bf16: 8 elements a chunk
-    token = bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(4, cols, -128, 127, "bf16", "s8"),
+@pytest.mark.parametrize("tiled_unroll", [2, 4])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_tiled_shift_kernels_match_reference(tiled_unroll, dtype):
+    """Segments spanning a block tile (``pow2_tiled_unroll`` chunks a thread, the block narrowed to fit): per-token
+    and group-2048 quantize and dequantize, integer and FP8, every tile holding NaN, infinities and values past the
+    range, bit for bit against the float64 reference; shorter segments (group 128) keep the untiled kernel."""
+    tuning = _with(pow2_tiled_unroll=tiled_unroll)
+    rng = np.random.default_rng(tiled_unroll)
+    f = bn.element_kind(dtype).numpy_dtype
+    shape = (3, 4096)
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    x[:, ::61] = 1e6
+    x[:, 7::97] = np.nan
+    x[:, 11::89] = -np.inf
+    x[:, 13::83] = np.inf
+    x = x.astype(f)
+    q = rng.integers(-128, 128, shape).astype(np.int8)
+    for family, count, layout in (("token", 3, {}), ("group", 3 * 2, dict(group_size=2048)),
+                                  ("group", 3 * 32, dict(group_size=128))):
+        scales = rng.choice([0.5, 2.0**-6, 0.013, 0.1], count).astype(np.float32)
+        zps = rng.integers(-6, 6, count).astype(np.int32)
+        full_s = _expand(family, scales, shape, layout)
+        full_z = _expand(family, zps, shape, layout)
+        assert_same(per_axis("quantize", family, tuning, x=x, scales=scales, zero_points=zps, **layout),
+                    ref.quantize(x, full_s, full_z, -128, 127, np.int8))
+        assert_same(per_axis("dequantize", family, tuning, q=q, scales=scales, zero_points=zps, dtype=dtype,
+                             **layout), ref.dequantize(q, full_s, full_z, f))
+        assert_fp8_same(per_axis("quantize", family, tuning, x=x, scales=scales, out="fp8_e4m3", **layout),
+                        ref8.fp8_quantize(x, full_s, bn.ElementKind.FP8_E4M3.numpy_dtype))
+    token = bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(3, 4096, -128, 127, dtype, "s8"),
                                            tuning=tuning)
-    group = bn.QuantizePerGroupPlan.select(bn.QuantizePerGroupDescriptor(4, cols, 128, -128, 127, "bf16", "s8"),
+    group = bn.QuantizePerGroupPlan.select(bn.QuantizePerGroupDescriptor(3, 4096, 128, -128, 127, dtype, "s8"),
                                            tuning=tuning)
-    short = bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(4, cols // 2, -128, 127, "bf16", "s8"),
-                                           tuning=tuning)
-    assert token._tiled and not group._tiled and not short._tiled
-    shipped = bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(4, cols, -128, 127, "bf16", "s8"),
-                                             tuning=_with())
-    assert not shipped._tiled  # one chunk a thread: nothing to share
+    role = tuning.elementwise.segment_quantize_policy.threads_per_block
+    assert token._tiled and not group._tiled
+    assert token._policy.threads_per_block * token._unroll * token._chunk <= 4096
+    assert token._policy.threads_per_block in (role, role // 2, role // 4) and token._unroll == tiled_unroll
+    shipped = bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(3, 4096, -128, 127, dtype, "s8"),
+                                             tuning=_with(pow2_tiled_unroll=1))
+    assert not shipped._tiled and shipped._policy.threads_per_block == role
 
 
 def _expand(family, values, shape, layout):

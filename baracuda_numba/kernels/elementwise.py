@@ -69,6 +69,7 @@ class ElementwiseKernelTuning:
     narrow_input_bytes: int
     general_launch_bounds: tuple[int, int] | None  # launch_bounds of the general kernels (None: none)
     pow2_unroll: int  # chunks in flight of the shift kernels (segments a power-of-two number of chunks)
+    pow2_tiled_unroll: int  # chunks a thread of the tiled shift kernels (segments spanning a block tile); 1: none
     pow2_prefetch: int  # grid strides ahead at which the shift kernels ask L2 for their 16-byte inputs (0: none)
     pow2_launch_bounds: tuple[int, int] | None  # launch_bounds of the shift kernels with float32 math
     channel_launch_bounds: tuple[int, int] | None  # launch_bounds of the channel kernels whose chunks span channels
@@ -326,14 +327,16 @@ def elementwise_kernel(
     more threads per SM. ``channel_vectors`` (channel mode along the last axis: ``seg_len == 1``,
     ``channels % G == 0``): each chunk's ``G`` channels are consecutive, so their scales and zero points
     are read as vectors (aligned to ``G`` elements, up to 16 bytes, which the caller guarantees) next
-    to the chunk, for grids of short-lived blocks. ``tiled`` (a shift kernel of several chunks a thread, whose
-    caller guarantees that a segment spans a block tile of ``unroll x blockDim`` chunks): each thread takes its
-    chunks ``blockDim`` apart within a tile, all in one segment, and loads and inverts their parameters once.
+    to the chunk, for grids of short-lived blocks. ``tiled`` (a shift kernel of ``tuning.pow2_tiled_unroll``
+    chunks a thread, whose caller guarantees that a segment spans a block tile of ``unroll x blockDim`` chunks):
+    each thread takes its chunks ``blockDim`` apart within a tile, all in one segment, and loads and inverts their
+    parameters once.
     """
     G = chunk_elements(a, b, out)
     scalar = mode is ScaleMode.SCALAR
     shifted = pow2_segments and not scalar and uniform_chunk
-    unroll = tuning.pow2_unroll if shifted else (unroll or tuning.unroll)
+    tiled = tiled and shifted and tuning.pow2_tiled_unroll > 1
+    unroll = (tuning.pow2_tiled_unroll if tiled else tuning.pow2_unroll) if shifted else (unroll or tuning.unroll)
     # Not the shift kernels, whose one chunk in flight (pow2_unroll) was measured best on both cards: raising it for
     # narrow inputs took an H200's f32 per-token / group-128 / axis-0 dequantize from 87-88% of copy to 76-79%.
     if tuning.narrow_input_bytes and a.itemsize < out.itemsize and not stationary and not shifted:
@@ -355,7 +358,6 @@ def elementwise_kernel(
     elif shifted:
         bounds = None
     resident = tuning.stationary_launch_bounds[1] if stationary else 0
-    tiled = tiled and shifted and unroll > 1
     return _elementwise_kernel(op, a, b, out, precision, mode, uniform_chunk, grid, shifted, unroll, stationary,
                                channel_vectors, prefetch, depth, bounds, pow2_bounds, resident, tiled)
 
