@@ -135,7 +135,10 @@ def test_narrow_input_bytes_raise_the_dequantize_chunks_in_flight():
                                             tuning=tuning)
     assert quant._unroll == max(tuning.elementwise.stream_policy.unroll or tuning.elementwise.unroll, 1)
     token = bn.DequantizePerTokenPlan.select(bn.DequantizePerTokenDescriptor(4, 256, "f32", "s8"), tuning=tuning)
-    assert token._pow2_segments() and token._unroll == tuning.elementwise.pow2_unroll == 1
+    # a tiled shift kernel's chunks are its tiles' (pow2_tiled_unroll), an untiled one's pow2_unroll: not raised
+    e = tuning.elementwise
+    assert token._pow2_segments() and token._unroll == (e.pow2_tiled_unroll if token._tiled else e.pow2_unroll)
+    assert not token._tiled or e.pow2_tiled_unroll > 1
 
 
 # Knobs of the H200 candidates (benchmarks/tune_cards.py), each against the float64 reference bit for bit: more
@@ -184,9 +187,9 @@ def test_knob_variants_match_reference(fields, dtype):
 @pytest.mark.parametrize("tiled_unroll", [2, 4])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_tiled_shift_kernels_match_reference(tiled_unroll, dtype):
-    """Segments spanning a block tile (``pow2_tiled_unroll`` chunks a thread, the block narrowed to fit): per-token
-    and group-2048 quantize and dequantize, integer and FP8, every tile holding NaN, infinities and values past the
-    range, bit for bit against the float64 reference; shorter segments (group 128) keep the untiled kernel."""
+    """Tiled shift kernels (``pow2_tiled_unroll`` chunks of one segment a thread, segments of at least eight threads'
+    worth): per-token, group-2048 and group-128 quantize and dequantize, integer and FP8, NaN, infinities and values
+    past the range throughout, bit for bit against the float64 reference; which plans take the tiles."""
     tuning = _with(pow2_tiled_unroll=tiled_unroll)
     rng = np.random.default_rng(tiled_unroll)
     f = bn.element_kind(dtype).numpy_dtype
@@ -199,7 +202,7 @@ def test_tiled_shift_kernels_match_reference(tiled_unroll, dtype):
     x = x.astype(f)
     q = rng.integers(-128, 128, shape).astype(np.int8)
     for family, count, layout in (("token", 3, {}), ("group", 3 * 2, dict(group_size=2048)),
-                                  ("group", 3 * 32, dict(group_size=128))):
+                                  ("group", 3 * 32, dict(group_size=128)), ("group", 3 * 128, dict(group_size=32))):
         scales = rng.choice([0.5, 2.0**-6, 0.013, 0.1], count).astype(np.float32)
         zps = rng.integers(-6, 6, count).astype(np.int32)
         full_s = _expand(family, scales, shape, layout)
@@ -210,17 +213,13 @@ def test_tiled_shift_kernels_match_reference(tiled_unroll, dtype):
                              **layout), ref.dequantize(q, full_s, full_z, f))
         assert_fp8_same(per_axis("quantize", family, tuning, x=x, scales=scales, out="fp8_e4m3", **layout),
                         ref8.fp8_quantize(x, full_s, bn.ElementKind.FP8_E4M3.numpy_dtype))
-    token = bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(3, 4096, -128, 127, dtype, "s8"),
-                                           tuning=tuning)
-    group = bn.QuantizePerGroupPlan.select(bn.QuantizePerGroupDescriptor(3, 4096, 128, -128, 127, dtype, "s8"),
-                                           tuning=tuning)
-    role = tuning.elementwise.segment_quantize_policy.threads_per_block
-    assert token._tiled and not group._tiled
-    assert token._policy.threads_per_block * token._unroll * token._chunk <= 4096
-    assert token._policy.threads_per_block in (role, role // 2, role // 4) and token._unroll == tiled_unroll
-    shipped = bn.QuantizePerTokenPlan.select(bn.QuantizePerTokenDescriptor(3, 4096, -128, 127, dtype, "s8"),
-                                             tuning=_with(pow2_tiled_unroll=1))
-    assert not shipped._tiled and shipped._policy.threads_per_block == role
+    chunk = 16 // np.dtype(f).itemsize
+    for group_size in (4096, 128, 32):
+        desc = bn.QuantizePerGroupDescriptor(3, 4096, group_size, -128, 127, dtype, "s8")
+        plan = bn.QuantizePerGroupPlan.select(desc, tuning=tuning)
+        assert plan._tiled == (group_size // chunk >= 8 * tiled_unroll)
+        assert plan._unroll == (tiled_unroll if plan._tiled else tuning.elementwise.pow2_unroll)
+        assert not bn.QuantizePerGroupPlan.select(desc, tuning=_with(pow2_tiled_unroll=1))._tiled
 
 
 def _expand(family, values, shape, layout):

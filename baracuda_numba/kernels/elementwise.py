@@ -328,9 +328,10 @@ def elementwise_kernel(
     ``channels % G == 0``): each chunk's ``G`` channels are consecutive, so their scales and zero points
     are read as vectors (aligned to ``G`` elements, up to 16 bytes, which the caller guarantees) next
     to the chunk, for grids of short-lived blocks. ``tiled`` (a shift kernel of ``tuning.pow2_tiled_unroll``
-    chunks a thread, whose caller guarantees that a segment spans a block tile of ``unroll x blockDim`` chunks):
-    each thread takes its chunks ``blockDim`` apart within a tile, all in one segment, and loads and inverts their
-    parameters once.
+    chunks a thread, a power of two, whose caller guarantees segments of at least that many chunks): each segment
+    is taken by ``lanes = segment chunks / unroll`` consecutive threads, thread ``g`` holding chunks
+    ``(g // lanes) * segment chunks + g % lanes + k * lanes``, all in one segment, whose parameters it loads and
+    inverts once per round (a warp's loads stay runs of ``lanes`` consecutive chunks).
     """
     G = chunk_elements(a, b, out)
     scalar = mode is ScaleMode.SCALAR
@@ -341,7 +342,8 @@ def elementwise_kernel(
     # narrow inputs took an H200's f32 per-token / group-128 / axis-0 dequantize from 87-88% of copy to 76-79%.
     if tuning.narrow_input_bytes and a.itemsize < out.itemsize and not stationary and not shifted:
         unroll = max(unroll, tuning.narrow_input_bytes // (G * a.itemsize))
-    prefetch = tuning.pow2_prefetch if shifted and G * a.itemsize == 16 else 0  # aw holds uint64 pairs
+    # aw holds uint64 pairs; a tiled kernel's next chunks are not a grid stride ahead
+    prefetch = tuning.pow2_prefetch if shifted and not tiled and G * a.itemsize == 16 else 0
     depth = max(2, tuning.stationary_input_bytes // (G * (a.itemsize + (b.itemsize if b is not None else 0))))
     if channel_vectors:
         depth = unroll
@@ -525,6 +527,8 @@ def _elementwise_kernel(op: ElementwiseOp, a: ElementKind, b: ElementKind | None
             b_lo, b_hi = b_load(bw, c)
         return a_lo, a_hi, b_lo, b_hi
 
+    unroll_log2 = unroll.bit_length() - 1  # tiles: unroll is a power of two (elementwise_kernel)
+
     def kernel(aw, ae, bw, be, ow, oe, scales, zero_points, n, nchunks, seg_len, channels, step_q, step_r,
                inv0, scale0, zp0, q_min, q_max):
         start = cuda.grid(1)
@@ -596,9 +600,12 @@ def _elementwise_kernel(op: ElementwiseOp, a: ElementKind, b: ElementKind | None
             c += count * stride
         # while loops, not range(): a range with a run-time step computes its trip count by a division
         # (docs/design.md, "Instructions per byte")
-        base = start
-        if tiled:  # block tiles of unroll x blockDim chunks, each in one segment (elementwise_kernel)
-            base = np.int64(cuda.blockIdx.x) * (np.int64(cuda.blockDim.x) * unroll) + cuda.threadIdx.x
+        # Tiles (elementwise_kernel, ``tiled``): thread g takes chunks base + k * lanes of one segment, lanes =
+        # segment chunks / unroll consecutive threads sharing each segment.
+        lanes_shift = shift - unroll_log2 if tiled else 0
+        lanes_mask = (np.int64(1) << lanes_shift) - 1
+        g = np.int64(start)
+        base = ((g >> lanes_shift) << shift) + (g & lanes_mask) if tiled else g
         while base < (0 if stationary or channel_vectors else nchunks):
             if prefetch:
                 ahead = base + prefetch * unroll * stride
@@ -607,7 +614,7 @@ def _elementwise_kernel(op: ElementwiseOp, a: ElementKind, b: ElementKind | None
             if tiled:
                 inv, sc, zp = segment_params(scales, zero_points, base >> shift)
             for k in range(unroll):
-                c = base + k * (cuda.blockDim.x if tiled else stride)
+                c = base + (k << lanes_shift if tiled else k * stride)
                 if c < nchunks:
                     a_lo[k], a_hi[k] = a_load(aw, c)
                     if has_b:
@@ -621,7 +628,7 @@ def _elementwise_kernel(op: ElementwiseOp, a: ElementKind, b: ElementKind | None
                         k_inv[k], k_scale[k], k_zp[k] = segment_params(scales, zero_points, seg)
                         seg, seg_pos = advance(seg, seg_pos, step_q, step_r, seg_len, channels)
             for k in range(unroll):
-                c = base + k * (cuda.blockDim.x if tiled else stride)
+                c = base + (k << lanes_shift if tiled else k * stride)
                 if c < nchunks:
                     s, pos = 0, 0
                     if tiled:
@@ -648,7 +655,11 @@ def _elementwise_kernel(op: ElementwiseOp, a: ElementKind, b: ElementKind | None
                         o_lo, o_hi, pending = chunk_lane(o_lo, o_hi, pending, a_lo[k], a_hi[k], b_lo[k], b_hi[k], j,
                                                          inv, sc, zp, q_min, q_max)
                     o_store(ow, c, o_lo, o_hi)
-            base += stride * unroll
+            if tiled:
+                g += stride
+                base = ((g >> lanes_shift) << shift) + (g & lanes_mask)
+            else:
+                base += stride * unroll
         i = nchunks * G + start
         while i < n:
             if not scalar:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from operator import itemgetter
 from typing import Any, ClassVar
 
@@ -28,9 +28,9 @@ from .tuning import MemoryTuning, current_tuning
 __all__ = ["Verdict", "Plan", "ElementwisePlan", "ArrayScalePlan", "normalise_descriptor"]
 
 DEFAULT_PREFERENCE = PlanPreference()
-# The narrowest block a tiled shift kernel takes to fit its tiles in a segment: four warps, the stream policy's
-# width (narrower blocks are unmeasured).
-MIN_TILE_THREADS = 128
+# The fewest threads sharing a segment in a tiled shift kernel: eight 16-byte chunks, so that a warp's loads are
+# whole 128-byte lines (shorter segments keep the untiled kernel).
+MIN_TILE_LANES = 8
 
 
 @dataclass(frozen=True)
@@ -311,15 +311,12 @@ class ElementwisePlan(Plan):
         pow2 = self._pow2_segments()
         kernel = entry.kernel(tuning.kernel, self._uniform, self._kernel_op(), pow2, channel_vectors=vectors,
                               unroll=self._policy.unroll)
-        self._tiled = False
-        tile_threads = self._tile_threads(pow2, kernel.chunk, tuning.pow2_tiled_unroll)
-        if tile_threads:
-            # segments spanning a block tile: each round's parameters loaded and inverted once per thread
-            # (kernels/elementwise.py, ``tiled``), in blocks narrowed to fit a segment
+        self._tiled = self._tiles(pow2, kernel.chunk, tuning.pow2_tiled_unroll)
+        if self._tiled:
+            # each segment's chunks shared by its threads, their parameters loaded and inverted once a round
+            # (kernels/elementwise.py, ``tiled``)
             kernel = entry.kernel(tuning.kernel, self._uniform, self._kernel_op(), pow2, channel_vectors=vectors,
                                   unroll=self._policy.unroll, tiled=True)
-            self._policy = replace(self._policy, threads_per_block=tile_threads)
-            self._tiled = True
         self._grid_element = entry.grid
         G = self._chunk = kernel.chunk
         self._unroll = kernel.unroll
@@ -351,18 +348,12 @@ class ElementwisePlan(Plan):
             kernel.compiled()
             self._install_fast()
 
-    def _tile_threads(self, pow2: bool, chunk: int, unroll: int) -> int:
-        """Threads per block of the tiled shift kernel (0: not tiled): the policy's, halved down to
-        ``MIN_TILE_THREADS`` until a tile of ``threads x unroll`` chunks fits in a segment of a power-of-two
-        number of chunks (a segment then holds whole tiles: no tile straddles two)."""
-        if not (pow2 and self._uniform and unroll > 1):
-            return 0
-        segment_chunks = self._segments()[0] // chunk
-        threads = self._policy.threads_per_block
-        while threads * unroll > segment_chunks and threads > MIN_TILE_THREADS:
-            threads //= 2
-        tile = threads * unroll
-        return threads if tile & (tile - 1) == 0 and segment_chunks >= tile else 0
+    def _tiles(self, pow2: bool, chunk: int, unroll: int) -> bool:
+        """Whether the tiled shift kernel of ``unroll`` chunks a thread (a power of two) runs: segments of a
+        power-of-two number of chunks, at least ``MIN_TILE_LANES`` threads' worth."""
+        if not (pow2 and self._uniform and unroll > 1 and unroll & (unroll - 1) == 0):
+            return False
+        return self._segments()[0] // chunk >= MIN_TILE_LANES * unroll
 
     def _install_fast(self) -> None:
         """The parameter template and what :meth:`run`'s fast path reads (GPU only)."""

@@ -51,9 +51,8 @@ class ElementwiseTuning:
     # The shift kernels (power-of-two segments) keep one chunk in flight: group-128 quantize bf16 82.7% of copy at
     # 1, 70.5% at 2, 69.7% at 4 (the tracking kernel 70.0%); per token 87.1 / 75.2 / 74.5%; dequantize within 0.3%.
     pow2_unroll: int = 1
-    # Shift kernels whose segments span a block tile (threads x this many chunks, the block narrowed to as few as
-    # 128 threads to fit): each thread's chunks lie in one segment, one parameter load and reciprocal for all of
-    # them (1: no tiles). Unmeasured on an H100.
+    # Tiled shift kernels: each thread takes this many chunks of one segment (segments of at least 8 threads'
+    # worth), one parameter load and reciprocal for all of them (1: no tiles). Unmeasured on an H100.
     pow2_tiled_unroll: int = 1
     # No L2 prefetch ahead of the shift kernels' loads: one or two grid strides ahead were slower (74.4-85.3%).
     pow2_prefetch: int = 0
@@ -209,10 +208,11 @@ H100_TUNING = MemoryTuning()
 H200_TUNING = MemoryTuning(
     card="h200",
     elementwise=ElementwiseTuning(
-        # Shift kernels in block tiles of two chunks a thread where a segment spans one (rows of 4096 bf16): quantize
-        # per token 87.0 -> 99.7% of copy, axis-0 channels 85.5 -> 96.1, FP8 per token 80.5 -> 85.8, dequantize per
-        # token 89.8 -> 95.4; four chunks spill at the 32 registers of the shift kernels' bounds (68.2% per token),
-        # and under bounds of three blocks read 99.2 / 92.5 / 87.4 / 94.5.
+        # Tiled shift kernels, two chunks of one segment a thread (rows of 4096 bf16): quantize per token 87.5 ->
+        # 99.0% of copy, group 128 83.7 -> 96.6, axis-0 channels 86.0 -> 97.2, FP8 per token 79.9 -> 81.7;
+        # dequantize per token 90.7 -> 95.7, group 128 89.8 -> 92.9. Four chunks spill at the 32 registers of the
+        # shift kernels' bounds (per token 68.5%); under bounds of three blocks they read 99.7 / 84.0 / 98.0 / 83.9
+        # and 95.1 / 89.6.
         pow2_tiled_unroll=2,
         # FP8 dequantize e4m3 -> bf16 79.9 -> 95.6% of copy (the quantize rows within 0.6 points).
         narrow_input_bytes=16,
