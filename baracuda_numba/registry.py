@@ -128,7 +128,7 @@ class RegistryEntry(Entry):
         ``op`` replaces the entry's op by a variant over the same operands (PyTorch's float64 fake quantize);
         ``pow2_segments``: segments of a power-of-two number of chunks; ``stationary`` / ``channel_vectors``: the
         thread-stationary or channel-vector channel kernel; ``unroll``: its launch policy's chunks in flight (0:
-        the tuning's); ``tiled``: a shift kernel's block tiles, each in one segment (see
+        the tuning's); ``tiled``: the tiled shift kernel, each segment shared by consecutive threads (see
         :func:`~baracuda_numba.kernels.elementwise.elementwise_kernel`)."""
         uniform = uniform_chunk or self.mode is ScaleMode.SCALAR
         return elementwise_kernel(op or self.op, self.a, self.b, self.out, self.sku.precision_guarantee.math_precision,

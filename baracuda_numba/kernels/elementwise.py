@@ -69,7 +69,7 @@ class ElementwiseKernelTuning:
     narrow_input_bytes: int
     general_launch_bounds: tuple[int, int] | None  # launch_bounds of the general kernels (None: none)
     pow2_unroll: int  # chunks in flight of the shift kernels (segments a power-of-two number of chunks)
-    pow2_tiled_unroll: int  # chunks a thread of the tiled shift kernels (segments spanning a block tile); 1: none
+    pow2_tiled_unroll: int  # chunks of one segment a thread of the tiled shift kernels (1: none)
     pow2_prefetch: int  # grid strides ahead at which the shift kernels ask L2 for their 16-byte inputs (0: none)
     pow2_launch_bounds: tuple[int, int] | None  # launch_bounds of the shift kernels with float32 math
     channel_launch_bounds: tuple[int, int] | None  # launch_bounds of the channel kernels whose chunks span channels

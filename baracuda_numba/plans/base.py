@@ -309,14 +309,11 @@ class ElementwisePlan(Plan):
         vectors = self._channel_vectors()
         self._policy = tuning.policy(registry.LaunchRole.CHANNEL_VECTOR if vectors else entry.launch)
         pow2 = self._pow2_segments()
+        # tiles: each segment's chunks shared by its threads, their parameters loaded and inverted once a round
+        # (kernels/elementwise.py, ``tiled``)
+        self._tiled = self._tiles(pow2, chunk_elements(entry.a, entry.b, entry.out), tuning.pow2_tiled_unroll)
         kernel = entry.kernel(tuning.kernel, self._uniform, self._kernel_op(), pow2, channel_vectors=vectors,
-                              unroll=self._policy.unroll)
-        self._tiled = self._tiles(pow2, kernel.chunk, tuning.pow2_tiled_unroll)
-        if self._tiled:
-            # each segment's chunks shared by its threads, their parameters loaded and inverted once a round
-            # (kernels/elementwise.py, ``tiled``)
-            kernel = entry.kernel(tuning.kernel, self._uniform, self._kernel_op(), pow2, channel_vectors=vectors,
-                                  unroll=self._policy.unroll, tiled=True)
+                              unroll=self._policy.unroll, tiled=self._tiled)
         self._grid_element = entry.grid
         G = self._chunk = kernel.chunk
         self._unroll = kernel.unroll
