@@ -165,6 +165,54 @@ def test_the_ops_implementation_launches_the_remembered_plan_from_its_tensors(fa
             op(x, w, s, b, True, float("inf"))
 
 
+@pytest.mark.parametrize("name", ["two launches", "fused"])
+def test_op_calls_with_bound_weights_check_only_the_input_and_output(fake_cuda, name):
+    """Compiled code calls the op with the same weight tensors every step: once a call launched with them, a repeat
+    call checks only ``x`` and ``out`` (no key of every tensor, ``_launch_key``), with the checked path's bytes;
+    another tensor object (a replaced buffer) is checked again, and the binding holds no weight alive."""
+    import gc
+    import weakref
+
+    activation, variant = VARIANTS[name]
+    layer, plan, driver, full = _setup(fake_cuda, activation, variant)
+    out_op = torch.ops.baracuda.quantized_linear_out.default
+    x = torch.empty(2, 64, dtype=torch.bfloat16)
+    w, s, b, a = layer.weight_q, layer.weight_scale, layer.bias, layer._act_scale
+    into = torch.empty(2, 48, dtype=torch.bfloat16)
+    keyed = []
+    launch_key = linear_bound._launch_key
+    fake_cuda.setattr(linear_bound, "_launch_key", lambda *args: keyed.append(1) or launch_key(*args))
+    launches = 1 if plan.spec.fused else 2
+    out_op(x, w, s, b, True, a, into)  # the full way
+    out_op(x, w, s, b, True, a, into)  # the remembered launch, which binds the weights
+    assert len(full) == 1 and len(driver.calls) == launches
+    keyed.clear()
+    driver.calls.clear()
+    for _ in range(3):
+        out_op(x, w, s, b, True, a, into)
+    assert keyed == [] and len(driver.calls) == 3 * launches and len(full) == 1
+    fast = driver.calls[-launches:]
+    driver.calls.clear()
+    plan.checked(bn.QuantizedLinearArgs(x, w, s, into, b, a))
+    assert driver.calls == fast
+    driver.calls.clear()
+    for bad in (torch.empty(2, 48, dtype=torch.float32), torch.empty(3, 48, dtype=torch.bfloat16),
+                torch.empty(2, 96, dtype=torch.bfloat16)[:, ::2]):  # the bound path declines: the full way
+        out_op(x, w, s, b, True, a, bad)
+        assert len(full) == 2 and driver.calls == []
+        full.clear()
+        full.append(None)
+    keyed.clear()
+    w2 = w.clone()  # another tensor: checked again (the key), then bound
+    out_op(x, w2, s, b, True, a, into)
+    assert keyed == [1] and len(driver.calls) == launches
+    assert w2.data_ptr().to_bytes(8, "little") in driver.calls[-1][1]
+    dead = weakref.ref(w2)
+    del w2
+    gc.collect()
+    assert dead() is None  # the binding held it weakly
+
+
 def test_an_eager_layer_call_is_a_few_python_frames(fake_cuda):
     """The Python functions a repeat eager call runs (host time at decode is the model's speed): the module's
     call and forward, ``torch.compiler.is_compiling``, the bound call, the plan's launch and its stream workspace;

@@ -403,3 +403,23 @@ def test_fake_quantize_on_another_device_than_its_buffers_is_refused_by_name():
     fq = FakeQuantize(observer="minmax")
     with pytest.raises(InvalidProblem, match=r"FakeQuantize: x expected a tensor on cpu .*got a tensor on meta"):
         fq(torch.empty(4, 8, device="meta"))
+
+
+def test_per_tensor_fake_quantize_output_takes_in_place_ops_and_keeps_its_gradient():
+    """The per-tensor output is not a view made inside the autograd Function (its reshapes happen there): an in-place
+    op on it is allowed, as on torch.ao's, and the gradient stays the masked one."""
+    theirs = TorchFakeQuantize(observer=MinMaxObserver, quant_min=-128, quant_max=127, dtype=torch.qint8,
+                               qscheme=torch.per_tensor_symmetric).to(DEVICE)
+    ours = FakeQuantize(dtype=torch.int8, granularity="per_tensor", observer="minmax", q_min=-128, q_max=127).to(DEVICE)
+    x = _batches(1, (3, 4, 5), seed=7)[0]
+    for module in (ours, theirs):
+        module(x)
+        module.disable_observer()
+    xa, xb = (x * 3).requires_grad_(), (x * 3).requires_grad_()  # past the observed range: a partial mask
+    ya, yb = ours(xa), theirs(xb)
+    assert ya.shape == x.shape and torch.equal(ya, yb)
+    ya.mul_(2)
+    yb.mul_(2)
+    ya.sum().backward()
+    yb.sum().backward()
+    assert torch.equal(xa.grad, xb.grad) and 0 < int((xa.grad == 0).sum()) < x.numel()

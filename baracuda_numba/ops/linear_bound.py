@@ -16,6 +16,7 @@ its alignment, the fused kernel under graph capture, the simulator) goes the ful
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -37,9 +38,28 @@ _LAUNCHES: dict[tuple, Any] = {}
 _LAUNCHES_LIMIT = 512
 
 
+class _OpBinding:
+    """The op's remembered launches for one set of weight tensors (``weight_q``, ``weight_scale``, ``bias``), whose
+    dtypes, shapes, contiguity and device were checked by the call that bound them: the tensors by identity (weak
+    references: a freed model frees its weights), ``launches`` per input shape and dtype."""
+
+    __slots__ = ("bias", "device", "launches", "tensor", "weight_q", "weight_scale")
+
+    def __init__(self, weight_q: Any, weight_scale: Any, bias: Any, device: int, tensor: type) -> None:
+        self.weight_q, self.weight_scale = weakref.ref(weight_q), weakref.ref(weight_scale)
+        self.bias = None if bias is None else weakref.ref(bias)
+        self.device, self.tensor = device, tensor
+        self.launches: dict[tuple, Any] = {}
+
+
+# (id(weight_q), id(weight_scale), id(bias), static_weight, act_scale) -> _OpBinding
+_OP_BINDINGS: dict[tuple, _OpBinding] = {}
+
+
 def clear_bound_launches() -> None:
     """Forget every remembered launch (:func:`~baracuda_numba.ops.common.clear_plan_cache` calls it)."""
     _LAUNCHES.clear()
+    _OP_BINDINGS.clear()
 
 
 def _remember(key: tuple, x: Any) -> None:
@@ -110,10 +130,54 @@ def _launched(x: Any, weight_q: Any, weight_scale: Any, bias: Any, out: Any, key
 def launch_remembered(x: Any, weight_q: Any, weight_scale: Any, bias: Any = None, static_weight: bool = False,
                       act_scale: float | None = None, out: Any = None) -> Any:
     """The remembered launch of :func:`quantized_linear_tensors` alone: its result (``out``, or a new tensor), or None
-    where the call is not one it takes (nothing launched; the caller goes the full way)."""
+    where the call is not one it takes (nothing launched; the caller goes the full way).
+
+    What compiled code runs at every layer call (the op's implementation), so a call with the weight tensors of
+    an earlier launched call checks only ``x`` and ``out``: the weights' dtypes, shapes, contiguity and device
+    were checked when that call bound them (as a layer's eager bound call does), their pointers are read at each
+    call. A tensor object changed in place past its data (``resize_``, ``set_``) is not seen; a buffer replaced
+    by another tensor is (``tests/test_torch_bound.py``)."""
+    binding = _OP_BINDINGS.get((id(weight_q), id(weight_scale), id(bias), static_weight, act_scale))
+    if (binding is not None and binding.weight_q() is weight_q and binding.weight_scale() is weight_scale
+            and (bias is None or binding.bias() is bias) and type(x) is binding.tensor):
+        found = binding.launches.get((x.shape, x.dtype))
+        device = binding.device
+        if found is not None and x.is_contiguous() and x.get_device() == device:
+            launch, shape, scale = found
+            if out is None:
+                out = x.new_empty(shape)
+            elif not (type(out) is binding.tensor and out.dtype is x.dtype and out.shape == shape
+                      and out.is_contiguous() and out.get_device() == device):
+                return None
+            x_ptr, w_ptr, s_ptr = x.data_ptr(), weight_q.data_ptr(), weight_scale.data_ptr()
+            b_ptr = s_ptr if bias is None else bias.data_ptr()  # the unused bias slot points at weight_scale
+            if (x_ptr | w_ptr) & 15 or (s_ptr | b_ptr) & 3 or not launch(x_ptr, w_ptr, s_ptr, b_ptr, out.data_ptr(),
+                                                                         device, None, scale):
+                return None
+            return out
     torch = sys.modules["torch"]
     key = _launch_key(x, weight_q, weight_scale, bias, static_weight, act_scale, torch)
-    return None if key is None else _launched(x, weight_q, weight_scale, bias, out, key, torch)
+    if key is None:
+        return None
+    result = _launched(x, weight_q, weight_scale, bias, out, key, torch)
+    if result is not None:  # the weights passed every check: bound, with this input's launch
+        _bind_op(weight_q, weight_scale, bias, static_weight, act_scale, key, torch)
+    return result
+
+
+def _bind_op(weight_q: Any, weight_scale: Any, bias: Any, static_weight: bool, act_scale: Any, key: tuple,
+             torch: Any) -> None:
+    """Remember the launch of ``key`` under the binding of these weight tensors (made where there is none)."""
+    op_key = (id(weight_q), id(weight_scale), id(bias), static_weight, act_scale)
+    binding = _OP_BINDINGS.get(op_key)
+    if binding is None or binding.weight_q() is not weight_q or binding.weight_scale() is not weight_scale or (
+            bias is not None and binding.bias() is not bias):
+        if len(_OP_BINDINGS) >= _LAUNCHES_LIMIT:
+            _OP_BINDINGS.clear()
+        binding = _OP_BINDINGS[op_key] = _OpBinding(weight_q, weight_scale, bias, key[2], torch.Tensor)
+    if len(binding.launches) >= _LAUNCHES_LIMIT:
+        binding.launches.clear()
+    binding.launches[(key[0], key[1])] = _LAUNCHES[key]
 
 
 def quantized_linear_tensors(x: Any, weight_q: Any, weight_scale: Any, bias: Any = None, static_weight: bool = False,

@@ -206,11 +206,7 @@ class FakeQuantize(nn.Module):
         if not self._fake_quantizing:
             return x
         if self.granularity == "per_tensor":
-            # One scale as a one-channel per-channel op: tensor arguments keep torch.compile from
-            # specialising on (and recompiling for) every new scale value.
-            y = _ops.fake_quantize_with_grad("channel", x.reshape(1, -1), self.scale, self.zero_point, 0, self.q_min,
-                                             self.q_max)
-            return y.reshape(x.shape)
+            return _ops.fake_quantize_tensor_with_grad(x, self.scale, self.zero_point, self.q_min, self.q_max)
         return _ops.fake_quantize_with_grad("channel", x, self.scale, self.zero_point, self.ch_axis % x.dim(),
                                             self.q_min, self.q_max)
 
