@@ -72,6 +72,9 @@ def _samples():
         "dynamic_range_quantize": (x, True, "token", torch.int8, None, None),
         "quantized_linear": (x, wq, _scales(4), _scales(4, seed=9)),
         "quantized_linear_out": (x, wq, _scales(4), _scales(4, seed=9), True, 0.04, torch.empty(3, 4, device=DEVICE)),
+        "quantized_linear_group_out": (x, [wq[:1], wq[1:]], [_scales(1), _scales(3, seed=4)],
+                                       [_scales(1, seed=9), _scales(3, seed=5)], True, None,
+                                       torch.empty(3, 4, device=DEVICE)),
         "smoothquant_linear": (q, wq, _scales(4), 0.03, None, torch.float32),
     }
 

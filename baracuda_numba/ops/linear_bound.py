@@ -29,7 +29,7 @@ from ..vocabulary import element_kind
 from .linear import _select, quantized_linear
 
 __all__ = ["bind_quantized_linear", "BoundQuantizedLinear", "quantized_linear_tensors", "launch_remembered",
-           "clear_bound_launches"]
+           "launch_grouped", "clear_bound_launches"]
 
 _ZERO_F32 = np.float32(0.0)
 # (x shape, dtype, device, N, no bias, static weight, static scale or None) -> (launch, result shape, the scale as
@@ -56,10 +56,29 @@ class _OpBinding:
 _OP_BINDINGS: dict[tuple, _OpBinding] = {}
 
 
+class _GroupBinding:
+    """Weight tensors of several layers found laid out end to end (rows, scales and biases each in one run of
+    memory): the tensors by identity (weak references), ``n`` their rows in all, ``launches`` per input shape and
+    dtype."""
+
+    __slots__ = ("device", "dtypes", "k", "launches", "n", "refs", "tensor")
+
+    def __init__(self, tensors: tuple, n: int, k: int, device: int, torch: Any) -> None:
+        self.refs = tuple(weakref.ref(t) for t in tensors)
+        self.n, self.k, self.device, self.tensor = n, k, device, torch.Tensor
+        self.dtypes = (torch.float16, torch.bfloat16, torch.float32)  # the inputs the W8A8 plans take
+        self.launches: dict[tuple, Any] = {}  # (x shape, x dtype) -> the remembered launch, or None: none
+
+
+# (id(first weight_q), static_weight, act_scale) -> _GroupBinding
+_GROUP_BINDINGS: dict[tuple, _GroupBinding] = {}
+
+
 def clear_bound_launches() -> None:
     """Forget every remembered launch (:func:`~baracuda_numba.ops.common.clear_plan_cache` calls it)."""
     _LAUNCHES.clear()
     _OP_BINDINGS.clear()
+    _GROUP_BINDINGS.clear()
 
 
 def _remember(key: tuple, x: Any) -> None:
@@ -178,6 +197,113 @@ def _bind_op(weight_q: Any, weight_scale: Any, bias: Any, static_weight: bool, a
     if len(binding.launches) >= _LAUNCHES_LIMIT:
         binding.launches.clear()
     binding.launches[(key[0], key[1])] = _LAUNCHES[key]
+
+
+def launch_grouped(x: Any, weights_q: Any, weight_scales: Any, biases: Any, static_weight: bool = False,
+                   act_scale: float | None = None, out: Any = None) -> Any:
+    """``quantized_linear(x, W, S, B)`` of several layers' weights ``W = cat(weights_q)`` ``[N_1 + ... + N_g, K]``,
+    ``S = cat(weight_scales)``, ``B = cat(biases)`` (None: no bias), where each list's tensors lie end to end in
+    memory: the concatenation is read in place, one GEMM and one activation quantization for all. The result
+    (``out``, or a new tensor) is ``[..., N_1 + ... + N_g]``, layer ``i``'s output in its columns, the bits of each
+    layer's own call (the epilogue is per output element, the int32 sums exact: ``tests/test_torch_groups.py``).
+
+    None (nothing launched) where the tensors are not end to end, or where the call is not one the remembered
+    launch takes (CPU tensors, the simulator, an input other than a contiguous CUDA tensor): the caller runs each
+    layer alone. As :func:`launch_remembered`, tensors are checked once, then known by identity."""
+    binding = _GROUP_BINDINGS.get((id(weights_q[0]), static_weight, act_scale))
+    tensors = (*weights_q, *weight_scales, *(biases or ()))
+    if binding is None or len(binding.refs) != len(tensors) or not all(
+            ref() is t for ref, t in zip(binding.refs, tensors, strict=True)):
+        binding = _bind_group(weights_q, weight_scales, biases, static_weight, act_scale, tensors)
+        if binding is None:
+            return None
+    device = binding.device
+    if type(x) is not binding.tensor or not x.is_contiguous() or x.get_device() != device:
+        return None
+    found = binding.launches.get((x.shape, x.dtype), binding)  # the binding itself: not seen yet
+    if found is binding:
+        found = None
+        if x.dtype in binding.dtypes and x.dim() >= 1 and x.shape[-1] == binding.k:
+            key = (x.shape, x.dtype, device, binding.n, not biases, static_weight, act_scale)
+            if key not in _LAUNCHES:
+                _remember(key, x)
+            found = _LAUNCHES.get(key)
+        if len(binding.launches) >= _LAUNCHES_LIMIT:
+            binding.launches.clear()
+        binding.launches[(x.shape, x.dtype)] = found
+    if found is None:
+        return None
+    launch, shape, scale = found
+    if out is None:
+        out = x.new_empty(shape)
+    elif not (type(out) is binding.tensor and out.dtype is x.dtype and out.shape == shape and out.is_contiguous()
+              and out.get_device() == device):
+        return None
+    x_ptr, w_ptr, s_ptr = x.data_ptr(), weights_q[0].data_ptr(), weight_scales[0].data_ptr()
+    b_ptr = biases[0].data_ptr() if biases else s_ptr
+    if (x_ptr | w_ptr) & 15 or (s_ptr | b_ptr) & 3:
+        return None
+    if launch(x_ptr, w_ptr, s_ptr, b_ptr, out.data_ptr(), device, None, scale):
+        return out
+    # declined (the fused kernel under graph capture): the full way, on tensors over the runs of memory
+    spans = [_span(w_ptr, (binding.n, binding.k), "|i1", device), _span(s_ptr, (binding.n,), "<f4", device),
+             _span(b_ptr, (binding.n,), "<f4", device) if biases else None]
+    if spans[0] is None:
+        return None
+    return quantized_linear(x, spans[0], spans[1], bias=spans[2], out=out, static_weight=static_weight,
+                            act_scale=act_scale)
+
+
+class _Span:
+    """A CUDA array over memory its caller keeps alive (``__cuda_array_interface__``, version 3)."""
+
+    def __init__(self, pointer: int, shape: tuple[int, ...], typestr: str) -> None:
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (pointer, False),
+                                         "version": 3, "strides": None, "stream": None}
+
+
+def _span(pointer: int, shape: tuple[int, ...], typestr: str, device: int) -> Any:
+    """A torch tensor over ``pointer`` on CUDA device ``device``, no copy (None without CUDA)."""
+    torch = sys.modules["torch"]
+    if not torch.cuda.is_available():
+        return None
+    return torch.as_tensor(_Span(pointer, shape, typestr), device=torch.device("cuda", device))
+
+
+def _bind_group(weights_q: Any, weight_scales: Any, biases: Any, static_weight: bool, act_scale: Any,
+                tensors: tuple) -> _GroupBinding | None:
+    """The binding of tensors that lie end to end (every check of :func:`_launch_key` and :func:`_launched` on each
+    layer's, and each one starting where the one before ends), or None."""
+    torch = sys.modules["torch"]
+    if not (len(weights_q) == len(weight_scales) >= 1 and (not biases or len(biases) == len(weights_q))):
+        return None
+    if not all(_is_tensor(t, torch) and t.is_contiguous() for t in tensors):
+        return None
+    first = weights_q[0]
+    if first.dim() != 2 or type(static_weight) is not bool or not (act_scale is None or type(act_scale) is float):
+        return None
+    k, device = first.shape[1], first.get_device()
+    if device < 0:
+        return None
+    w_at, s_at, b_at = first.data_ptr(), weight_scales[0].data_ptr(), biases[0].data_ptr() if biases else 0
+    n = 0
+    for i, w in enumerate(weights_q):
+        s, rows = weight_scales[i], w.shape[0] if w.dim() == 2 else -1
+        if not (w.dtype is torch.int8 and w.dim() == 2 and w.shape[1] == k and w.get_device() == device
+                and s.dtype is torch.float32 and s.numel() == rows and s.get_device() == device
+                and w.data_ptr() == w_at and s.data_ptr() == s_at):
+            return None
+        w_at, s_at, n = w_at + rows * k, s_at + 4 * rows, n + rows
+        if biases:
+            b = biases[i]
+            if not (b.dtype is torch.float32 and b.numel() == rows and b.get_device() == device
+                    and b.data_ptr() == b_at):
+                return None
+            b_at += 4 * rows
+    if len(_GROUP_BINDINGS) >= _LAUNCHES_LIMIT:
+        _GROUP_BINDINGS.clear()
+    binding = _GROUP_BINDINGS[(id(first), static_weight, act_scale)] = _GroupBinding(tensors, n, k, device, torch)
+    return binding
 
 
 def quantized_linear_tensors(x: Any, weight_q: Any, weight_scale: Any, bias: Any = None, static_weight: bool = False,

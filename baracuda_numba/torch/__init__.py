@@ -12,6 +12,8 @@ baracuda_numba`` alone never does. ``import torch`` inside it is absolute and re
 - :mod:`.hf`: :class:`BaracudaConfig`, registered with transformers on import: quantize on load
   (``from_pretrained(..., quantization_config=BaracudaConfig())``), ``save_pretrained`` / ``from_pretrained``
   of quantized models.
+- :mod:`.groups`: :func:`group_projections`: sibling W8A8 layers that read one input (q / k / v, gate / up)
+  computed as one GEMM (:func:`quantize_model` groups them).
 - :mod:`.emulate`: the W8A8 recipe in pure PyTorch (the reference; :class:`EmulatedW8A8Linear` for CPUs).
 - :mod:`.qat`: :class:`FakeQuantLinear` and :func:`prepare_qat` for quantization-aware training;
   :func:`compare_logits` (relative error, top-1 agreement).
@@ -27,6 +29,7 @@ except ImportError as error:  # pragma: no cover - exercised only without torch
 from . import hf, ops
 from .convert import QuantizeConfig, calibrate, quantize_model, smooth
 from .emulate import EmulatedW8A8Linear
+from .groups import ProjectionGroup, group_projections
 from .hf import BaracudaConfig
 from .modules import FakeQuantize, StateDictMismatch, W8A8Linear
 from .qat import FakeQuantLinear, compare_logits, prepare_qat
@@ -35,4 +38,4 @@ hf.register()  # transformers (if installed) knows quant_method "baracuda" from 
 
 __all__ = ["ops", "FakeQuantize", "W8A8Linear", "EmulatedW8A8Linear", "StateDictMismatch", "QuantizeConfig",
            "calibrate", "smooth", "quantize_model", "FakeQuantLinear", "prepare_qat", "compare_logits",
-           "BaracudaConfig"]
+           "BaracudaConfig", "ProjectionGroup", "group_projections"]

@@ -11,6 +11,7 @@ from torch import nn
 
 from ..errors import InvalidProblem, problem_message
 from .calibration import Calibration, calibrate, smooth, static_scales
+from .groups import PROJECTION_GROUPS, group_projections
 from .modules import W8A8Linear
 
 __all__ = ["QuantizeConfig", "Calibration", "calibrate", "smooth", "quantize_model"]
@@ -45,6 +46,8 @@ class QuantizeConfig:
     progress : show calibration progress (``tqdm`` if installed, else a line on stderr).
     backend : ``"kernels"`` (:class:`W8A8Linear`, the project's GEMM) or ``"emulation"``
         (:class:`~baracuda_numba.torch.emulate.EmulatedW8A8Linear`: the same bits in pure PyTorch, for a CPU).
+    projection_groups : sibling names of layers that read one input (default: an attention's q / k / v, an MLP's
+        gate / up), each group then computed as one GEMM with the same bits (:mod:`.groups`); ``()`` for none.
     """
 
     include: list[str] = field(default_factory=lambda: ["*"])
@@ -61,6 +64,7 @@ class QuantizeConfig:
     search_tokens: int = 512
     progress: bool = True
     backend: Literal["kernels", "emulation"] = "kernels"
+    projection_groups: tuple[tuple[str, ...], ...] = PROJECTION_GROUPS
 
     def selects(self, name: str) -> bool:
         return (any(fnmatch.fnmatchcase(name, p) for p in self.include)
@@ -146,6 +150,8 @@ def quantize_model(model: nn.Module, batches: Iterable[Any] | Calibration | None
         _set_module(model, name, quantized)
         if on_layer is not None:
             on_layer(name, quantized)
+    if config.backend == "kernels" and config.projection_groups:
+        group_projections(model, config.projection_groups)
     from . import hf
 
     if hf.is_transformers_model(model):  # save_pretrained then writes the quantization_config

@@ -148,6 +148,9 @@ if QuantizationConfigMixin is not None:
                     if isinstance(layer, W8A8Linear):
                         check_w8a8_scales(name, name + ".", layer.weight_q, layer.weight_scale, layer.act_scale)
                         layer.refresh()
+                from .groups import group_projections
+
+                group_projections(model)  # as quantize_model does: the loaded buffers are each their own
                 return model
             from .convert import quantize_model
 

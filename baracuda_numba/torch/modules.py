@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -346,6 +346,8 @@ class W8A8Linear(nn.Module):
         self.register_buffer("act_scale", torch.tensor(float(act_scale), dtype=f32) if activation == "static" else None)
         self._act_scale = float(act_scale) if activation == "static" else None  # a constant for torch.compile
         self._bound: BoundQuantizedLinear | None = None  # the eager call over the buffers (forward)
+        self._group: Any = None  # the torch.groups.ProjectionGroup computing this layer with its siblings
+        self._group_index = 0
 
     @staticmethod
     def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -375,6 +377,11 @@ class W8A8Linear(nn.Module):
         return module
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        group = self._group
+        if group is not None:  # one GEMM with the siblings that read this x (torch.groups)
+            y = group.output(self._group_index, x)
+            if y is not None:
+                return y
         if (not torch.compiler.is_compiling() and type(x) is torch.Tensor
                 and not (x.requires_grad and torch.is_grad_enabled())):
             # eager: the bound call, no custom-op dispatch (ops.linear_bound); rebound where a buffer was replaced
@@ -440,11 +447,14 @@ class W8A8Linear(nn.Module):
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_bound"] = None  # rebuilt by the first forward (it holds compiled launches)
+        state["_group"] = None  # a copy's buffers are its own, not end to end (torch.groups.group_projections)
         return state
 
     def __setstate__(self, state):
         super().__setstate__(state)
         self.__dict__.setdefault("_bound", None)
+        self.__dict__.setdefault("_group", None)
+        self.__dict__.setdefault("_group_index", 0)
 
     def _apply(self, fn, recurse=True):
         # `.to(dtype)` / `.half()` move the float32 scales and bias but keep their dtype: the epilogue is

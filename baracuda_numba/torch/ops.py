@@ -22,7 +22,7 @@ import torch
 import baracuda_numba as bn
 
 from ..errors import InvalidProblem, problem_message
-from ..ops.linear_bound import launch_remembered, quantized_linear_tensors
+from ..ops.linear_bound import launch_grouped, launch_remembered, quantized_linear_tensors
 
 NAMESPACE = "baracuda"
 
@@ -371,6 +371,8 @@ _LINEAR.define("quantized_linear(Tensor x, Tensor weight_q, Tensor weight_scale,
                "bool static_weight=False, float? act_scale=None) -> Tensor")
 _LINEAR.define("quantized_linear_out(Tensor x, Tensor weight_q, Tensor weight_scale, Tensor? bias, "
                "bool static_weight, float? act_scale, Tensor(a!) out) -> ()")
+_LINEAR.define("quantized_linear_group_out(Tensor x, Tensor[] weights_q, Tensor[] weight_scales, Tensor[] biases, "
+               "bool static_weight, float? act_scale, Tensor(a!) out) -> ()")
 _LINEAR.define("smoothquant_linear(Tensor act_q, Tensor weight_q, Tensor weight_scale, float act_scale, Tensor? bias, "
                "ScalarType dtype, bool static_weight=False) -> Tensor")
 
@@ -397,6 +399,20 @@ def _quantized_linear_out(x: torch.Tensor, weight_q: torch.Tensor, weight_scale:
     _linear_into(x, weight_q, weight_scale, bias, static_weight, act_scale, out)
 
 
+def _quantized_linear_group_out(x: torch.Tensor, weights_q: list[torch.Tensor], weight_scales: list[torch.Tensor],
+                                biases: list[torch.Tensor], static_weight: bool, act_scale: float | None,
+                                out: torch.Tensor) -> None:
+    if not (x.requires_grad and torch.is_grad_enabled()) and launch_grouped(
+            x, weights_q, weight_scales, biases or None, static_weight, act_scale, out) is not None:
+        return
+    start = 0  # not end to end, or a call the group's launch does not take: each layer into its columns
+    for i, weight_q in enumerate(weights_q):
+        end = start + weight_q.shape[0]
+        out[..., start:end] = _linear_into(x, weight_q, weight_scales[i], biases[i] if biases else None,
+                                           static_weight, act_scale, None)
+        start = end
+
+
 def _smoothquant_linear(act_q: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, act_scale: float,
                         bias: torch.Tensor | None, dtype: torch.dtype, static_weight: bool = False) -> torch.Tensor:
     with torch.no_grad():
@@ -407,6 +423,7 @@ def _smoothquant_linear(act_q: torch.Tensor, weight_q: torch.Tensor, weight_scal
 for _key in ("CUDA", "CPU"):
     _LINEAR.impl("quantized_linear", _quantized_linear, _key)
     _LINEAR.impl("quantized_linear_out", _quantized_linear_out, _key)
+    _LINEAR.impl("quantized_linear_group_out", _quantized_linear_group_out, _key)
     _LINEAR.impl("smoothquant_linear", _smoothquant_linear, _key)
 
 
@@ -417,6 +434,11 @@ def _(x, weight_q, weight_scale, bias, static_weight=False, act_scale=None):
 
 @torch.library.register_fake(f"{NAMESPACE}::quantized_linear_out", lib=_LINEAR)
 def _(x, weight_q, weight_scale, bias, static_weight, act_scale, out):
+    return None
+
+
+@torch.library.register_fake(f"{NAMESPACE}::quantized_linear_group_out", lib=_LINEAR)
+def _(x, weights_q, weight_scales, biases, static_weight, act_scale, out):
     return None
 
 
@@ -435,6 +457,13 @@ quantized_linear_out = torch.ops.baracuda.quantized_linear_out.default
 :data:`quantized_linear` written into ``out`` (``[..., N]`` in ``x``'s dtype), what the PyTorch layer calls under
 ``torch.compile``."""
 
+quantized_linear_group_out = torch.ops.baracuda.quantized_linear_group_out.default
+"""``baracuda::quantized_linear_group_out(x, weights_q, weight_scales, biases, static_weight, act_scale, out)``: the
+W8A8 linear of several layers at once into ``out`` ``[..., N_1 + ... + N_g]`` (layer ``i`` in its columns), one GEMM
+where their tensors lie end to end in memory
+(:func:`~baracuda_numba.ops.linear_bound.launch_grouped`), else one per layer; what a projection group
+(:mod:`baracuda_numba.torch.groups`) calls under ``torch.compile``. ``biases``: empty for none."""
+
 smoothquant_linear = torch.ops.baracuda.smoothquant_linear.default
 """``baracuda::smoothquant_linear(act_q, weight_q, weight_scale, act_scale, bias, dtype, static_weight=False)``: W8A8
 linear on int8 activations quantized with the static per-tensor ``act_scale`` (see
@@ -447,6 +476,7 @@ OPS = {name: getattr(torch.ops.baracuda, name) for name in (
     *(f"{op}_per_{family}{suffix}" for family in ("channel", "token", "group")
       for op, suffix in (("quantize", ""), ("dequantize", ""), ("quantize", "_backward"),
                          ("dequantize", "_backward"), ("fake_quantize", ""), ("fake_quantize", "_backward"))),
-    "dynamic_range_quantize", "quantized_linear", "quantized_linear_out", "smoothquant_linear")}
+    "dynamic_range_quantize", "quantized_linear", "quantized_linear_out", "quantized_linear_group_out",
+    "smoothquant_linear")}
 """Every registered op by name: ``torch.ops.baracuda.<name>``."""
 
