@@ -26,7 +26,8 @@ Rows (each a dict with ``section``):
   ``generate``'s prefill), tokens/s.
 - ``projections``: the seven projections of ``projection_layers`` layers (q, k, v, o, gate, up, down:
   56 for 8 layers) captured in one CUDA graph, GPU time per replay at ``projection_tokens`` tokens,
-  ``F.linear`` on bf16 weights against :class:`W8A8Linear` (dynamic and static).
+  ``F.linear`` on bf16 weights against :class:`W8A8Linear` (dynamic and static), alone and with each layer's
+  q / k / v and gate / up grouped as :func:`quantize_model` groups them (:mod:`.groups`).
 - ``host``: host microseconds per layer call at each projection shape, timed behind a GPU busy wait
   (:func:`baracuda_numba.bench.host_us`): ``nn.Linear`` against :class:`W8A8Linear` (dynamic, static) in eager
   mode, and the call compiled code makes for each layer (``F.linear``, the ``baracuda::quantized_linear`` op).
@@ -58,6 +59,7 @@ import torch
 from torch import nn
 
 from .convert import QuantizeConfig, _set_module, quantize_model
+from .groups import group_projections
 from .modules import W8A8Linear, true_quotient
 from .qat import compare_logits
 
@@ -449,6 +451,8 @@ def projection_rows(config: ModelBenchConfig) -> list[dict]:
     variants = {BF16: linears}
     for name, activation in ((DYNAMIC, "dynamic"), (STATIC, "static")):
         variants[name] = [W8A8Linear.from_float(layer, activation=activation, act_scale=0.02) for layer in linears]
+        variants[f"{name}, grouped"] = _grouped([W8A8Linear.from_float(layer, activation=activation, act_scale=0.02)
+                                                 for layer in linears])
     rows = []
     for tokens in config.projection_tokens:
         inputs = {k: torch.randn(tokens, k, device=device, dtype=dtype) for k in {config.hidden, config.intermediate}}
@@ -467,6 +471,18 @@ def projection_rows(config: ModelBenchConfig) -> list[dict]:
                 row["speedup_vs_bf16"] = times[BF16] / ms
             rows.append(row)
     return rows
+
+
+def _grouped(layers: list[W8A8Linear]) -> list[W8A8Linear]:
+    """``layers`` (q, k, v, o, gate, up, down of each model layer) grouped as in a model (:func:`group_projections`:
+    the projections that read one input, called in turn with the same tensor, as a model's forward does)."""
+    names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    for start in range(0, len(layers), len(names)):
+        parent = nn.Module()
+        for name, layer in zip(names, layers[start:start + len(names)], strict=True):
+            parent.add_module(name, layer)
+        group_projections(parent)
+    return layers
 
 
 def _projections_call(layers: list[nn.Module], inputs: dict[int, torch.Tensor]) -> Callable[[], None]:
