@@ -314,8 +314,8 @@ def fake_quantize_tensor_with_grad(x: torch.Tensor, scale: torch.Tensor, zero_po
     """Per-tensor fake quantize with one scale and zero point in tensors (``[1]``), with its straight-through
     gradient: the per-channel kernels on ``x`` as the one channel of ``[1, numel]``. A tensor scale keeps
     ``torch.compile`` from specialising on (and recompiling for) every new scale value. In eager mode the
-    reshapes happen inside the ``torch.autograd.Function``: two view nodes fewer in the autograd graph, about
-    24 us of host time a training step on an H200 host (``docs/performance.md``, "The PyTorch layer on a model")."""
+    reshapes happen inside the ``torch.autograd.Function``, so the autograd graph holds no view nodes around it
+    (``docs/performance.md``, "The PyTorch layer on a model", says what that is worth)."""
     if torch.compiler.is_compiling():
         return _CHANNEL["fake_quantize"](x.reshape(1, -1), scale, zero_point, 0, q_min, q_max).reshape(x.shape)
     return _EagerFakeQuantize.apply(x, scale, zero_point, "channel", 0, q_min, q_max, True)
