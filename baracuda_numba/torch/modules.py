@@ -198,17 +198,21 @@ class FakeQuantize(nn.Module):
             zero_point.copy_(torch.clamp(self.q_min - torch.round(low / scale), self.q_min, self.q_max))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # as torch.ao's FakeQuantize, the module's buffers must be where x is (module.to(device))
-        _check("FakeQuantize", "x", x.device == self.scale.device, f"a tensor on {self.scale.device} (where the "
-               f"module's buffers are: move the module with .to(device))", f"a tensor on {x.device}")
+        buffers = self._buffers  # one lookup each (a QAT step is host-bound: docs/performance.md)
+        scale, zero_point = buffers["scale"], buffers["zero_point"]
+        if x.device != scale.device:  # as torch.ao's FakeQuantize, the buffers must be where x is
+            raise InvalidProblem(problem_message("FakeQuantize", "x", f"a tensor on {scale.device} (where the "
+                                                 "module's buffers are: move the module with .to(device))",
+                                                 f"a tensor on {x.device}"))
         if self.training and self._observing:
             self.observe(x)
+            scale, zero_point = buffers["scale"], buffers["zero_point"]  # resized by a first per-channel batch
         if not self._fake_quantizing:
             return x
         if self.granularity == "per_tensor":
-            return _ops.fake_quantize_tensor_with_grad(x, self.scale, self.zero_point, self.q_min, self.q_max)
-        return _ops.fake_quantize_with_grad("channel", x, self.scale, self.zero_point, self.ch_axis % x.dim(),
-                                            self.q_min, self.q_max)
+            return _ops.fake_quantize_tensor_with_grad(x, scale, zero_point, self.q_min, self.q_max)
+        return _ops.fake_quantize_with_grad("channel", x, scale, zero_point, self.ch_axis % x.dim(), self.q_min,
+                                            self.q_max)
 
     def __getstate__(self):
         state = self.__dict__.copy()

@@ -268,7 +268,7 @@ class _EagerFakeQuantize(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, scales, zero_points, family, layout, q_min, q_max, flat):
-        shape = x.shape
+        shape = tuple(x.shape)  # a tuple: view() parses a torch.Size about 1 us slower
         x, scales = _c(x), _c(scales)
         if flat:
             x = x.reshape(1, -1)
