@@ -85,6 +85,24 @@ def test_grouping_lays_the_buffers_end_to_end_as_tensors_of_their_own(fake_cuda)
     assert clone.q_proj._group is None and q._group is not None
 
 
+def test_a_group_off_the_gpu_is_inactive_until_its_model_is_moved(monkeypatch):
+    """Grouped on the CPU (a model loaded there): inactive, nothing laid out; moving the model to a CUDA device
+    (here: CPU tensors posing as device 0, ``_apply`` as ``.to()`` calls it) lays the copies out end to end."""
+    module = Attention(64, (32, 16, 16), bias=True)
+    assert group_projections(module) == 1
+    group = module.q_proj._group
+    assert not group.active and not group._end_to_end()
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda t: 0)
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    module._apply(lambda t: t.clone())  # a move: every buffer a copy, one member after the other
+    assert group.active and group._end_to_end()
+    assert all(torch.equal(module.state_dict()[k], before[k]) for k in before)
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda t: -1)  # back on the CPU: inactive
+    module._apply(lambda t: t)
+    assert not group.active
+    assert group.output(0, torch.empty(2, 64)) is None
+
+
 def test_layers_that_cannot_share_a_gemm_stay_alone(fake_cuda):
     mixed = Attention(64, (32, 16, 16), bias=True)
     mixed.v_proj = _cpu_layer(torch.nn.Linear(64, 16, bias=False), "dynamic", None)  # one without a bias

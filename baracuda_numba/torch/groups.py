@@ -48,11 +48,14 @@ class ProjectionGroup:
             self.columns.append((start, start + member.out_features))
             start += member.out_features
         self.out_features = start
+        self.active = False  # the members' buffers on one CUDA device, end to end (update_layout)
         self._pending: tuple | None = None  # (x, its version, the group's output, members still to take theirs)
 
     def output(self, index: int, x: torch.Tensor) -> torch.Tensor | None:
         """Member ``index``'s output for ``x``: its columns of the group's output for this ``x`` (computed by the
         first member called with it), or None where the group does not take the call (the member runs alone)."""
+        if not self.active:
+            return None
         compiling = torch.compiler.is_compiling()
         pending = self._pending
         if pending is not None and pending[0] is x and (compiling or pending[1] == x._version):
@@ -91,19 +94,40 @@ class ProjectionGroup:
                               True, act_scale)
 
 
+    @torch.no_grad()
+    def update_layout(self) -> None:
+        """Make the group active where every member's buffers are on one CUDA device, laying them out end to end
+        again where they are not (a model moved there: its buffers are copies); inactive elsewhere (the members
+        then run alone). ``W8A8Linear._apply`` calls it after ``.to()`` / ``.cuda()`` / ``.cpu()``."""
+        buffers = [t for m in self.members for t in (m.weight_q, m.weight_scale, m.bias) if t is not None]
+        device = buffers[0].get_device()
+        self.active = device >= 0 and all(t.get_device() == device for t in buffers)
+        self._pending = None
+        if self.active and not self._end_to_end():
+            _lay_out(self.members)
+
+    def _end_to_end(self) -> bool:
+        """Whether each buffer kind of the members lies end to end in member order."""
+        for buffer in ("weight_q", "weight_scale", "bias"):
+            tensors = [getattr(m, buffer) for m in self.members]
+            if tensors[0] is None:
+                continue
+            at = tensors[0].data_ptr()
+            for tensor in tensors:
+                if not tensor.is_contiguous() or tensor.data_ptr() != at:
+                    return False
+                at += tensor.numel() * tensor.element_size()
+        return True
+
+
 def _groupable(members: list) -> bool:
-    """Whether ``members`` may form a group: W8A8 layers of one input size, activation mode and static scale, all
-    with or all without a bias, their buffers int8 / float32 on one CUDA device."""
+    """Whether ``members`` may form a group: W8A8 layers (not the emulation's subclass) of one input size,
+    activation mode and static scale, all with or all without a bias, not in a group yet."""
     first = members[0]
-    if not all(type(m) is W8A8Linear and m._group is None for m in members):  # not the emulation's subclass
-        return False
-    device = first.weight_q.get_device()
-    return device >= 0 and all(
-        m.in_features == first.in_features and m.activation == first.activation and m._act_scale == first._act_scale
-        and (m.bias is None) == (first.bias is None) and m.weight_q.dtype == torch.int8
-        and m.weight_scale.dtype == torch.float32 and (m.bias is None or m.bias.dtype == torch.float32)
-        and m.weight_q.get_device() == device and m.weight_scale.get_device() == device
-        and (m.bias is None or m.bias.get_device() == device) for m in members)
+    return all(
+        type(m) is W8A8Linear and m._group is None and m.in_features == first.in_features
+        and m.activation == first.activation and m._act_scale == first._act_scale
+        and (m.bias is None) == (first.bias is None) for m in members)
 
 
 def _lay_out(members: list[W8A8Linear]) -> None:
@@ -118,20 +142,20 @@ def _lay_out(members: list[W8A8Linear]) -> None:
             rows = member.out_features
             setattr(member, buffer, from_dlpack(whole[start:start + rows]))
             start += rows
-    group = ProjectionGroup(members)
-    for index, member in enumerate(members):
+    for member in members:
         member.refresh()
-        member._group, member._group_index = group, index
 
 
 @torch.no_grad()
 def group_projections(model: nn.Module, groups: Sequence[Sequence[str]] = PROJECTION_GROUPS) -> int:
     """Group the sibling W8A8 layers of ``model`` named in ``groups`` (children of one module, e.g. an attention's
     ``q_proj``, ``k_proj``, ``v_proj``) that may run as one GEMM (see the module doc); returns the number of groups
-    made. :func:`~baracuda_numba.torch.quantize_model` calls it (``QuantizeConfig.group_projections``); call it
-    again after moving a model to another device (moved buffers are copies, no longer end to end: the layers then
-    run alone). Layers that share an input in the model's forward are what ``groups`` must name: a group computes
-    every member's output from the input of the first member called."""
+    made. :func:`~baracuda_numba.torch.quantize_model` calls it (``QuantizeConfig.projection_groups``), and so does
+    loading a saved model with ``from_pretrained``. A group is active while its members are on one CUDA device:
+    moving the model (``.to()``, ``.cuda()``) lays the moved copies out end to end again; on the CPU the layers run
+    alone. A buffer replaced by assignment is not end to end: the layers then run alone (in eager mode) or each
+    into its columns (compiled). Layers that share an input in the model's forward are what ``groups`` must name:
+    a group computes every member's output from the input of the first member called."""
     made = 0
     for parent in model.modules():
         children = parent._modules
@@ -139,6 +163,9 @@ def group_projections(model: nn.Module, groups: Sequence[Sequence[str]] = PROJEC
             members = [children.get(name) for name in names]
             if len(members) < 2 or any(m is None for m in members) or not _groupable(members):
                 continue
-            _lay_out(members)
+            group = ProjectionGroup(members)
+            for index, member in enumerate(members):
+                member._group, member._group_index = group, index
+            group.update_layout()
             made += 1
     return made

@@ -470,6 +470,8 @@ class W8A8Linear(nn.Module):
             if new.dtype != old.dtype:
                 self._buffers[name] = (torch.empty_like(old, device=new.device) if old.is_meta and not new.is_meta
                                        else old.to(new.device))
+        if self._group is not None:  # moved copies are laid out end to end again (torch.groups)
+            self._group.update_layout()
         return self
 
     def extra_repr(self) -> str:
