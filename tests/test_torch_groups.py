@@ -159,6 +159,17 @@ def test_the_first_member_launches_the_groups_gemm_and_the_others_take_their_col
         assert len(driver.calls) == 5 * launches
 
 
+def _layers_alone(monkeypatch) -> list:
+    """The layers that go the full way on their own (their op forward), recorded; the full way returns zeros."""
+    calls = []
+    real = W8A8Linear._op_forward
+    monkeypatch.setattr(W8A8Linear, "_op_forward", lambda self, x: calls.append(self) or real(self, x))
+    monkeypatch.setattr(linear_bound, "quantized_linear",
+                        lambda x, w, s, *, bias, static_weight, act_scale, out=None: x.new_zeros((*x.shape[:-1],
+                                                                                                  w.shape[0])))
+    return calls
+
+
 def test_past_the_decode_sizes_each_member_runs_alone(fake_cuda):
     """More than ``MAX_GROUPED_TOKENS`` rows (a prefill), or none: no group launch, each layer its own call."""
     from baracuda_numba.torch.groups import MAX_GROUPED_TOKENS
@@ -166,12 +177,7 @@ def test_past_the_decode_sizes_each_member_runs_alone(fake_cuda):
     module = Attention(64, (32, 16, 16), bias=False)
     group_projections(module)
     _, driver = _recording_plan(fake_cuda, MAX_GROUPED_TOKENS + 1, 64, 64, "two")
-    calls = []
-    real = W8A8Linear._op_forward
-    fake_cuda.setattr(W8A8Linear, "_op_forward", lambda self, x: calls.append(self) or real(self, x))
-    fake_cuda.setattr(linear_bound, "quantized_linear",
-                      lambda x, w, s, *, bias, static_weight, act_scale, out=None: x.new_zeros((*x.shape[:-1],
-                                                                                                w.shape[0])))
+    calls = _layers_alone(fake_cuda)
     with torch.no_grad():
         for rows in (MAX_GROUPED_TOKENS + 1, 0):
             calls.clear()
@@ -185,12 +191,7 @@ def test_a_group_whose_buffers_were_replaced_steps_aside(fake_cuda):
     group_projections(module)
     _, driver = _recording_plan(fake_cuda, 2, 64, 64, "two")
     module.k_proj.weight_q = module.k_proj.weight_q.clone()  # no longer end to end
-    calls = []
-    real = W8A8Linear._op_forward
-    fake_cuda.setattr(W8A8Linear, "_op_forward", lambda self, x: calls.append(self) or real(self, x))
-    fake_cuda.setattr(linear_bound, "quantized_linear",
-                      lambda x, w, s, *, bias, static_weight, act_scale, out=None: x.new_zeros((*x.shape[:-1],
-                                                                                                w.shape[0])))
+    calls = _layers_alone(fake_cuda)
     x = torch.empty(2, 64, dtype=torch.bfloat16)
     with torch.no_grad():
         module(x)

@@ -116,6 +116,17 @@ def _launch_key(x: Any, weight_q: Any, weight_scale: Any, bias: Any, static_weig
     return None
 
 
+def _output(x: Any, out: Any, shape: tuple, tensor: type, device: int) -> Any:
+    """The result a remembered launch writes: a new tensor of ``shape`` like ``x`` where ``out`` is None, else
+    ``out`` where it is a contiguous ``tensor`` of ``shape``, ``x``'s dtype and ``device``; None otherwise."""
+    if out is None:
+        return x.new_empty(shape)
+    if (type(out) is tensor and out.dtype is x.dtype and out.shape == shape and out.is_contiguous()
+            and out.get_device() == device):
+        return out
+    return None
+
+
 def _launched(x: Any, weight_q: Any, weight_scale: Any, bias: Any, out: Any, key: tuple, torch: Any) -> Any:
     """``out`` (a new tensor where None) written by the remembered launch of ``key``, or None where there is none
     or it declines the operands (nothing launched)."""
@@ -134,10 +145,8 @@ def _launched(x: Any, weight_q: Any, weight_scale: Any, bias: Any, out: Any, key
             return None
         b_ptr = bias.data_ptr()
     launch, shape, scale = found
+    out = _output(x, out, shape, torch.Tensor, device)
     if out is None:
-        out = x.new_empty(shape)
-    elif not (type(out) is torch.Tensor and out.dtype is x.dtype and out.shape == shape and out.is_contiguous()
-              and out.get_device() == device):
         return None
     x_ptr, w_ptr = x.data_ptr(), weight_q.data_ptr()
     if (x_ptr | w_ptr) & 15 or (s_ptr | b_ptr) & 3 or not launch(x_ptr, w_ptr, s_ptr, b_ptr, out.data_ptr(), device,
@@ -163,10 +172,8 @@ def launch_remembered(x: Any, weight_q: Any, weight_scale: Any, bias: Any = None
         device = binding.device
         if found is not None and x.is_contiguous() and x.get_device() == device:
             launch, shape, scale = found
+            out = _output(x, out, shape, binding.tensor, device)
             if out is None:
-                out = x.new_empty(shape)
-            elif not (type(out) is binding.tensor and out.dtype is x.dtype and out.shape == shape
-                      and out.is_contiguous() and out.get_device() == device):
                 return None
             x_ptr, w_ptr, s_ptr = x.data_ptr(), weight_q.data_ptr(), weight_scale.data_ptr()
             b_ptr = s_ptr if bias is None else bias.data_ptr()  # the unused bias slot points at weight_scale
@@ -234,10 +241,8 @@ def launch_grouped(x: Any, weights_q: Any, weight_scales: Any, biases: Any, stat
     if found is None:
         return None
     launch, shape, scale = found
+    out = _output(x, out, shape, binding.tensor, device)
     if out is None:
-        out = x.new_empty(shape)
-    elif not (type(out) is binding.tensor and out.dtype is x.dtype and out.shape == shape and out.is_contiguous()
-              and out.get_device() == device):
         return None
     x_ptr, w_ptr, s_ptr = x.data_ptr(), weights_q[0].data_ptr(), weight_scales[0].data_ptr()
     b_ptr = biases[0].data_ptr() if biases else s_ptr

@@ -13,9 +13,10 @@ projections are then one call instead of three, for the host (every layer call c
 
 Each output element is ``(f32(sum_k xq[m, k] wq[n, k]) * scale_x[m]) * weight_scale[n] + bias[n]`` with an exact
 int32 sum and the activations quantized per token (or with the static scale) whatever ``N`` is, so a member's
-columns are the bits of its own call (``tests/test_torch_groups.py``). Where the buffers no longer lie end to end
-(a buffer replaced, the model moved to another device) or the call is not one the group launch takes (autograd, a
-CPU tensor, the simulator), each layer runs alone, with the same bits.
+columns are the bits of its own call (``tests/test_torch_groups.py``). A group is active while its members are on
+one CUDA device (a moved model's copies are laid out again: :meth:`ProjectionGroup.update_layout`). Where the
+buffers no longer lie end to end (a buffer replaced by assignment) or the call is not one the group takes (the CPU,
+autograd, more than :data:`MAX_GROUPED_TOKENS` tokens, the simulator), each layer runs alone, with the same bits.
 """
 
 from __future__ import annotations
@@ -100,7 +101,6 @@ class ProjectionGroup:
         biases = [b["bias"] for b in buffers] if first.bias is not None else None
         return launch_grouped(x, [b["weight_q"] for b in buffers], [b["weight_scale"] for b in buffers], biases,
                               True, act_scale)
-
 
     @torch.no_grad()
     def update_layout(self) -> None:
