@@ -244,3 +244,25 @@ def test_the_group_op_writes_each_layers_own_result_into_its_columns():
     expected = torch.cat([bn.quantized_linear(x, w, s, bias=b) for w, s, b in zip(weights, scales, biases,
                                                                                    strict=True)], dim=-1)
     assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("case,pattern", [
+    ("no_weights", r"quantized_linear_group_out: weights_q expected one or more"),
+    ("scales_short", r"quantized_linear_group_out: weight_scales expected 2 scale vectors"),
+    ("biases_short", r"quantized_linear_group_out: biases expected none or 2"),
+    ("out_shape", r"quantized_linear_group_out: out expected \[3, 12\]"),
+])
+def test_the_group_op_names_the_list_that_does_not_fit(case, pattern):
+    x = torch.zeros(3, 32)
+    weights = [torch.zeros(8, 32, dtype=torch.int8), torch.zeros(4, 32, dtype=torch.int8)]
+    scales, biases, out = [torch.ones(8), torch.ones(4)], [], torch.empty(3, 12)
+    if case == "no_weights":
+        weights = []
+    elif case == "scales_short":
+        scales = scales[:1]
+    elif case == "biases_short":
+        biases = [torch.zeros(8)]
+    else:
+        out = torch.empty(3, 11)
+    with pytest.raises(bn.InvalidProblem, match=pattern):
+        torch.ops.baracuda.quantized_linear_group_out.default(x, weights, scales, biases, True, None, out)

@@ -402,15 +402,38 @@ def _quantized_linear_out(x: torch.Tensor, weight_q: torch.Tensor, weight_scale:
 def _quantized_linear_group_out(x: torch.Tensor, weights_q: list[torch.Tensor], weight_scales: list[torch.Tensor],
                                 biases: list[torch.Tensor], static_weight: bool, act_scale: float | None,
                                 out: torch.Tensor) -> None:
-    if not (x.requires_grad and torch.is_grad_enabled()) and launch_grouped(
-            x, weights_q, weight_scales, biases or None, static_weight, act_scale, out) is not None:
+    if (weights_q and len(weight_scales) == len(weights_q) and not (x.requires_grad and torch.is_grad_enabled())
+            and launch_grouped(x, weights_q, weight_scales, biases or None, static_weight, act_scale, out)
+            is not None):
         return
+    _check_group_operands(x, weights_q, weight_scales, biases, out)
     start = 0  # not end to end, or a call the group's launch does not take: each layer into its columns
     for i, weight_q in enumerate(weights_q):
         end = start + weight_q.shape[0]
         out[..., start:end] = _linear_into(x, weight_q, weight_scales[i], biases[i] if biases else None,
                                            static_weight, act_scale, None)
         start = end
+
+
+def _check_group_operands(x: torch.Tensor, weights_q: list[torch.Tensor], weight_scales: list[torch.Tensor],
+                          biases: list[torch.Tensor], out: torch.Tensor) -> None:
+    """Raise :class:`InvalidProblem` naming the first list or ``out`` that does not fit the others (each layer's
+    own operands are checked by its call)."""
+    where = "quantized_linear_group_out"
+    count = len(weights_q)
+    checks = [
+        ("weights_q", count >= 1 and all(w.dim() == 2 for w in weights_q), "one or more [N_i, K] weights",
+         [tuple(w.shape) for w in weights_q]),
+        ("weight_scales", len(weight_scales) == count, f"{count} scale vectors, one per weight", len(weight_scales)),
+        ("biases", len(biases) in (0, count), f"none or {count}, one per weight", len(biases)),
+    ]
+    for argument, ok, expected, given in checks:
+        if not ok:
+            raise InvalidProblem(problem_message(where, argument, expected, given))
+    shape = (*x.shape[:-1], sum(w.shape[0] for w in weights_q))
+    if tuple(out.shape) != shape or out.dtype != x.dtype:
+        raise InvalidProblem(problem_message(where, "out", f"{list(shape)} {x.dtype}",
+                                             f"{list(out.shape)} {out.dtype}"))
 
 
 def _smoothquant_linear(act_q: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, act_scale: float,
